@@ -1,0 +1,42 @@
+# Two commands: `make run` (the whole server) and `make test` (the test suite).
+# Both set everything up on a fresh clone: a virtualenv, the project, the embedded services.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# The test suite gets its own embedded PostgreSQL and Redis, apart from `make run`'s data.
+TEST_DATA_DIR ?= $(CURDIR)/.mirix-data/test
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint format stop clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python -m mirix_site.launcher run
+
+test: install lint
+	MIRIX_DATA_DIR=$(TEST_DATA_DIR) $(BIN)/python -m mirix_site.launcher exec -- \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+stop: install
+	$(BIN)/python -m mirix_site.launcher stop
+	MIRIX_DATA_DIR=$(TEST_DATA_DIR) $(BIN)/python -m mirix_site.launcher stop
+
+clean: stop
+	rm -rf .mirix-data

@@ -1,0 +1,138 @@
+"""Operators manage tenants, clients, API keys and end users here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from accounts.models import ApiKey, Client, EndUser, Organization
+from accounts.services import (
+    api_key_create,
+    api_key_delete,
+    api_key_revoke,
+    client_read_scopes_set,
+    end_user_delete,
+    organization_delete,
+)
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin):
+    list_display = ["name", "id", "created_at"]
+    list_filter = ["created_at"]
+    search_fields = ["name", "id"]
+    readonly_fields = ["id", "created_at"]
+
+    def delete_model(self, request: HttpRequest, obj: Organization) -> None:
+        organization_delete(organization=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Organization]) -> None:
+        for organization in queryset:
+            organization_delete(organization=organization)
+
+
+@admin.register(Client)
+class ClientAdmin(admin.ModelAdmin):
+    list_display = ["name", "organization", "id", "created_at"]
+    list_filter = ["organization"]
+    search_fields = ["name", "id", "organization__name"]
+    list_select_related = ["organization"]
+    readonly_fields = ["id", "created_at"]
+    filter_horizontal = ["read_scopes"]
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        scopes = list(form.cleaned_data.pop("read_scopes", []))
+        super().save_related(request, form, formsets, change)
+        client_read_scopes_set(client=form.instance, scopes=scopes)
+
+
+class ApiKeyCreateForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ["client", "name", "read_only"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """The digest is never shown. A new key's plaintext is shown once, in the message after
+    saving; there is no way to see it again."""
+
+    list_display = [
+        "__str__",
+        "name",
+        "client",
+        "organization",
+        "read_only",
+        "created_at",
+        "revoked_at",
+    ]
+    list_filter = ["read_only", "organization", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["key_id", "name", "client__name", "organization__name"]
+    list_select_related = ["client", "organization"]
+    raw_id_fields = ["client"]
+    actions = ["revoke_selected"]
+
+    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = ApiKeyCreateForm
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return ["client", "name", "read_only"]
+        return ["key_id", "name", "client", "organization", "read_only", "created_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return []
+        return ["key_id", "client", "organization", "read_only", "created_at", "revoked_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            obj.save(update_fields=["name"])
+            return
+        issued = api_key_create(client=obj.client, name=obj.name, read_only=obj.read_only)
+        obj.pk = issued.api_key.pk
+        obj.key_id = issued.api_key.key_id
+        self.message_user(
+            request,
+            f"API key created. Copy it now, it will not be shown again: {issued.plaintext}",
+            level=messages.WARNING,
+        )
+
+    def delete_model(self, request: HttpRequest, obj: ApiKey) -> None:
+        api_key_delete(api_key=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        for api_key in queryset:
+            api_key_delete(api_key=api_key)
+
+    @admin.action(description="Revoke selected API keys")
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        keys = list(queryset)
+        for api_key in keys:
+            api_key_revoke(api_key=api_key)
+        self.message_user(request, f"Revoked {len(keys)} API key(s).", level=messages.SUCCESS)
+
+
+@admin.register(EndUser)
+class EndUserAdmin(admin.ModelAdmin):
+    list_display = ["user_id", "name", "organization", "created_by", "created_at"]
+    list_filter = ["organization", "created_at"]
+    search_fields = ["user_id", "name", "organization__name"]
+    list_select_related = ["organization", "created_by"]
+    readonly_fields = ["organization", "user_id", "created_by", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # end users come from the API, named by the application
+
+    def delete_model(self, request: HttpRequest, obj: EndUser) -> None:
+        end_user_delete(end_user=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[EndUser]) -> None:
+        for end_user in queryset:
+            end_user_delete(end_user=end_user)

@@ -1,0 +1,46 @@
+"""The tenant-scoped base of every API view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
+
+from accounts.tenancy import Tenant
+
+
+class UnscopedRequestError(RuntimeError):
+    """A tenant view was reached without a resolved tenant: a configuration bug, never a 200."""
+
+
+class TenantAPIView(APIView):
+    """Authenticates the API key, resolves the caller's organization and client, and refuses to
+    run the handler without them. Subclasses read ``self.tenant`` and pass it to selectors and
+    services; none of them queries a model directly.
+
+    ``writes`` overrides the method-based guess of whether a request writes (for read-only keys).
+    """
+
+    writes: bool | None = None
+    pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if not isinstance(request.user, Tenant):
+            raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
+
+    @property
+    def tenant(self) -> Tenant:
+        tenant = self.request.user
+        if not isinstance(tenant, Tenant):
+            raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
+        return tenant
+
+    def paginate(self, queryset: Any, serializer_class: type, **context: Any) -> Any:
+        """One page of ``queryset`` rendered with ``serializer_class``, with next/previous links."""
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(queryset, self.request, view=self)
+        serializer = serializer_class(page, many=True, context={"request": self.request, **context})
+        return paginator.get_paginated_response(serializer.data)

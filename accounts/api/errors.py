@@ -1,0 +1,119 @@
+"""The one error shape: ``{"detail": str, "code": str, "fields": {name: [messages]}}``.
+
+Every API error leaves through ``exception_handler``; Django's own 404/500 pages for paths
+outside the API use the same shape (``json_404`` / ``json_500``). An unexpected exception is
+logged with its traceback and answered with a generic 500 that carries none of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+from accounts.api.authentication import UNAUTHENTICATED_DETAIL
+
+logger = logging.getLogger(__name__)
+
+NOT_FOUND_DETAIL = "Not found."
+SERVER_ERROR_DETAIL = "Internal server error."
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state of the resource."
+    default_code = "conflict"
+
+
+class UnprocessableEntity(exceptions.ValidationError):
+    """A validation error raised outside a serializer (422, like every validation error)."""
+
+
+def error_body(
+    detail: str, code: str, fields: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"detail": detail, "code": code}
+    if fields is not None:
+        body["fields"] = fields
+    return body
+
+
+def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error detail as ``{"messages.0.role": ["..."]}``."""
+    if isinstance(detail, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            flat.update(_flatten(value, name))
+        return flat
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return {prefix or "non_field_errors": [str(item) for item in detail]}
+        flat = {}
+        for index, item in enumerate(detail):
+            if item:
+                flat.update(_flatten(item, f"{prefix}.{index}" if prefix else str(index)))
+        return flat
+    return {prefix or "non_field_errors": [str(detail)]}
+
+
+def _validation_body(exc: exceptions.ValidationError) -> dict[str, Any]:
+    fields = _flatten(exc.detail)
+    first_field, messages = next(iter(fields.items()), ("", ["Invalid input."]))
+    where = "" if first_field == "non_field_errors" else f"{first_field}: "
+    return error_body(f"Invalid input. {where}{messages[0]}", "invalid", fields)
+
+
+def _as_api_exception(exc: Exception) -> Exception:
+    if isinstance(exc, Http404 | ObjectDoesNotExist):
+        return exceptions.NotFound(NOT_FOUND_DETAIL)
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
+        return exceptions.ValidationError(detail)
+    return exc
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    exc = _as_api_exception(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        set_rollback()
+        view = context.get("view")
+        logger.exception(
+            "unhandled error in %s", type(view).__name__ if view else "API", exc_info=exc
+        )
+        return Response(error_body(SERVER_ERROR_DETAIL, "server_error"), status=500)
+
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        response.data = error_body(UNAUTHENTICATED_DETAIL, "not_authenticated")
+    elif isinstance(exc, exceptions.ValidationError):
+        response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+        response.data = _validation_body(exc)
+    elif isinstance(exc, exceptions.ParseError):
+        response.data = error_body("Malformed JSON body.", "parse_error")
+    elif isinstance(exc, exceptions.NotFound):
+        response.data = error_body(NOT_FOUND_DETAIL, "not_found")
+    elif isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        response.data = error_body(str(exc.detail), str(code))
+    return response
+
+
+def json_404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body(NOT_FOUND_DETAIL, "not_found"), status=404)
+
+
+def json_500(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(error_body(SERVER_ERROR_DETAIL, "server_error"), status=500)

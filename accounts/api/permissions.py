@@ -1,0 +1,31 @@
+"""Read-only API keys may call anything that does not write."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+if TYPE_CHECKING:
+    from rest_framework.views import APIView
+
+
+def request_writes(request: Request, view: APIView) -> bool:
+    """Whether the request changes state. Views whose POST only reads (retrieval with a body)
+    declare ``writes = False``."""
+    declared = getattr(view, "writes", None)
+    if declared is not None:
+        return bool(declared)
+    return request.method not in SAFE_METHODS
+
+
+class KeyMayWrite(BasePermission):
+    message = "This API key is read-only."
+    code = "read_only_key"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        api_key = request.auth
+        if api_key is None or not request_writes(request, view):
+            return True
+        return not api_key.read_only

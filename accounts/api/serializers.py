@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from accounts.models import EndUser
+
+# user_id is also a URL path segment (/users/{user_id}): no slashes, spaces or control characters.
+USER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,255}$"
+
+
+class UserIdField(serializers.RegexField):
+    def __init__(self, **kwargs: object) -> None:
+        kwargs.setdefault("max_length", 255)
+        super().__init__(
+            USER_ID_PATTERN,
+            error_messages={
+                "invalid": "Must be 1-255 characters: letters, digits and _ . @ : + - only."
+            },
+            **kwargs,
+        )
+
+
+class UserCreateOrGetInputSerializer(serializers.Serializer):
+    user_id = UserIdField(required=False, allow_null=True)
+    name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=255)
+
+
+class UserOutputSerializer(serializers.ModelSerializer):
+    """The MIRIX user shape: ``id`` is the caller's own ``user_id``."""
+
+    id = serializers.CharField(source="user_id")
+    organization_id = serializers.CharField()
+
+    class Meta:
+        model = EndUser
+        fields = ["id", "name", "organization_id", "created_at"]
+
+
+class UserDeleteOutputSerializer(serializers.Serializer):
+    success = serializers.BooleanField()
+    id = serializers.CharField()
+    deleted = serializers.DictField(child=serializers.IntegerField())

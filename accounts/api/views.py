@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from accounts.api.base import TenantAPIView
+from accounts.api.serializers import (
+    UserCreateOrGetInputSerializer,
+    UserDeleteOutputSerializer,
+    UserOutputSerializer,
+)
+from accounts.selectors import end_user_get, end_user_list
+from accounts.services import end_user_create_or_get, end_user_delete
+
+
+class UserCreateOrGetApi(TenantAPIView):
+    @extend_schema(
+        request=UserCreateOrGetInputSerializer,
+        responses={200: UserOutputSerializer, 201: UserOutputSerializer},
+        summary="Create an end user, or return the existing one with this user_id",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = UserCreateOrGetInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user, created = end_user_create_or_get(
+            tenant=self.tenant, user_id=data.get("user_id"), name=data.get("name")
+        )
+        return Response(
+            UserOutputSerializer(user).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class UserListApi(TenantAPIView):
+    @extend_schema(
+        responses=UserOutputSerializer(many=True), summary="List the organization's end users"
+    )
+    def get(self, request: Request) -> Response:
+        return self.paginate(end_user_list(tenant=self.tenant), UserOutputSerializer)
+
+
+class UserDetailApi(TenantAPIView):
+    @extend_schema(responses=UserOutputSerializer, summary="One end user")
+    def get(self, request: Request, user_id: str) -> Response:
+        user = end_user_get(tenant=self.tenant, user_id=user_id)
+        return Response(UserOutputSerializer(user).data)
+
+    @extend_schema(
+        responses={
+            200: UserDeleteOutputSerializer,
+            404: OpenApiResponse(description="No such user"),
+        },
+        summary="Delete an end user and everything stored for them",
+    )
+    def delete(self, request: Request, user_id: str) -> Response:
+        user = end_user_get(tenant=self.tenant, user_id=user_id)
+        deleted = end_user_delete(end_user=user)
+        return Response({"success": True, "id": user_id, "deleted": deleted})

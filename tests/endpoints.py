@@ -1,0 +1,42 @@
+"""Every API endpoint, with a request that reaches it, for the tests every endpoint must pass.
+
+``test_every_endpoint_is_listed`` fails when a URL is added without an entry here, so no
+endpoint escapes the no-key / bad-key / revoked-key / other-tenant tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # may contain {user_id} / {agent_id}, filled with an object of the owning tenant
+    body: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    route: str = ""  # the Django URL pattern, to check that every route is covered
+
+    @property
+    def writes(self) -> bool:
+        return self.method in {"POST", "PUT", "PATCH", "DELETE"}
+
+
+ENDPOINTS = [
+    Endpoint("POST", "/users/create_or_get", {"user_id": "carol"}, route="users/create_or_get"),
+    Endpoint("GET", "/users", route="users"),
+    Endpoint("GET", "/users/{user_id}", route="users/<str:user_id>"),
+    Endpoint("DELETE", "/users/{user_id}", route="users/<str:user_id>"),
+    Endpoint(
+        "POST",
+        "/agents/meta/initialize",
+        {"provider": "openai", "api_key": "sk-test"},
+        route="agents/meta/initialize",
+    ),
+    Endpoint("GET", "/agents", route="agents"),
+    Endpoint("GET", "/agents/{agent_id}", route="agents/<str:agent_id>"),
+]
+
+# Routes that are deliberately public or not part of the key-authenticated API.
+UNAUTHENTICATED_ROUTES = {"health", "api/schema/", "api/docs/"}
