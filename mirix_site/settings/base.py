@@ -189,13 +189,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "ApiKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
-            "BearerKey": {"type": "http", "scheme": "bearer"},
-        }
-    },
-    "SECURITY": [{"ApiKeyHeader": []}, {"BearerKey": []}],
+    "ENUM_NAME_OVERRIDES": {"ServiceStatusEnum": ["ok", "down"]},
 }
 
 # --- Providers (DESIGN.md section 7) ---------------------------------------------------------

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from accounts.models import EndUser
+from tests.factories import TenantFixture
+
+
+def test_create_or_get_creates_then_returns_the_same_user(org: TenantFixture) -> None:
+    first = org.api.post("/users/create_or_get", {"user_id": "demo-user", "name": "Demo"})
+    again = org.api.post("/users/create_or_get", {"user_id": "demo-user", "name": "Other name"})
+    assert first.status_code == 201
+    assert again.status_code == 200
+    assert first.json()["id"] == again.json()["id"] == "demo-user"
+    assert again.json()["name"] == "Demo"
+    assert first.json()["organization_id"] == org.organization.pk
+    assert EndUser.objects.filter(organization=org.organization).count() == 1
+
+
+def test_create_without_user_id_generates_one(org: TenantFixture) -> None:
+    response = org.api.post("/users/create_or_get", {"name": "Alice"})
+    assert response.status_code == 201
+    user_id = response.json()["id"]
+    assert user_id.startswith("user-")
+    assert response.json()["name"] == "Alice"
+    assert org.api.get(f"/users/{user_id}").json()["id"] == user_id
+
+
+def test_name_defaults_to_user_id(org: TenantFixture) -> None:
+    response = org.api.post("/users/create_or_get", {"user_id": "u1", "name": None})
+    assert response.json()["name"] == "u1"
+
+
+def test_invalid_user_id_is_422_and_stores_nothing(org: TenantFixture) -> None:
+    for bad in ["has space", "a/b", "x" * 256, ""]:
+        response = org.api.post("/users/create_or_get", {"user_id": bad})
+        assert response.status_code == 422, bad
+        body = response.json()
+        assert body["code"] == "invalid"
+        assert "user_id" in body["fields"]
+    assert not EndUser.objects.exists()
+
+
+def test_malformed_json_is_400(org: TenantFixture) -> None:
+    response = org.api.post(
+        "/users/create_or_get", data="{not json", content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"detail": "Malformed JSON body.", "code": "parse_error"}
+
+
+def test_non_object_body_is_422(org: TenantFixture) -> None:
+    response = org.api.post("/users/create_or_get", ["user_id"], format="json")
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid"
+
+
+def test_user_id_namespaces_are_per_organization(
+    org: TenantFixture, other_org: TenantFixture
+) -> None:
+    mine = org.api.post("/users/create_or_get", {"user_id": "sam", "name": "Alice's Sam"})
+    theirs = other_org.api.post("/users/create_or_get", {"user_id": "sam", "name": "Bob's Sam"})
+    assert mine.status_code == theirs.status_code == 201
+    assert org.api.get("/users/sam").json()["name"] == "Alice's Sam"
+    assert other_org.api.get("/users/sam").json()["name"] == "Bob's Sam"
+    assert org.api.delete("/users/sam").status_code == 200
+    assert org.api.get("/users/sam").status_code == 404
+    assert other_org.api.get("/users/sam").json()["name"] == "Bob's Sam"
+
+
+def test_list_is_paginated_ordered_and_scoped(
+    org: TenantFixture, other_org: TenantFixture, django_assert_max_num_queries
+) -> None:
+    for index in range(5):
+        org.api.post("/users/create_or_get", {"user_id": f"user{index}"})
+    other_org.api.post("/users/create_or_get", {"user_id": "bobs-user"})
+    with django_assert_max_num_queries(3):
+        first_page = org.api.get("/users", {"limit": 3}).json()
+    assert [user["id"] for user in first_page["results"]] == ["user4", "user3", "user2"]
+    second_page = org.api.get(first_page["next"]).json()
+    assert [user["id"] for user in second_page["results"]] == ["user1", "user0"]
+    assert second_page["next"] is None
+
+
+def test_other_clients_of_the_same_org_share_end_users(org: TenantFixture) -> None:
+    sibling = org.another_client("second-app")
+    org.api.post("/users/create_or_get", {"user_id": "shared"})
+    assert sibling.api.get("/users/shared").status_code == 200
+
+
+def test_delete_user(org: TenantFixture) -> None:
+    org.api.post("/users/create_or_get", {"user_id": "gone"})
+    response = org.api.delete("/users/gone")
+    assert response.status_code == 200
+    assert response.json()["success"] is True
+    assert response.json()["deleted"]["accounts.EndUser"] == 1
+    assert not EndUser.objects.filter(user_id="gone").exists()
+    assert org.api.delete("/users/gone").status_code == 404
+
+
+def test_unknown_path_is_json_404(org: TenantFixture) -> None:
+    response = org.api.get("/no/such/path")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_wrong_method_is_405_in_the_error_shape(org: TenantFixture) -> None:
+    response = org.api.put("/users", {})
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"

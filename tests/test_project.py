@@ -1,0 +1,134 @@
+"""Project-wide guarantees: migrations, the OpenAPI schema, settings parsing, /health."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+import mirix_site
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def test_migrations_match_the_models(db: None) -> None:
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_openapi_schema_generates_without_warnings(tmp_path: Path) -> None:
+    call_command(
+        "spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yml")
+    )
+    schema = (tmp_path / "schema.yml").read_text()
+    assert "/memory" in schema or "/agents/meta/initialize" in schema
+
+
+def test_schema_and_docs_are_served(db: None) -> None:
+    api = APIClient()
+    assert api.get("/api/schema/").status_code == 200
+    assert api.get("/api/docs/").status_code == 200
+
+
+def test_health_reports_both_services(db: None) -> None:
+    response = APIClient().get("/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+        "version": mirix_site.__version__,
+    }
+
+
+def _django_setup(settings_module: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    """Start Django in a fresh process with the given environment; return how it went."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, **environment}
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); print('started')"],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SESSION_IDLE_TIMEOUT", "two days"),
+        ("RETRIEVAL_LOG_ENABLED", "maybe"),
+        ("RETRIEVAL_LOG_RETENTION_DAYS", "thirty"),
+        ("LLM_PROVIDER", "skynet"),
+        ("API_RATE_LIMIT", "fast"),
+        ("DATABASE_URL", "mysql://localhost/x"),
+    ],
+)
+def test_malformed_environment_stops_startup_naming_the_variable(variable: str, value: str) -> None:
+    result = _django_setup("mirix_site.settings.local", **{variable: value})
+    assert result.returncode != 0
+    assert "started" not in result.stdout
+    assert variable in result.stderr
+    assert "Traceback" in result.stderr  # ImproperlyConfigured, raised at import
+
+
+def test_local_settings_start_with_a_clean_environment() -> None:
+    result = _django_setup("mirix_site.settings.local")
+    assert result.returncode == 0, result.stderr
+    assert "started" in result.stdout
+
+
+def test_production_requires_secret_key() -> None:
+    environment = {"API_KEY_PEPPER": "p", "ENCRYPTION_KEY": "e", "SECRET_KEY": ""}
+    result = _django_setup("mirix_site.settings.production", **environment)
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+    environment["SECRET_KEY"] = "a-real-secret"
+    assert _django_setup("mirix_site.settings.production", **environment).returncode == 0
+
+
+def test_create_tenant_command_prints_a_working_key(db: None) -> None:
+    out = StringIO()
+    call_command("create_tenant", "Acme", "--client", "crm", stdout=out)
+    key = next(
+        line.split()[-1] for line in out.getvalue().splitlines() if line.startswith("api key")
+    )
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=key)
+    assert api.get("/users").status_code == 200
+
+    client_id = next(
+        line.split()[-1] for line in out.getvalue().splitlines() if line.startswith("client")
+    )
+    second = StringIO()
+    call_command("create_api_key", client_id, "--read-only", stdout=second)
+    read_only = APIClient()
+    read_only.credentials(HTTP_X_API_KEY=second.getvalue().strip())
+    assert read_only.get("/users").status_code == 200
+    assert read_only.post("/users/create_or_get", {"user_id": "x"}).status_code == 403
+
+    call_command("revoke_api_key", key, stdout=StringIO())
+    assert api.get("/users").status_code == 401
+    assert read_only.get("/users").status_code == 200
+
+
+def test_demo_tenant_reuses_a_working_key(db: None, tmp_path: Path) -> None:
+    key_file = tmp_path / "demo-api-key"
+    call_command("demo_tenant", "--key-file", str(key_file), stdout=StringIO())
+    first = key_file.read_text().strip()
+    call_command("demo_tenant", "--key-file", str(key_file), stdout=StringIO())
+    assert key_file.read_text().strip() == first
+    call_command("revoke_api_key", first, stdout=StringIO())
+    call_command("demo_tenant", "--key-file", str(key_file), stdout=StringIO())
+    replacement = key_file.read_text().strip()
+    assert replacement != first
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=replacement)
+    assert api.get("/users").status_code == 200
