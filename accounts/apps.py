@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Tenants and API keys"
+
+    def ready(self) -> None:
+        from accounts import signals  # noqa: F401  (connects the API key cache invalidation)

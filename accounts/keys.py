@@ -49,5 +49,5 @@ def secret_digest(secret: str) -> str:
     return hmac.new(pepper.encode(), secret.encode(), hashlib.sha256).hexdigest()
 
 
-def secret_matches(*, secret: str, digest: str) -> bool:
-    return hmac.compare_digest(secret_digest(secret), digest)
+def digests_match(presented_digest: str, stored_digest: str) -> bool:
+    return hmac.compare_digest(presented_digest, stored_digest)

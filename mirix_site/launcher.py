@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -243,26 +244,42 @@ def _terminate(processes: Sequence[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-class _StopRequestedError(Exception):
-    """Raised by the signal handler so the supervisor unwinds through ``finally``."""
+def _stop_on_signals() -> threading.Event:
+    """Ctrl-C / SIGTERM only set a flag: the supervisor stops its children from its own loop,
+    never from inside a signal handler that could interrupt a clean-up half-way."""
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    return stop
 
 
-def _on_signal(signum: int, _frame: object) -> None:
-    raise _StopRequestedError(signum)
+def _supervise(processes: dict[str, subprocess.Popen[bytes]], stop: threading.Event) -> int:
+    """Wait until a stop is requested (0) or any process exits (1), then stop them all."""
+    try:
+        while not stop.is_set():
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    print(f"{name} exited with {process.returncode}; stopping the rest")
+                    return process.returncode or 1
+            stop.wait(0.5)
+        return 0
+    finally:
+        _terminate(list(processes.values()))
 
 
 def command_exec(argv: Sequence[str]) -> int:
     """Run one command with the services up and their URLs in its environment."""
     if not argv:
         raise SystemExit("launcher exec: give a command after --")
-    signal.signal(signal.SIGTERM, _on_signal)
     with services_running():
+        stop = _stop_on_signals()
         process = subprocess.Popen(list(argv))  # noqa: S603 - the developer's own command
-        try:
-            return process.wait()
-        except (_StopRequestedError, KeyboardInterrupt):
-            _terminate([process])
-            return 130
+        code = _supervise({"command": process}, stop)
+        return process.returncode if process.returncode is not None else code
 
 
 def _manage(*arguments: str) -> None:
@@ -272,7 +289,6 @@ def _manage(*arguments: str) -> None:
 def command_run() -> int:
     """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
-    signal.signal(signal.SIGTERM, _on_signal)
     port = os.environ.get("PORT", "8531")
     bin_dir = Path(sys.executable).parent
     with services_running() as services:
@@ -286,11 +302,13 @@ def command_run() -> int:
                 "--bind",
                 f"127.0.0.1:{port}",
                 "--workers",
-                os.environ.get("WEB_CONCURRENCY", "3"),
+                os.environ.get("WEB_CONCURRENCY", "4"),
                 "--worker-class",
                 "gthread",
                 "--threads",
-                os.environ.get("WEB_THREADS", "4"),
+                os.environ.get("WEB_THREADS", "2"),
+                "--graceful-timeout",
+                "10",
                 "--access-logfile",
                 "-",
             ],
@@ -323,19 +341,10 @@ def command_run() -> int:
                 f"--port={os.environ.get('FLOWER_PORT', '5555')}",
             ],
         }
+        stop = _stop_on_signals()
         processes = {name: subprocess.Popen(command) for name, command in commands.items()}  # noqa: S603
         print(f"mirix_site is running on http://127.0.0.1:{port} (Ctrl-C stops everything)")
-        try:
-            while True:
-                for name, process in processes.items():
-                    if process.poll() is not None:
-                        print(f"{name} exited with {process.returncode}; stopping the rest")
-                        return 1
-                time.sleep(0.5)
-        except (_StopRequestedError, KeyboardInterrupt):
-            return 0
-        finally:
-            _terminate(list(processes.values()))
+        return _supervise(processes, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from accounts.keycache import key_cache_store, key_gate
+from accounts.keys import key_parse, secret_digest
 from accounts.models import ApiKey
 from accounts.selectors import api_key_authenticate
 from accounts.tenancy import Tenant
@@ -33,13 +36,27 @@ def presented_key(request: Request) -> str | None:
 
 
 class ApiKeyAuthentication(BaseAuthentication):
+    """Resolves the key in one Redis round trip (cached record + rate counter, kept on the
+    request as ``key_gate`` for the throttle) and, on a cache miss, one database query."""
+
     def authenticate(self, request: Request) -> tuple[Tenant, ApiKey] | None:
         presented = presented_key(request)
         if presented is None:
             return None
-        api_key = api_key_authenticate(presented=presented)
+        parsed = key_parse(presented)
+        if parsed is None:
+            raise AuthenticationFailed(UNAUTHENTICATED_DETAIL)
+        gate = key_gate(
+            key_id=parsed.key_id,
+            presented_digest=secret_digest(parsed.secret),
+            rate=settings.API_RATE_LIMIT,
+        )
+        api_key = api_key_authenticate(presented=presented, cached=gate.cached)
         if api_key is None:
             raise AuthenticationFailed(UNAUTHENTICATED_DETAIL)
+        request.key_gate = gate
+        if gate.cached is None and not gate.changed_recently and gate.rate_used is not None:
+            key_cache_store(api_key)
         return Tenant.for_api_key(api_key), api_key
 
     def authenticate_header(self, request: Request) -> str:

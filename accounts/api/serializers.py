@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from accounts.models import EndUser
@@ -25,15 +27,23 @@ class UserCreateOrGetInputSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=255)
 
 
-class UserOutputSerializer(serializers.ModelSerializer):
+class UserOutputSerializer(serializers.Serializer):
     """The MIRIX user shape: ``id`` is the caller's own ``user_id``."""
 
     id = serializers.CharField(source="user_id")
+    name = serializers.CharField()
     organization_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
 
-    class Meta:
-        model = EndUser
-        fields = ["id", "name", "organization_id", "created_at"]
+    def to_representation(self, instance: EndUser) -> dict[str, Any]:
+        # Built directly: lists render many users, and the per-field machinery of DRF costs
+        # more than the query that loaded them (bench/auth.py). The fields above document it.
+        return {
+            "id": instance.user_id,
+            "name": instance.name,
+            "organization_id": instance.organization_id,
+            "created_at": self.fields["created_at"].to_representation(instance.created_at),
+        }
 
 
 class UserDeleteOutputSerializer(serializers.Serializer):

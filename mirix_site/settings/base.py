@@ -170,7 +170,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.JSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.CursorPage",
+    "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.KeysetPage",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "accounts.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

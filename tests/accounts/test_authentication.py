@@ -160,3 +160,33 @@ def test_rate_limit_answers_429_with_retry_after(org: TenantFixture, settings) -
     # The limit is per key: another key of the same client is not affected.
     _, key = org.new_key()
     assert api_client_with(key).get("/users").status_code == 200
+
+
+def test_wrong_secrets_do_not_use_up_a_keys_rate_limit(org: TenantFixture, settings) -> None:
+    settings.API_RATE_LIMIT = "3/d"
+    key_id = org.api_key.key_id
+    attacker = api_client_with(f"mxk_{key_id}_" + "B" * 40)
+    assert [attacker.get("/users").status_code for _ in range(5)] == [401] * 5
+    assert org.api.get("/users").status_code == 200
+
+
+def test_a_cached_key_costs_no_query(org: TenantFixture, django_assert_num_queries) -> None:
+    org.api.get("/users")  # caches the key's record in Redis
+    with django_assert_num_queries(1):  # the page of users, nothing for the key
+        assert org.api.get("/users").status_code == 200
+
+
+def test_without_redis_keys_are_checked_in_the_database(org: TenantFixture, settings) -> None:
+    from mirix_site.redis import redis_client
+
+    api_key, key = org.new_key()
+    api = api_client_with(key)
+    assert api.get("/users").status_code == 200  # cached now
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    redis_client.cache_clear()
+    try:
+        assert api.get("/users").status_code == 200
+        api_key_revoke(api_key=api_key)
+        assert api.get("/users").status_code == 401
+    finally:
+        redis_client.cache_clear()

@@ -78,6 +78,15 @@ def test_list_is_paginated_ordered_and_scoped(
     second_page = org.api.get(first_page["next"]).json()
     assert [user["id"] for user in second_page["results"]] == ["user1", "user0"]
     assert second_page["next"] is None
+    same_by_cursor = org.api.get("/users", {"limit": 3, "cursor": first_page["next_cursor"]})
+    assert same_by_cursor.json()["results"] == second_page["results"]
+
+
+def test_bad_paging_parameters_are_422(org: TenantFixture) -> None:
+    for params in [{"limit": 0}, {"limit": "many"}, {"limit": 100000}, {"cursor": "not-a-cursor"}]:
+        response = org.api.get("/users", params)
+        assert response.status_code == 422, params
+        assert set(response.json()["fields"]) <= {"limit", "cursor"}
 
 
 def test_other_clients_of_the_same_org_share_end_users(org: TenantFixture) -> None:
