@@ -111,12 +111,15 @@ def key_gate(*, key_id: str, presented_digest: str, rate: str) -> KeyGate:
     counter = _counter_key(key_id, presented_digest, window)
     window_ends_at = (window + 1) * period
     try:
-        pipeline = redis_client().pipeline(transaction=False)
-        pipeline.get(_record_key(key_id))
-        pipeline.exists(_marker_key(key_id))
+        client = redis_client()
+        pipeline = client.pipeline(transaction=False)
+        pipeline.mget(_record_key(key_id), _marker_key(key_id))
         pipeline.incr(counter)
-        pipeline.expire(counter, period + 1)
-        raw, marker, used, _ = pipeline.execute()
+        (raw, marker), used = pipeline.execute()
+        if used == 1:
+            # First request of the window: the counter is new and needs its expiry. Once per
+            # key and window, so the common request stays at one round trip of two commands.
+            client.expire(counter, period + 1)
     except redis.RedisError:
         logger.warning("Redis unreachable: API key read from the database, rate limit skipped")
         return KeyGate(None, False, None, limit, window_ends_at)

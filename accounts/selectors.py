@@ -79,7 +79,7 @@ def api_key_find(*, reference: str) -> ApiKey:
 
 
 def end_user_list(*, tenant: Tenant) -> QuerySet[EndUser]:
-    return EndUser.objects.filter(organization=tenant.organization)
+    return EndUser.objects.filter(organization_id=tenant.organization.pk)
 
 
 def end_user_get(*, tenant: Tenant, user_id: str) -> EndUser:

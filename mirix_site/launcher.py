@@ -155,8 +155,11 @@ def redis_ensure(directory: Path) -> tuple[str, bool]:
             str(directory / "redis.pid"),
             "--logfile",
             str(directory / "redis.log"),
+            # No persistence: Redis holds only the broker queue, caches and rate counters.
+            # Queued work is re-found from PostgreSQL by the beat job after a restart, and an
+            # append-only file here cost every request disk I/O (bench/auth.py).
             "--appendonly",
-            "yes",
+            "no",
             "--save",
             "",
             "--protected-mode",

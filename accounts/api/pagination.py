@@ -69,9 +69,9 @@ class KeysetPage(BasePagination):
         if cursor:
             created_at, pk = _cursor_decode(cursor)
             queryset = queryset.filter(
-                Q(created_at__lt=created_at) | Q(created_at=created_at, pk__lt=pk)
+                Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=pk)
             )
-        rows = list(queryset.order_by("-created_at", "-pk")[: limit + 1])
+        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
         if len(rows) > limit:
             rows = rows[:limit]
             self.next_cursor = _cursor_encode(rows[-1])
