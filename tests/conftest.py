@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import TenantFixture, api_client_with, tenant_fixture
+from tests.loopback import loopback  # noqa: F401  (fixture)
 
 
 @pytest.fixture

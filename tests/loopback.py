@@ -1,0 +1,109 @@
+"""A real HTTP server on loopback that stands in for an external API (LLM or embeddings).
+
+Tests script its answers with ``server.respond(handler)``; it records every request so a test
+can assert what the product sent (path, headers, JSON body) and how many calls it made.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = field(default_factory=dict)  # dict/list → JSON; str/bytes → as is
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Responder = Callable[[RecordedRequest], Reply]
+
+
+class LoopbackServer:
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self._responder: Responder = lambda _request: Reply(404, {"error": "no responder set"})
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                recorded = RecordedRequest(
+                    method=self.command,
+                    path=self.path,
+                    headers={key.lower(): value for key, value in self.headers.items()},
+                    body=self.rfile.read(length) if length else b"",
+                )
+                with server._lock:
+                    server.requests.append(recorded)
+                    responder = server._responder
+                reply = responder(recorded)
+                payload = reply.body
+                if isinstance(payload, dict | list):
+                    payload = json.dumps(payload).encode()
+                elif isinstance(payload, str):
+                    payload = payload.encode()
+                self.send_response(reply.status)
+                headers = {"Content-Type": "application/json", **reply.headers}
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def respond(self, responder: Responder) -> None:
+        with self._lock:
+            self._responder = responder
+
+    def respond_json(self, body: Any, status: int = 200) -> None:
+        self.respond(lambda _request: Reply(status, body))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def loopback() -> Iterator[LoopbackServer]:
+    server = LoopbackServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
