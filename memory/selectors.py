@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.db import models
 from django.db.models import QuerySet
 
+from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from memory.models import MetaAgent
+from memory.models import ExtractionJob, MetaAgent
+from memory.types import MemoryType
 
 
 def meta_agent_list(*, tenant: Tenant) -> QuerySet[MetaAgent]:
@@ -23,3 +26,36 @@ def meta_agent_get(*, tenant: Tenant, agent_id: str) -> tuple[MetaAgent, str | N
             if meta_agent.component_agent_id(component) == agent_id:
                 return meta_agent, component
     raise MetaAgent.DoesNotExist(agent_id)
+
+
+def memory_list(*, tenant: Tenant, kind: MemoryType, end_user: EndUser | None = None) -> QuerySet:
+    """Memories of one type the caller may read: written by its client or by clients in its
+    read scopes, in its organization; current ones only (not superseded)."""
+    rows = kind.model.objects.filter(
+        organization_id=tenant.organization.pk,
+        client_id__in=tenant.readable_client_ids,
+        superseded_by__isnull=True,
+    ).select_related("end_user")
+    if end_user is not None:
+        rows = rows.filter(end_user=end_user)
+    return rows
+
+
+def memory_get(*, tenant: Tenant, kind: MemoryType, memory_id: str) -> models.Model:
+    """One readable memory; raises the model's ``DoesNotExist`` for anything else."""
+    if not memory_id.isdigit():
+        raise kind.model.DoesNotExist(memory_id)
+    return kind.model.objects.select_related("end_user").get(
+        pk=int(memory_id),
+        organization_id=tenant.organization.pk,
+        client_id__in=tenant.readable_client_ids,
+    )
+
+
+def extraction_job_list(
+    *, tenant: Tenant, end_user: EndUser | None = None
+) -> QuerySet[ExtractionJob]:
+    jobs = ExtractionJob.objects.filter(
+        organization_id=tenant.organization.pk, client_id=tenant.client.pk
+    )
+    return jobs.filter(end_user=end_user) if end_user is not None else jobs

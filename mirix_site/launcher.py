@@ -125,6 +125,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _redis_recorded_port(directory: Path) -> int | None:
     port_file = directory / "port"
     try:
@@ -139,7 +148,9 @@ def redis_ensure(directory: Path) -> tuple[str, bool]:
     port = _redis_recorded_port(directory)
     if port is not None and _redis_ping(port):
         return f"redis://127.0.0.1:{port}/0", False
-    port = _free_port()
+    if port is None or not _port_free(port):
+        # Same port as last time when possible: processes that knew the old URL reconnect.
+        port = _free_port()
     subprocess.run(  # noqa: S603 - fixed binary from our own dependency, no shell
         [
             str(_redis_binary()),
@@ -261,13 +272,14 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _supervise(processes: dict[str, subprocess.Popen[bytes]], stop: threading.Event) -> int:
-    """Wait until a stop is requested (0) or any process exits (1), then stop them all."""
+    """Wait until a stop is requested (0) or any process exits (its code), then stop them all."""
     try:
         while not stop.is_set():
             for name, process in processes.items():
                 if process.poll() is not None:
-                    print(f"{name} exited with {process.returncode}; stopping the rest")
-                    return process.returncode or 1
+                    if len(processes) > 1:
+                        print(f"{name} exited with {process.returncode}; stopping the rest")
+                    return process.returncode
             stop.wait(0.5)
         return 0
     finally:

@@ -14,6 +14,7 @@ handler500 = "accounts.api.errors.json_500"
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
     path("", include("accounts.api.urls")),
+    path("", include("sessions.api.urls")),
     path("", include("memory.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -13,7 +13,9 @@ from typing import Any
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # may contain {user_id} / {agent_id}, filled with an object of the owning tenant
+    # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id}: filled
+    # with objects of the tenant under test (or of another tenant, for the 404 test).
+    path: str
     body: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
     route: str = ""  # the Django URL pattern, to check that every route is covered
@@ -36,6 +38,45 @@ ENDPOINTS = [
     ),
     Endpoint("GET", "/agents", route="agents"),
     Endpoint("GET", "/agents/{agent_id}", route="agents/<str:agent_id>"),
+    Endpoint(
+        "POST",
+        "/memory/add",
+        {"user_id": "{user_id}", "messages": [{"role": "user", "content": "hello"}]},
+        route="memory/add",
+    ),
+    Endpoint(
+        "GET", "/memory/components", params={"user_id": "{user_id}"}, route="memory/components"
+    ),
+    Endpoint("POST", "/memory/clear", {"user_id": "{user_id}"}, route="memory/clear"),
+    Endpoint(
+        "PATCH",
+        "/memory/episodic/{memory_id}",
+        {"summary": "edited"},
+        route="memory/<str:memory_type>/<str:memory_id>",
+    ),
+    Endpoint(
+        "DELETE", "/memory/episodic/{memory_id}", route="memory/<str:memory_type>/<str:memory_id>"
+    ),
+    Endpoint("DELETE", "/users/{user_id}/memories", route="users/<str:user_id>/memories"),
+    Endpoint("GET", "/sessions", params={"user_id": "{user_id}"}, route="sessions"),
+    Endpoint(
+        "GET",
+        "/sessions/{session_id}",
+        params={"user_id": "{user_id}"},
+        route="sessions/<str:session_id>",
+    ),
+    Endpoint(
+        "GET",
+        "/sessions/{session_id}/messages",
+        params={"user_id": "{user_id}"},
+        route="sessions/<str:session_id>/messages",
+    ),
+    Endpoint(
+        "POST",
+        "/sessions/{session_id}/close",
+        {"user_id": "{user_id}"},
+        route="sessions/<str:session_id>/close",
+    ),
 ]
 
 # Routes that are deliberately public or not part of the key-authenticated API.

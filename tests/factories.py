@@ -74,3 +74,53 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         ),
         update=True,
     )
+    memories_create(owner, user_id="rows-user")
+
+
+def chat_turns(*texts: str) -> list[dict[str, object]]:
+    """Alternating user/assistant turns in the MIRIX message shape."""
+    roles = ("user", "assistant")
+    return [
+        {"role": roles[index % 2], "content": [{"type": "text", "text": text}]}
+        for index, text in enumerate(texts)
+    ]
+
+
+def memories_create(owner: TenantFixture, *, user_id: str) -> None:
+    """Turns through the real add and extraction path (episodic, resource, vault memories and
+    their embeddings), plus one proposal of each kind the deterministic extractor cannot make."""
+    from accounts.selectors import end_user_get
+    from memory.extractors import Proposal
+    from memory.models import ExtractionJob
+    from memory.providers.embeddings import embedding_provider_from_settings
+    from memory.services import extraction_job_run, memories_store, memory_add
+    from memory.services.records import Owner
+    from sessions.content import message_normalize
+
+    texts = chat_turns(
+        "My email is sam@example.com, the draft is at https://example.com/draft and notes.pdf",
+        "Noted, I will read the draft.",
+    )
+    memory_add(
+        tenant=owner.tenant,
+        user_id=user_id,
+        messages=[message_normalize(raw, roles=("user", "assistant"), where="m") for raw in texts],
+        session_id=None,
+        session_tag=None,
+        filter_tags={},
+        occurred_at=None,
+        meta_agent_id=None,
+    )
+    for job in ExtractionJob.objects.filter(client=owner.client, status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    end_user = end_user_get(tenant=owner.tenant, user_id=user_id)
+    memories_store(
+        owner=Owner(owner.organization.pk, owner.client.pk, end_user.pk),
+        proposals=[
+            Proposal("core", {"label": "human", "value": "Sam likes tea.", "mode": "append"}, []),
+            Proposal("semantic", {"name": "Tea", "summary": "Sam likes tea."}, []),
+            Proposal("procedural", {"summary": "Brew tea", "steps": ["boil", "steep"]}, []),
+        ],
+        embedder=embedding_provider_from_settings(),
+        enabled_types={"core", "semantic", "procedural"},
+    )

@@ -38,9 +38,16 @@ class TenantAPIView(APIView):
             raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
         return tenant
 
-    def paginate(self, queryset: Any, serializer_class: type, **context: Any) -> Any:
-        """One page of ``queryset`` rendered with ``serializer_class``, with next/previous links."""
-        paginator = self.pagination_class()
+    def paginate(
+        self,
+        queryset: Any,
+        serializer_class: type,
+        *,
+        paginator_class: type | None = None,
+        **context: Any,
+    ) -> Any:
+        """One page of ``queryset`` rendered by ``serializer_class``, with the next page link."""
+        paginator = (paginator_class or self.pagination_class)()
         page = paginator.paginate_queryset(queryset, self.request, view=self)
         serializer = serializer_class(page, many=True, context={"request": self.request, **context})
         return paginator.get_paginated_response(serializer.data)

@@ -1,8 +1,9 @@
-"""The one pagination of our own list endpoints: ``?limit=&cursor=``, newest first.
+"""The one pagination of our own list endpoints: ``?limit=&cursor=``.
 
-Keyset pagination over ``(created_at, id)``: a page costs one indexed query however deep it
-is, and rows added while a client pages through do not shift what it sees. The cursor is
-opaque to callers (base64 of the last row's position).
+Keyset pagination: a page costs one indexed query however deep it is, and rows added while a
+client pages through do not shift what it sees. Newest first by ``(created_at, id)`` unless a
+view orders otherwise (a session's messages go by ``position``). The cursor is opaque to
+callers (base64 of the last row's ordering values).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Model, Q, QuerySet
@@ -23,26 +25,52 @@ from rest_framework.views import APIView
 from accounts.api.errors import UnprocessableEntity
 
 
-def _cursor_encode(row: Model) -> str:
-    position = json.dumps([row.created_at.isoformat(), row.pk])
+def _value_encode(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _value_decode(field: str, value: Any) -> Any:
+    if field.endswith("_at"):
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+        if parsed is None:
+            raise ValueError(value)
+        return parsed
+    return value
+
+
+def _cursor_encode(row: Model, fields: list[str]) -> str:
+    position = json.dumps([_value_encode(getattr(row, field)) for field in fields])
     return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
 
 
-def _cursor_decode(cursor: str) -> tuple[Any, Any]:
+def _cursor_decode(cursor: str, fields: list[str]) -> list[Any]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        created_at, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        parsed = parse_datetime(created_at)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(values, list) or len(values) != len(fields):
+            raise ValueError(cursor)
+        return [_value_decode(field, value) for field, value in zip(fields, values, strict=True)]
     except (ValueError, TypeError, binascii.Error, json.JSONDecodeError):
-        parsed = None
-    if parsed is None:
-        raise UnprocessableEntity({"cursor": ["Invalid cursor."]})
-    return parsed, pk
+        raise UnprocessableEntity({"cursor": ["Invalid cursor."]}) from None
+
+
+def _after(ordering: tuple[str, ...], values: list[Any]) -> Q:
+    """Rows strictly after ``values`` in ``ordering`` (lexicographic, per-field direction)."""
+    condition = Q()
+    for index, key in enumerate(reversed(ordering)):
+        field = key.lstrip("-")
+        beyond = Q(**{f"{field}__{'lt' if key.startswith('-') else 'gt'}": values[-1 - index]})
+        condition = (
+            beyond if index == 0 else beyond | (Q(**{field: values[-1 - index]}) & condition)
+        )
+    return condition
 
 
 class KeysetPage(BasePagination):
     default_limit = 50
     max_limit = 1000
+    # The last key must be unique, so that the cursor names exactly one row.
+    ordering: tuple[str, ...] = ("-created_at", "-id")
 
     def __init__(self) -> None:
         self.next_cursor: str | None = None
@@ -65,16 +93,14 @@ class KeysetPage(BasePagination):
     ) -> list[Model]:
         self.request = request
         limit = self._limit(request)
+        fields = [key.lstrip("-") for key in self.ordering]
         cursor = request.query_params.get("cursor")
         if cursor:
-            created_at, pk = _cursor_decode(cursor)
-            queryset = queryset.filter(
-                Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=pk)
-            )
-        rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+            queryset = queryset.filter(_after(self.ordering, _cursor_decode(cursor, fields)))
+        rows = list(queryset.order_by(*self.ordering)[: limit + 1])
         if len(rows) > limit:
             rows = rows[:limit]
-            self.next_cursor = _cursor_encode(rows[-1])
+            self.next_cursor = _cursor_encode(rows[-1], fields)
         return rows
 
     def get_paginated_response(self, data: list[Any]) -> Response:
@@ -106,3 +132,9 @@ class KeysetPage(BasePagination):
             },
             {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
         ]
+
+
+class PositionPage(KeysetPage):
+    """A session's messages, oldest first."""
+
+    ordering = ("position",)

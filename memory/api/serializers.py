@@ -91,7 +91,7 @@ class BlockSerializer(serializers.Serializer):
     organization_id = serializers.CharField()
 
 
-class MemorySerializer(serializers.Serializer):
+class AgentMemorySerializer(serializers.Serializer):
     blocks = BlockSerializer(many=True)
 
 
@@ -166,7 +166,7 @@ class AgentStateSerializer(serializers.Serializer):
     embedding_config = EmbeddingConfigSerializer(allow_null=True)
     organization_id = serializers.CharField()
     parent_id = serializers.CharField(allow_null=True)
-    memory = MemorySerializer()
+    memory = AgentMemorySerializer()
     tools = serializers.SerializerMethodField()
     mcp_tools = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()

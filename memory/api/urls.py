@@ -12,4 +12,13 @@ urlpatterns = [
     ),
     path("agents", views.AgentListApi.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailApi.as_view(), name="agent-detail"),
+    path("memory/add", views.MemoryAddApi.as_view(), name="memory-add"),
+    path("memory/components", views.MemoryComponentsApi.as_view(), name="memory-components"),
+    path("memory/clear", views.MemoryClearApi.as_view(), name="memory-clear"),
+    path(
+        "memory/<str:memory_type>/<str:memory_id>",
+        views.MemoryDetailApi.as_view(),
+        name="memory-detail",
+    ),
+    path("users/<str:user_id>/memories", views.UserMemoriesApi.as_view(), name="user-memories"),
 ]

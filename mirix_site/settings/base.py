@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -204,6 +205,14 @@ LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 
 # --- Pipelines -------------------------------------------------------------------------------
+# PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
+TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
+# Messages per extraction job; an LLM sees them in one call.
+EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
+# Failed extraction jobs a message survives before it is marked failed and left alone.
+EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
+# Stored-but-unprocessed work older than this is queued again by the beat job.
+EXTRACTION_REQUEUE_AFTER = env_duration("EXTRACTION_REQUEUE_AFTER", "2m")
 SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
 CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 20, minimum=1)
@@ -231,7 +240,20 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A publish must not hang a web request when Redis is down: fail fast, the beat re-queues.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+CELERY_TASK_ROUTES = {
+    "memory.tasks.extract_memories": {"queue": "ingest"},
+    "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
+    "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
+}
+# Every periodic job, in one place.
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    # Sessions idle longer than SESSION_IDLE_TIMEOUT close with reason "idle" (and so reach
+    # skill learning). Every 5 minutes: closing a few minutes late costs nothing.
+    "close-idle-sessions": {"task": "sessions.tasks.close_idle_sessions", "schedule": 300.0},
+    # The safety net of ingestion: turns stored while the broker was down, jobs a dead worker
+    # held, jobs the broker lost. Every minute, acting on work older than 2 minutes.
+    "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
+}
 
 LOGGING = {
     "version": 1,

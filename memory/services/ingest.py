@@ -1,0 +1,69 @@
+"""``/memory/add``: store the turns, then queue their extraction after the commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from accounts.services import end_user_create_or_get
+from accounts.tenancy import Tenant
+from memory.models import MetaAgent
+from memory.services.extraction import extraction_job_ensure
+from sessions.content import MessageInput
+from sessions.models import Message, Session
+from sessions.services import messages_add
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    session: Session
+    messages: list[Message]
+    meta_agent: MetaAgent | None
+    extraction_queued: bool
+
+
+@transaction.atomic
+def memory_add(
+    *,
+    tenant: Tenant,
+    user_id: str,
+    messages: list[MessageInput],
+    session_id: str | None,
+    session_tag: str | None,
+    filter_tags: dict[str, Any],
+    occurred_at: datetime | None,
+    meta_agent_id: str | None,
+) -> IngestResult:
+    """Everything is validated before this runs; here the turns are stored in one transaction
+    and, for chat turns, an extraction job is queued once it commits (the broker being down
+    delays extraction, never the add). Raises ``MetaAgent.DoesNotExist`` for a meta agent the
+    caller does not own, and the session errors of ``messages_add``."""
+    meta_agent = MetaAgent.objects.filter(client=tenant.client).first()
+    if meta_agent_id is not None and (meta_agent is None or meta_agent.pk != meta_agent_id):
+        raise MetaAgent.DoesNotExist(meta_agent_id)
+    end_user, _ = end_user_create_or_get(tenant=tenant, user_id=user_id, name=None)
+    added = messages_add(
+        tenant=tenant,
+        end_user=end_user,
+        session_id=session_id,
+        tag=session_tag,
+        messages=messages,
+        filter_tags=filter_tags,
+        occurred_at=occurred_at,
+    )
+    queued = any(message.extraction == Message.Extraction.PENDING for message in added.messages)
+    if queued:
+        extraction_job_ensure(
+            organization_id=tenant.organization.pk,
+            client_id=tenant.client.pk,
+            end_user_id=end_user.pk,
+        )
+    return IngestResult(
+        session=added.session,
+        messages=added.messages,
+        meta_agent=meta_agent,
+        extraction_queued=queued,
+    )

@@ -1,0 +1,58 @@
+"""Celery tasks of the memory app: thin wrappers that take ids and call one service."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from celery import shared_task
+from celery.exceptions import MaxRetriesExceededError
+
+from memory.providers.embeddings import EmbeddingTransientError
+from memory.providers.llm import LLMTransientError
+from memory.services import extraction_job_requeue, extraction_job_run, extraction_jobs_recover
+
+logger = logging.getLogger(__name__)
+
+MAX_RETRIES = 5
+
+
+def _backoff(retries: int, hint: float | None = None) -> float:
+    """Exponential backoff with full jitter (30 s, 60 s, 120 s … capped at 15 min), or the
+    provider's own Retry-After when it gave one."""
+    if hint:
+        return min(hint, 900.0)
+    return random.uniform(0.5, 1.0) * min(900.0, 30.0 * 2**retries)  # noqa: S311
+
+
+@shared_task(bind=True, queue="ingest", max_retries=MAX_RETRIES, acks_late=True)
+def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+    try:
+        extraction_job_run(organization_id=organization_id, job_id=job_id)
+    except (LLMTransientError, EmbeddingTransientError) as error:
+        final = self.request.retries >= MAX_RETRIES
+        extraction_job_requeue(
+            organization_id=organization_id, job_id=job_id, error=str(error), final=final
+        )
+        if final:
+            logger.error(
+                "extraction job %s failed after %s retries: %s", job_id, MAX_RETRIES, error
+            )
+            return
+        try:
+            raise self.retry(
+                countdown=_backoff(self.request.retries, getattr(error, "retry_after", None)),
+                exc=error,
+            )
+        except MaxRetriesExceededError:
+            return
+    except Exception as error:
+        extraction_job_requeue(
+            organization_id=organization_id, job_id=job_id, error=repr(error), final=True
+        )
+        raise
+
+
+@shared_task(queue="maintenance")
+def recover_extraction_jobs() -> int:
+    return extraction_jobs_recover()

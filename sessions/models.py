@@ -1,0 +1,129 @@
+"""The conversation store: sessions (chat or task) and their messages, in the order sent."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+
+from accounts.models import Client, EndUser, Organization
+
+
+class Session(models.Model):
+    """One conversation (``chat``) or one unit of agent work (``task``) of an end user, named by
+    the caller's ``session_id``. Chat turns sent without a session_id go to the user's open
+    default conversation (``session_id`` NULL), which is opened again after it closes."""
+
+    class Tag(models.TextChoices):
+        CHAT = "chat"
+        TASK = "task"
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+
+    class CloseReason(models.TextChoices):
+        EXPLICIT = "explicit"
+        IDLE = "idle"
+        SWEEPER = "sweeper"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="sessions")
+    # NULL, not "": the default conversation has no caller id, and NULLs never collide in
+    # the per-user uniqueness of session ids.
+    session_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    tag = models.CharField(max_length=8, choices=Tag.choices, default=Tag.CHAT)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    close_reason = models.CharField(max_length=16, choices=CloseReason.choices, blank=True)
+    message_count = models.PositiveIntegerField(default=0)
+    filter_tags = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_activity_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "end_user", "session_id"],
+                condition=Q(session_id__isnull=False),
+                name="session_id_unique_per_client_user",
+            ),
+            models.UniqueConstraint(
+                fields=["client", "end_user"],
+                condition=Q(session_id__isnull=True, status="open"),
+                name="one_open_default_session_per_client_user",
+            ),
+        ]
+        indexes = [
+            # The idle sweeper's scan: open sessions by last activity.
+            models.Index(
+                fields=["last_activity_at"],
+                condition=Q(status="open"),
+                name="session_open_activity",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.session_id or f"default conversation #{self.pk}"
+
+
+class Message(models.Model):
+    """One turn as the caller sent it: role, content parts, tool calls. ``position`` orders the
+    turns of a session across repeated adds. ``extraction`` tracks memory extraction."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+        SYSTEM = "system"
+
+    class Extraction(models.TextChoices):
+        PENDING = "pending"
+        PROCESSED = "processed"
+        SKIPPED = "skipped"  # task-session turns: kept for skill learning, not for memories
+        FAILED = "failed"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="messages")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    position = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.JSONField(default=list, help_text="The content parts, as sent.")
+    text = models.TextField(blank=True, help_text="The text parts joined: what extraction reads.")
+    tool_calls = models.JSONField(null=True, blank=True)
+    name = models.CharField(max_length=255, blank=True)
+    tool_call_id = models.CharField(max_length=255, blank=True)
+    filter_tags = models.JSONField(default=dict, blank=True)
+    occurred_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    extraction = models.CharField(
+        max_length=12, choices=Extraction.choices, default=Extraction.PENDING
+    )
+    extraction_attempts = models.PositiveSmallIntegerField(default=0)
+    extracted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "position"], name="message_position_unique"),
+        ]
+        indexes = [
+            # Extraction claims and the re-queue job: a user's pending messages, oldest first.
+            models.Index(
+                fields=["end_user", "id"],
+                condition=Q(extraction="pending"),
+                name="message_pending_by_user",
+            ),
+            models.Index(
+                fields=["created_at"], condition=Q(extraction="pending"), name="message_pending_age"
+            ),
+            GinIndex(
+                fields=["filter_tags"], name="message_filter_tags", opclasses=["jsonb_path_ops"]
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.position} of session {self.session_id}"

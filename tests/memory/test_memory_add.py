@@ -1,0 +1,232 @@
+"""POST /memory/add: every rule, each rejection storing nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memory.models import ExtractionJob
+from sessions.models import Message, Session
+from tests.factories import TenantFixture
+
+
+def turns(
+    user: str = "Hello there", assistant: str = "Hi! How can I help?"
+) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": [{"type": "text", "text": user}]},
+        {"role": "assistant", "content": [{"type": "text", "text": assistant}]},
+    ]
+
+
+def add(org: TenantFixture, **body: Any):
+    body.setdefault("user_id", "demo-user")
+    body.setdefault("messages", turns())
+    return org.api.post("/memory/add", body, format="json")
+
+
+def stored_nothing() -> bool:
+    return not (
+        Message.objects.exists() or Session.objects.exists() or ExtractionJob.objects.exists()
+    )
+
+
+def test_add_stores_turns_and_answers_202_in_the_mirix_shape(org: TenantFixture) -> None:
+    response = add(org, session_id="sess-1")
+    assert response.status_code == 202
+    body = response.json()
+    assert body["success"] is True
+    assert body["status"] == "queued"
+    assert body["message_count"] == 2
+    assert body["session_id"] == "sess-1"
+    assert body["agent_id"] is None
+    messages = list(Message.objects.order_by("position"))
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert [str(m.pk) for m in messages] == body["message_ids"]
+    assert all(m.extraction == Message.Extraction.PENDING for m in messages)
+    assert ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).count() == 1
+
+
+def test_turns_keep_their_order_across_adds(org: TenantFixture) -> None:
+    add(org, session_id="s", messages=turns("first", "second"))
+    add(org, session_id="s", messages=turns("third", "fourth"))
+    listed = org.api.get("/sessions/s/messages", {"user_id": "demo-user"}).json()["results"]
+    assert [m["content"][0]["text"] for m in listed] == ["first", "second", "third", "fourth"]
+    assert [m["position"] for m in listed] == [0, 1, 2, 3]
+    # Both adds wait in one queued job: a batch per user, not per request.
+    assert ExtractionJob.objects.count() == 1
+
+
+def test_tool_calls_and_tool_turns_come_back_unchanged(org: TenantFixture) -> None:
+    sent = [
+        {"role": "user", "content": [{"type": "text", "text": "Deploy the service."}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "kubectl_apply", "arguments": '{"file": "deploy.yaml"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "name": "kubectl_apply",
+            "tool_call_id": "call_1",
+            "content": "error: forbidden (missing RBAC)",
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "Fixed the RBAC role."}]},
+    ]
+    assert add(org, session_id="deploy-1", messages=sent).status_code == 202
+    listed = org.api.get("/sessions/deploy-1/messages", {"user_id": "demo-user"}).json()["results"]
+    assert [m["role"] for m in listed] == ["user", "assistant", "tool", "assistant"]
+    assert listed[1]["tool_calls"] == sent[1]["tool_calls"]
+    assert listed[2]["name"] == "kubectl_apply"
+    assert listed[2]["tool_call_id"] == "call_1"
+    assert listed[2]["content"] == [{"type": "text", "text": "error: forbidden (missing RBAC)"}]
+    assert all(m["id"].isdigit() for m in listed)
+
+
+def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
+    assert add(org, session_id="a" * 64).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"session_id": "a" * 65}, "session_id"),
+        ({"session_id": "a/b"}, "session_id"),
+        ({"session_id": "a b"}, "session_id"),
+        ({"session_id": "s1", "filter_tags": {"session_id": "s2"}}, "filter_tags.session_id"),
+        ({"messages": turns(user="x" * 65_537)}, "messages.0.content"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+        ({"messages": [*turns(), {"role": "robot", "content": "hi"}]}, "messages.2.role"),
+        ({"session_tag": "task"}, "session_id"),
+        ({"session_tag": "meeting", "session_id": "s"}, "session_tag"),
+        ({"messages": []}, "messages"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "file_uri", "file_uri": "/etc/passwd"}]}
+                ]
+            },
+            "messages.0.content.0",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}
+                        ],
+                    }
+                ]
+            },
+            "messages.0.content.0.image_url",
+        ),
+        ({"occurred_at": "yesterday"}, "occurred_at"),
+        ({"user_id": "not valid/"}, "user_id"),
+    ],
+    ids=[
+        "session-65",
+        "session-slash",
+        "session-space",
+        "filter-tag-mismatch",
+        "text-too-long",
+        "unknown-role",
+        "unknown-role-later",
+        "task-without-session",
+        "unknown-tag",
+        "no-messages",
+        "file-uri-part",
+        "file-url",
+        "bad-occurred-at",
+        "bad-user-id",
+    ],
+)
+def test_invalid_adds_are_422_and_store_nothing(
+    org: TenantFixture, body: dict[str, Any], field: str
+) -> None:
+    response = add(org, **body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "invalid"
+    assert field in response.json()["fields"], response.json()
+    assert stored_nothing()
+
+
+def test_text_of_exactly_65536_characters_is_accepted(org: TenantFixture) -> None:
+    assert add(org, messages=turns(user="x" * 65_536)).status_code == 202
+
+
+def test_adding_to_a_closed_session_is_409_and_stores_nothing(org: TenantFixture) -> None:
+    add(org, session_id="done")
+    org.api.post("/sessions/done/close", {"user_id": "demo-user"}, format="json")
+    before = Message.objects.count()
+    response = add(org, session_id="done")
+    assert response.status_code == 409
+    assert response.json()["code"] == "session_closed"
+    assert Message.objects.count() == before
+
+
+def test_task_sessions_are_stored_for_learning_and_skip_extraction(org: TenantFixture) -> None:
+    response = add(org, session_id="task-1", session_tag="task")
+    assert response.status_code == 202
+    assert response.json()["status"] == "stored"
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"skipped"}
+    assert not ExtractionJob.objects.exists()
+    assert Session.objects.get(session_id="task-1").tag == "task"
+    # The tag is the session's: a later chat-tagged add to it is a conflict.
+    assert add(org, session_id="task-1", session_tag="chat").status_code == 409
+
+
+def test_without_session_id_turns_go_to_the_default_conversation(org: TenantFixture) -> None:
+    first = add(org)
+    second = add(org)
+    assert first.json()["session_id"] is None
+    sessions = Session.objects.all()
+    assert len(sessions) == 1
+    assert sessions[0].session_id is None
+    assert sessions[0].message_count == 4
+    assert Message.objects.filter(extraction="pending").count() == 4
+    assert second.status_code == 202
+
+
+def test_a_session_named_only_in_filter_tags_is_used(org: TenantFixture) -> None:
+    response = add(org, filter_tags={"session_id": "sess-789", "project": "alpha"})
+    assert response.json()["session_id"] == "sess-789"
+    assert Message.objects.first().filter_tags == {"session_id": "sess-789", "project": "alpha"}
+
+
+def test_fields_the_mirix_client_sends_are_accepted_and_ignored(org: TenantFixture) -> None:
+    response = add(
+        org,
+        chaining=False,
+        verbose=True,
+        use_cache=False,
+        async_add=True,
+        local_model_for_retrieval=None,
+        occurred_at="2025-11-18T15:30:00",
+    )
+    assert response.status_code == 202
+    assert Message.objects.first().occurred_at.isoformat() == "2025-11-18T15:30:00+00:00"
+
+
+def test_another_clients_meta_agent_is_not_found(org: TenantFixture) -> None:
+    sibling = org.another_client("sibling")
+    theirs = sibling.api.post(
+        "/agents/meta/initialize", {"provider": "openai"}, format="json"
+    ).json()
+    response = add(org, meta_agent_id=theirs["id"])
+    assert response.status_code == 404
+    assert stored_nothing() or not Message.objects.exists()
+    mine = org.api.post("/agents/meta/initialize", {"provider": "openai"}, format="json").json()
+    assert add(org, meta_agent_id=mine["id"]).json()["agent_id"] == mine["id"]
+
+
+def test_the_end_user_is_created_on_first_add(org: TenantFixture) -> None:
+    add(org, user_id="brand-new")
+    assert org.api.get("/users/brand-new").status_code == 200
