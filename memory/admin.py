@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from memory.models import MetaAgent
+from memory.models import (
+    CoreMemoryBlock,
+    EpisodicMemory,
+    ExtractionJob,
+    KnowledgeVaultItem,
+    MetaAgent,
+    ProceduralMemory,
+    ResourceMemory,
+    SemanticMemory,
+)
+from memory.providers.embeddings import embedding_provider_from_settings
+from memory.services.records import memory_admin_update
+from memory.types import MEMORY_TYPES
 
 
 @admin.register(MetaAgent)
@@ -33,4 +47,127 @@ class MetaAgentAdmin(admin.ModelAdmin):
     exclude = ["llm_api_key_encrypted", "embedding_api_key_encrypted"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class MemoryAdmin(admin.ModelAdmin):
+    """Curation of one memory type: operators may correct or delete; provenance, ownership and
+    the derived search data stay read-only. Edits keep the search vector and embeddings in step."""
+
+    list_filter = ["organization", "client", "created_at"]
+    list_select_related = ["end_user", "client", "organization"]
+    raw_id_fields = ["superseded_by"]
+    owner_fields = ["organization", "client", "end_user", "source_message_ids", "filter_tags"]
+    readonly_fields = [*owner_fields, "created_at", "updated_at"]
+    memory_type = ""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # memories come from extraction and the API, with their provenance
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        kind = MEMORY_TYPES[self.memory_type]
+        changes = {
+            name: form.cleaned_data[name]
+            for name in form.changed_data
+            if name in kind.editable_fields
+        }
+        memory_admin_update(
+            kind=kind, row=obj, changes=changes, embedder=embedding_provider_from_settings()
+        )
+        self.message_user(
+            request, f"Saved; {len(changes)} field(s) changed.", level=messages.SUCCESS
+        )
+
+
+@admin.register(CoreMemoryBlock)
+class CoreMemoryBlockAdmin(MemoryAdmin):
+    memory_type = "core"
+    list_display = ["label", "end_user", "client", "organization", "updated_at"]
+    search_fields = ["label", "value", "end_user__user_id"]
+
+
+@admin.register(EpisodicMemory)
+class EpisodicMemoryAdmin(MemoryAdmin):
+    memory_type = "episodic"
+    list_display = ["__str__", "actor", "occurred_at", "end_user", "client", "organization"]
+    list_filter = [*MemoryAdmin.list_filter, "event_type"]
+    search_fields = ["summary", "details", "end_user__user_id"]
+
+
+@admin.register(SemanticMemory)
+class SemanticMemoryAdmin(MemoryAdmin):
+    memory_type = "semantic"
+    list_display = ["name", "end_user", "client", "organization", "created_at"]
+    search_fields = ["name", "summary", "details", "end_user__user_id"]
+
+
+@admin.register(ProceduralMemory)
+class ProceduralMemoryAdmin(MemoryAdmin):
+    memory_type = "procedural"
+    list_display = ["__str__", "entry_type", "end_user", "client", "organization", "created_at"]
+    search_fields = ["summary", "end_user__user_id"]
+
+
+@admin.register(ResourceMemory)
+class ResourceMemoryAdmin(MemoryAdmin):
+    memory_type = "resource"
+    list_display = ["title", "resource_type", "end_user", "client", "organization", "created_at"]
+    list_filter = [*MemoryAdmin.list_filter, "resource_type"]
+    search_fields = ["title", "summary", "uri", "end_user__user_id"]
+
+
+@admin.register(KnowledgeVaultItem)
+class KnowledgeVaultItemAdmin(MemoryAdmin):
+    """The secret value is never shown here; only its caption and sensitivity."""
+
+    memory_type = "knowledge_vault"
+    list_display = ["__str__", "entry_type", "sensitivity", "end_user", "client", "organization"]
+    list_filter = [*MemoryAdmin.list_filter, "sensitivity", "entry_type"]
+    search_fields = ["caption", "end_user__user_id"]
+    exclude = ["secret_value_encrypted"]
+
+
+@admin.register(ExtractionJob)
+class ExtractionJobAdmin(admin.ModelAdmin):
+    """The durable record of each extraction batch: status, attempts, counts, last error."""
+
+    list_display = [
+        "id",
+        "status",
+        "end_user",
+        "client",
+        "organization",
+        "message_count",
+        "attempts",
+        "llm_calls",
+        "created_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "organization", "client", "created_at"]
+    search_fields = ["end_user__user_id", "error"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "status",
+        "attempts",
+        "message_count",
+        "memory_counts",
+        "llm_calls",
+        "input_tokens",
+        "output_tokens",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

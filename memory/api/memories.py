@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from accounts.api.serializers import UserIdField
 from memory.crypto import secret_decrypt
-from memory.types import MEMORY_TYPES, MemoryType
+from memory.types import MemoryType
 from sessions.content import message_normalize
 from sessions.models import Message, Session
 
@@ -167,23 +167,20 @@ class MemorySerializer(serializers.Serializer):
 
 def memory_update_serializer(kind: MemoryType) -> type[serializers.Serializer]:
     """The PATCH body of one memory type: its editable fields, all optional."""
+    optional = {"required": False}
     field_types: dict[str, serializers.Field] = {
-        "occurred_at": serializers.DateTimeField(default_timezone=UTC),
+        "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
         "steps": serializers.ListField(
-            child=serializers.CharField(max_length=2000), max_length=100
+            child=serializers.CharField(max_length=2000), max_length=100, **optional
         ),
-        "limit": serializers.IntegerField(min_value=1, max_value=100_000),
-        "sensitivity": serializers.ChoiceField(["low", "medium", "high"]),
+        "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
+        "sensitivity": serializers.ChoiceField(["low", "medium", "high"], **optional),
     }
-    fields = {}
-    for name in kind.editable_fields:
-        field = field_types.get(name) or serializers.CharField(allow_blank=True, max_length=65_536)
-        field.required = False
-        fields[name] = field
+    fields = {
+        name: field_types.get(name)
+        or serializers.CharField(allow_blank=True, max_length=65_536, **optional)
+        for name in kind.editable_fields
+    }
     return type(
         f"{kind.name.title().replace('_', '')}UpdateSerializer", (serializers.Serializer,), fields
     )
-
-
-def memory_type_names() -> list[str]:
-    return list(MEMORY_TYPES)

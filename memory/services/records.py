@@ -187,6 +187,18 @@ def memory_update(
 ) -> models.Model:
     """Edit a memory the caller's client wrote; its search vector and embeddings follow."""
     _writable(tenant, row)
+    return memory_admin_update(kind=kind, row=row, changes=changes, embedder=embedder)
+
+
+@transaction.atomic
+def memory_admin_update(
+    *,
+    kind: MemoryType,
+    row: models.Model,
+    changes: dict[str, Any],
+    embedder: EmbeddingProvider | None,
+) -> models.Model:
+    """Edit a memory (an operator may edit any); its search vector and embeddings follow."""
     changes = dict(changes)
     if "secret_value" in changes:
         changes["secret_value_encrypted"] = secret_encrypt(changes.pop("secret_value"))
@@ -210,8 +222,8 @@ def memories_clear(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
     """Delete every memory the caller's client holds about the user (other clients' stay)."""
     counts = {}
     for name, kind in MEMORY_TYPES.items():
-        deleted, _ = kind.model.objects.filter(
+        _, per_model = kind.model.objects.filter(
             organization_id=tenant.organization.pk, client_id=tenant.client.pk, end_user=end_user
         ).delete()
-        counts[name] = deleted
+        counts[name] = per_model.get(kind.model._meta.label, 0)  # not counting its embeddings
     return counts

@@ -1,0 +1,100 @@
+"""Read-only browsing of conversations: operators audit what callers sent, never edit it."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from sessions.models import Message, Session
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class MessageInline(admin.TabularInline):
+    model = Message
+    fields = ["position", "role", "name", "text", "tool_calls", "occurred_at", "extraction"]
+    readonly_fields = fields
+    ordering = ["position"]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(ReadOnlyAdmin):
+    list_display = [
+        "__str__",
+        "end_user",
+        "client",
+        "organization",
+        "tag",
+        "status",
+        "close_reason",
+        "message_count",
+        "last_activity_at",
+    ]
+    list_filter = ["tag", "status", "close_reason", "organization", "client"]
+    search_fields = ["session_id", "end_user__user_id"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "session_id",
+        "tag",
+        "status",
+        "close_reason",
+        "message_count",
+        "filter_tags",
+        "created_at",
+        "last_activity_at",
+        "closed_at",
+    ]
+    inlines = [MessageInline]
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = [
+        "__str__",
+        "role",
+        "end_user",
+        "client",
+        "organization",
+        "extraction",
+        "occurred_at",
+    ]
+    list_filter = ["role", "extraction", "organization", "client"]
+    search_fields = ["text", "end_user__user_id", "session__session_id"]
+    list_select_related = ["end_user", "client", "organization", "session"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "session",
+        "position",
+        "role",
+        "content",
+        "text",
+        "tool_calls",
+        "name",
+        "tool_call_id",
+        "filter_tags",
+        "occurred_at",
+        "created_at",
+        "extraction",
+        "extraction_attempts",
+        "extracted_at",
+    ]

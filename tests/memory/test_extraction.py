@@ -1,0 +1,273 @@
+"""Extraction: from stored turns to memories, deterministic and through an LLM's wire format."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from memory.crypto import secret_decrypt
+from memory.models import (
+    EpisodicEmbedding,
+    EpisodicMemory,
+    ExtractionJob,
+    KnowledgeVaultItem,
+    ResourceMemory,
+    SemanticMemory,
+)
+from memory.providers.llm import LLMTransientError
+from memory.services import extraction_job_requeue, extraction_job_run
+from sessions.models import Message
+from tests.factories import TenantFixture, chat_turns
+from tests.loopback import LoopbackServer, Reply
+
+
+def add(org: TenantFixture, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
+    response = org.api.post(
+        "/memory/add", {"user_id": "sam", "messages": messages, **body}, format="json"
+    )
+    assert response.status_code == 202, response.json()
+    return response.json()
+
+
+def run_queued_jobs() -> list[ExtractionJob]:
+    ran = []
+    for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).order_by("id"):
+        ran.append(extraction_job_run(organization_id=job.organization_id, job_id=job.pk))
+    return ran
+
+
+def test_deterministic_extraction_stores_events_resources_and_vault_items(
+    org: TenantFixture,
+) -> None:
+    sent = add(
+        org,
+        chat_turns(
+            "I moved the design doc to https://docs.example.com/design and the budget "
+            "to budget.xlsx. Reach me at sam@example.com. "
+            "Our staging key is sk-proj-abcdefghijklmnopqrstuvwxyz123456",
+            "Thanks, I have noted where the design doc lives.",
+        ),
+        filter_tags={"project": "apollo"},
+    )
+    [job] = run_queued_jobs()
+    assert job.status == ExtractionJob.Status.SUCCEEDED
+    assert job.message_count == 2
+    message_ids = [int(value) for value in sent["message_ids"]]
+
+    [episode] = EpisodicMemory.objects.all()
+    assert episode.source_message_ids == message_ids
+    assert episode.filter_tags == {"project": "apollo"}
+    assert episode.actor == "user"
+    assert "design doc" in episode.summary
+    assert "sk-proj-" not in episode.details  # the key went to the vault, not into the episode
+    assert "assistant: Thanks" in episode.details
+
+    resources = {row.resource_type: row for row in ResourceMemory.objects.all()}
+    assert resources["link"].uri == "https://docs.example.com/design"
+    assert resources["file"].title == "budget.xlsx"
+
+    vault = {row.entry_type: row for row in KnowledgeVaultItem.objects.all()}
+    assert set(vault) == {"email", "api_key"}
+    assert vault["api_key"].sensitivity == "high"
+    assert "sk-proj-" not in vault["api_key"].secret_value_encrypted  # encrypted at rest
+    assert secret_decrypt(vault["api_key"].secret_value_encrypted).startswith("sk-proj-")
+    assert "sk-proj-" not in vault["api_key"].caption
+
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
+    embedding = EpisodicEmbedding.objects.get(memory=episode)
+    assert embedding.model == "all-MiniLM-L6-v2"
+    assert len(embedding.embedding) == 384
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT search_vector @@ plainto_tsquery('english', 'designs docs') "
+            "FROM memory_episodicmemory WHERE id = %s",
+            [episode.pk],
+        )
+        assert cursor.fetchone()[0] is True
+
+
+def test_rerunning_extraction_stores_nothing_twice(org: TenantFixture) -> None:
+    add(org, chat_turns("Dinner with Ana at https://maps.example.com/bistro on Friday", "Enjoy!"))
+    run_queued_jobs()
+    counts = (
+        EpisodicMemory.objects.count(),
+        ResourceMemory.objects.count(),
+        EpisodicEmbedding.objects.count(),
+    )
+    # As if the worker died after storing but before the messages were marked: run again.
+    job = ExtractionJob.objects.get()
+    Message.objects.update(extraction=Message.Extraction.PENDING)
+    ExtractionJob.objects.filter(pk=job.pk).update(status=ExtractionJob.Status.QUEUED)
+    run_queued_jobs()
+    again = (
+        EpisodicMemory.objects.count(),
+        ResourceMemory.objects.count(),
+        EpisodicEmbedding.objects.count(),
+    )
+    assert again == counts == (1, 1, 1)
+    # A job already run has nothing to claim.
+    assert extraction_job_run(organization_id=job.organization_id, job_id=job.pk) is None
+
+
+def test_exchanges_of_one_batch_become_one_event_each(org: TenantFixture) -> None:
+    add(org, chat_turns("First question about tea", "An answer about tea"), session_id="s1")
+    add(org, chat_turns("Second question about rain", "An answer about rain"), session_id="s1")
+    add(org, chat_turns("Other session question", "Other answer"), session_id="s2")
+    [job] = run_queued_jobs()
+    assert job.message_count == 6
+    summaries = sorted(EpisodicMemory.objects.values_list("summary", flat=True))
+    assert summaries == [
+        "user: First question about tea",
+        "user: Other session question",
+        "user: Second question about rain",
+    ]
+
+
+def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
+    config = {"meta_agent_config": {"agents": ["episodic_memory_agent"]}}
+    org.api.post("/agents/meta/initialize", {"config": config}, format="json")
+    add(org, chat_turns("See https://example.com and mail me at sam@example.com", "Sure"))
+    run_queued_jobs()
+    assert EpisodicMemory.objects.count() == 1
+    assert not ResourceMemory.objects.exists()
+    assert not KnowledgeVaultItem.objects.exists()
+
+
+# --- With an LLM, over the OpenAI chat-completions wire format --------------------------------
+
+
+def _openai_reply(proposals: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": json.dumps(proposals)},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366},
+    }
+
+
+@pytest.fixture
+def llm(loopback: LoopbackServer, settings) -> LoopbackServer:
+    settings.LLM_PROVIDER = "openai"
+    settings.LLM_MODEL = "test-model"
+    settings.LLM_API_BASE = f"{loopback.url}/v1"
+    settings.LLM_API_KEY = "sk-loopback"
+    return loopback
+
+
+def _proposals_citing(request_json: dict[str, Any]) -> dict[str, Any]:
+    """What a model would answer: one memory of each kind, citing the first turn it saw."""
+    prompt = request_json["messages"][-1]["content"]
+    first_id = int(prompt.split("[", 2)[1].split("]")[0])
+    return {
+        "core": [{"label": "human", "value": "Sam prefers tea.", "mode": "append"}],
+        "episodic": [
+            {
+                "summary": "Sam said he switched to tea",
+                "details": "",
+                "actor": "Sam",
+                "source_message_ids": [first_id],
+            }
+        ],
+        "semantic": [
+            {"name": "Sam's drink", "summary": "Sam prefers tea", "source_message_ids": [first_id]}
+        ],
+        "procedural": [],
+        "resource": [],
+        "knowledge_vault": [
+            {
+                "caption": "Sam's door code",
+                "secret_value": "4711",
+                "sensitivity": "high",
+                "source_message_ids": [first_id],
+            }
+        ],
+    }
+
+
+def test_llm_extraction_makes_one_call_per_batch_and_stores_once(
+    org: TenantFixture, llm: LoopbackServer
+) -> None:
+    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    first = add(org, chat_turns("I switched from coffee to tea", "Good choice"))
+    add(org, chat_turns("My door code is 4711", "Stored safely"))
+
+    [job] = run_queued_jobs()
+    assert len(llm.requests) == 1  # two adds, one batch, one call
+    request = llm.requests[0]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-loopback"
+    assert request.json["response_format"]["json_schema"]["name"] == "memory_proposals"
+    prompt = request.json["messages"][-1]["content"]
+    assert "I switched from coffee to tea" in prompt and "My door code is 4711" in prompt
+    assert job.llm_calls == 1 and job.input_tokens == 321 and job.output_tokens == 45
+    assert job.memory_counts == {"core": 1, "episodic": 1, "semantic": 1, "knowledge_vault": 1}
+
+    episode = EpisodicMemory.objects.get()
+    assert episode.source_message_ids == [int(first["message_ids"][0])]
+    assert SemanticMemory.objects.get().name == "Sam's drink"
+    assert secret_decrypt(KnowledgeVaultItem.objects.get().secret_value_encrypted) == "4711"
+
+    # The same batch extracted again (a crash before the messages were marked): same answer,
+    # nothing stored twice.
+    Message.objects.update(extraction=Message.Extraction.PENDING)
+    ExtractionJob.objects.filter(pk=job.pk).update(status=ExtractionJob.Status.QUEUED)
+    run_queued_jobs()
+    assert len(llm.requests) == 2
+    assert EpisodicMemory.objects.count() == SemanticMemory.objects.count() == 1
+    assert KnowledgeVaultItem.objects.count() == 1
+    assert (
+        org.api.get("/memory/components", {"user_id": "sam", "memory_type": "core"}).json()[
+            "memories"
+        ]["core"][0]["value"]
+        == "Sam prefers tea."
+    )
+
+
+def test_a_failed_llm_call_leaves_the_messages_pending_for_the_retry(
+    org: TenantFixture, llm: LoopbackServer
+) -> None:
+    llm.respond_json({"error": {"message": "overloaded"}}, status=503)
+    add(org, chat_turns("I switched from coffee to tea", "Good choice"))
+    job = ExtractionJob.objects.get()
+    with pytest.raises(LLMTransientError):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    extraction_job_requeue(
+        organization_id=job.organization_id, job_id=job.pk, error="503", final=False
+    )
+    job.refresh_from_db()
+    assert job.status == ExtractionJob.Status.QUEUED
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"pending"}
+    assert set(Message.objects.values_list("extraction_attempts", flat=True)) == {1}
+    assert not EpisodicMemory.objects.exists()
+
+    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    [retried] = run_queued_jobs()
+    assert retried.status == ExtractionJob.Status.SUCCEEDED
+    assert retried.attempts == 2
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
+    assert EpisodicMemory.objects.count() == 1
+
+
+def test_messages_are_given_up_after_the_attempt_limit(
+    org: TenantFixture, llm: LoopbackServer, settings
+) -> None:
+    settings.EXTRACTION_MAX_ATTEMPTS = 2
+    llm.respond_json({"error": "down"}, status=503)
+    add(org, chat_turns("hello", "hi"))
+    for _ in range(2):
+        job = ExtractionJob.objects.get(status=ExtractionJob.Status.QUEUED)
+        with pytest.raises(LLMTransientError):
+            extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+        extraction_job_requeue(
+            organization_id=job.organization_id, job_id=job.pk, error="503", final=False
+        )
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"failed"}

@@ -1,0 +1,126 @@
+"""Session lifecycle: listing, reading, closing (explicit and idle), and the close signal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from sessions.models import Session
+from sessions.services import sessions_close_idle
+from sessions.signals import session_closed
+from tests.factories import TenantFixture, chat_turns
+
+
+def add(
+    org: TenantFixture, session_id: str | None = None, user_id: str = "sam", **body: Any
+) -> None:
+    payload = {"user_id": user_id, "messages": chat_turns("hi", "hello"), **body}
+    if session_id:
+        payload["session_id"] = session_id
+    assert org.api.post("/memory/add", payload, format="json").status_code == 202
+
+
+@pytest.fixture
+def closes() -> Iterator[list[Session]]:
+    seen: list[Session] = []
+
+    def receiver(sender: type, session: Session, **kwargs: Any) -> None:
+        seen.append(session)
+
+    session_closed.connect(receiver, dispatch_uid="test-closes")
+    yield seen
+    session_closed.disconnect(dispatch_uid="test-closes")
+
+
+def test_list_and_read_sessions(org: TenantFixture, django_assert_max_num_queries) -> None:
+    add(org, "a")
+    add(org, "b", session_tag="task")
+    add(org, "b")
+    with django_assert_max_num_queries(4):
+        listed = org.api.get("/sessions", {"user_id": "sam"}).json()["results"]
+    assert [(s["session_id"], s["tag"], s["message_count"]) for s in listed] == [
+        ("b", "task", 4),
+        ("a", "chat", 2),
+    ]
+    detail = org.api.get("/sessions/a", {"user_id": "sam"}).json()
+    assert detail["status"] == "open" and detail["user_id"] == "sam"
+    assert org.api.get("/sessions/missing", {"user_id": "sam"}).status_code == 404
+    assert org.api.get("/sessions").status_code == 422  # user_id is required
+
+
+def test_messages_are_paged_in_order(org: TenantFixture) -> None:
+    for _ in range(3):
+        add(org, "long")
+    first = org.api.get("/sessions/long/messages", {"user_id": "sam", "limit": 4}).json()
+    second = org.api.get(first["next"]).json()
+    assert [m["position"] for m in first["results"] + second["results"]] == list(range(6))
+    assert second["next"] is None
+
+
+def test_close_is_idempotent_and_signals_once(
+    org: TenantFixture, closes: list[Session], django_capture_on_commit_callbacks
+) -> None:
+    add(org, "s1")
+    with django_capture_on_commit_callbacks(execute=True):
+        first = org.api.post("/sessions/s1/close", {"user_id": "sam"}, format="json")
+    with django_capture_on_commit_callbacks(execute=True):
+        again = org.api.post("/sessions/s1/close", {"user_id": "sam"}, format="json")
+    assert first.status_code == again.status_code == 200
+    assert first.json()["status"] == "closed"
+    assert first.json()["close_reason"] == "explicit"
+    assert again.json()["closed_at"] == first.json()["closed_at"]
+    assert [session.session_id for session in closes] == ["s1"]
+
+
+def test_another_clients_session_cannot_be_closed(org: TenantFixture) -> None:
+    sibling = org.another_client("sibling")
+    add(sibling, "theirs")
+    assert (
+        org.api.post("/sessions/theirs/close", {"user_id": "sam"}, format="json").status_code == 404
+    )
+
+
+def test_read_scopes_let_a_client_read_a_siblings_sessions(org: TenantFixture) -> None:
+    from accounts.services import client_read_scopes_set
+
+    sibling = org.another_client("sibling")
+    add(sibling, "shared")
+    assert org.api.get("/sessions/shared", {"user_id": "sam"}).status_code == 404
+    client_read_scopes_set(client=org.client, scopes=[sibling.client])
+    assert org.api.get("/sessions/shared", {"user_id": "sam"}).status_code == 200
+
+
+def test_the_sweeper_closes_idle_sessions_once(
+    org: TenantFixture, closes: list[Session], django_capture_on_commit_callbacks, settings
+) -> None:
+    add(org, "quiet")
+    add(org)  # the default conversation idles too
+    timeout = timedelta(seconds=settings.SESSION_IDLE_TIMEOUT)
+    later = timezone.now() + timeout + timedelta(minutes=1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_close_idle(idle_for=timeout) == 0  # nothing idle yet
+        assert sessions_close_idle(idle_for=timeout, now=later) == 2
+    closed = Session.objects.filter(status="closed")
+    assert closed.count() == 2
+    assert set(closed.values_list("close_reason", flat=True)) == {"idle"}
+    assert len(closes) == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_close_idle(idle_for=timeout, now=later) == 0
+    assert len(closes) == 2
+    # New chat turns without a session_id open a new default conversation.
+    add(org)
+    assert Session.objects.filter(session_id__isnull=True, status="open").count() == 1
+
+
+def test_recent_activity_keeps_a_session_open(org: TenantFixture, settings) -> None:
+    add(org, "busy")
+    timeout = timedelta(seconds=settings.SESSION_IDLE_TIMEOUT)
+    Session.objects.update(last_activity_at=timezone.now() - timeout - timedelta(minutes=5))
+    add(org, "busy")  # activity now
+    assert sessions_close_idle(idle_for=timeout) == 0
+    assert Session.objects.get().status == "open"
