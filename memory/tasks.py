@@ -25,7 +25,7 @@ def _backoff(retries: int, hint: float | None = None) -> float:
     return random.uniform(0.5, 1.0) * min(900.0, 30.0 * 2**retries)  # noqa: S311
 
 
-@shared_task(bind=True, queue="ingest", max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
     try:
         extraction_job_run(organization_id=organization_id, job_id=job_id)
@@ -53,6 +53,6 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
         raise
 
 
-@shared_task(queue="maintenance")
+@shared_task
 def recover_extraction_jobs() -> int:
     return extraction_jobs_recover()

@@ -10,6 +10,6 @@ from django.conf import settings
 from sessions.services import sessions_close_idle
 
 
-@shared_task(queue="maintenance")
+@shared_task
 def close_idle_sessions() -> int:
     return sessions_close_idle(idle_for=timedelta(seconds=settings.SESSION_IDLE_TIMEOUT))

@@ -11,427 +11,1034 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('memory', '0001_meta_agent'),
+        ("accounts", "0001_initial"),
+        ("memory", "0001_meta_agent"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EpisodicMemory',
+            name="EpisodicMemory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('fingerprint', models.CharField(editable=False, max_length=64)),
-                ('event_type', models.CharField(default='conversation', max_length=64)),
-                ('summary', models.TextField()),
-                ('details', models.TextField(blank=True)),
-                ('actor', models.CharField(blank=True, max_length=255)),
-                ('occurred_at', models.DateTimeField()),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.episodicmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("fingerprint", models.CharField(editable=False, max_length=64)),
+                ("event_type", models.CharField(default="conversation", max_length=64)),
+                ("summary", models.TextField()),
+                ("details", models.TextField(blank=True)),
+                ("actor", models.CharField(blank=True, max_length=255)),
+                ("occurred_at", models.DateTimeField()),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.episodicmemory",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'episodic memory',
-                'verbose_name_plural': 'episodic memories',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
+                "verbose_name": "episodic memory",
+                "verbose_name_plural": "episodic memories",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='EpisodicEmbedding',
+            name="EpisodicEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100)),
-                ('chunk_index', models.PositiveSmallIntegerField(default=0)),
-                ('embedding', pgvector.django.vector.VectorField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='memory.episodicmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("chunk_index", models.PositiveSmallIntegerField(default=0)),
+                ("embedding", pgvector.django.vector.VectorField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="memory.episodicmemory",
+                    ),
+                ),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='ExtractionJob',
+            name="ExtractionJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='queued', max_length=12)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('message_count', models.PositiveIntegerField(default=0)),
-                ('memory_counts', models.JSONField(blank=True, default=dict)),
-                ('llm_calls', models.PositiveSmallIntegerField(default=0)),
-                ('input_tokens', models.PositiveIntegerField(default=0)),
-                ('output_tokens', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=12,
+                    ),
+                ),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("message_count", models.PositiveIntegerField(default=0)),
+                ("memory_counts", models.JSONField(blank=True, default=dict)),
+                ("llm_calls", models.PositiveSmallIntegerField(default=0)),
+                ("input_tokens", models.PositiveIntegerField(default=0)),
+                ("output_tokens", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='KnowledgeVaultItem',
+            name="KnowledgeVaultItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('fingerprint', models.CharField(editable=False, max_length=64)),
-                ('entry_type', models.CharField(default='credential', max_length=64)),
-                ('caption', models.TextField()),
-                ('secret_value_encrypted', models.TextField(editable=False)),
-                ('sensitivity', models.CharField(choices=[('low', 'Low'), ('medium', 'Medium'), ('high', 'High')], default='medium', max_length=8)),
-                ('source', models.CharField(blank=True, max_length=255)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.knowledgevaultitem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("fingerprint", models.CharField(editable=False, max_length=64)),
+                ("entry_type", models.CharField(default="credential", max_length=64)),
+                ("caption", models.TextField()),
+                ("secret_value_encrypted", models.TextField(editable=False)),
+                (
+                    "sensitivity",
+                    models.CharField(
+                        choices=[("low", "Low"), ("medium", "Medium"), ("high", "High")],
+                        default="medium",
+                        max_length=8,
+                    ),
+                ),
+                ("source", models.CharField(blank=True, max_length=255)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.knowledgevaultitem",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'knowledge vault item',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
+                "verbose_name": "knowledge vault item",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='ProceduralMemory',
+            name="ProceduralMemory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('fingerprint', models.CharField(editable=False, max_length=64)),
-                ('entry_type', models.CharField(default='workflow', max_length=64)),
-                ('summary', models.TextField()),
-                ('steps', models.JSONField(blank=True, default=list)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.proceduralmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("fingerprint", models.CharField(editable=False, max_length=64)),
+                ("entry_type", models.CharField(default="workflow", max_length=64)),
+                ("summary", models.TextField()),
+                ("steps", models.JSONField(blank=True, default=list)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.proceduralmemory",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'procedural memory',
-                'verbose_name_plural': 'procedural memories',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
+                "verbose_name": "procedural memory",
+                "verbose_name_plural": "procedural memories",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='ProceduralEmbedding',
+            name="ProceduralEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100)),
-                ('chunk_index', models.PositiveSmallIntegerField(default=0)),
-                ('embedding', pgvector.django.vector.VectorField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='memory.proceduralmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("chunk_index", models.PositiveSmallIntegerField(default=0)),
+                ("embedding", pgvector.django.vector.VectorField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="memory.proceduralmemory",
+                    ),
+                ),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='ResourceMemory',
+            name="ResourceMemory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('fingerprint', models.CharField(editable=False, max_length=64)),
-                ('title', models.CharField(max_length=500)),
-                ('summary', models.TextField(blank=True)),
-                ('content', models.TextField(blank=True)),
-                ('resource_type', models.CharField(default='document', max_length=32)),
-                ('uri', models.TextField(blank=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.resourcememory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("fingerprint", models.CharField(editable=False, max_length=64)),
+                ("title", models.CharField(max_length=500)),
+                ("summary", models.TextField(blank=True)),
+                ("content", models.TextField(blank=True)),
+                ("resource_type", models.CharField(default="document", max_length=32)),
+                ("uri", models.TextField(blank=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.resourcememory",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'resource memory',
-                'verbose_name_plural': 'resource memories',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
+                "verbose_name": "resource memory",
+                "verbose_name_plural": "resource memories",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='ResourceEmbedding',
+            name="ResourceEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100)),
-                ('chunk_index', models.PositiveSmallIntegerField(default=0)),
-                ('embedding', pgvector.django.vector.VectorField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='memory.resourcememory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("chunk_index", models.PositiveSmallIntegerField(default=0)),
+                ("embedding", pgvector.django.vector.VectorField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="memory.resourcememory",
+                    ),
+                ),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='SemanticMemory',
+            name="SemanticMemory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('fingerprint', models.CharField(editable=False, max_length=64)),
-                ('name', models.CharField(max_length=255)),
-                ('summary', models.TextField()),
-                ('details', models.TextField(blank=True)),
-                ('source', models.CharField(blank=True, max_length=255)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.semanticmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("fingerprint", models.CharField(editable=False, max_length=64)),
+                ("name", models.CharField(max_length=255)),
+                ("summary", models.TextField()),
+                ("details", models.TextField(blank=True)),
+                ("source", models.CharField(blank=True, max_length=255)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.semanticmemory",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'semantic memory',
-                'verbose_name_plural': 'semantic memories',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
+                "verbose_name": "semantic memory",
+                "verbose_name_plural": "semantic memories",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='SemanticEmbedding',
+            name="SemanticEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100)),
-                ('chunk_index', models.PositiveSmallIntegerField(default=0)),
-                ('embedding', pgvector.django.vector.VectorField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='memory.semanticmemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("chunk_index", models.PositiveSmallIntegerField(default=0)),
+                ("embedding", pgvector.django.vector.VectorField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="memory.semanticmemory",
+                    ),
+                ),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='VaultEmbedding',
+            name="VaultEmbedding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100)),
-                ('chunk_index', models.PositiveSmallIntegerField(default=0)),
-                ('embedding', pgvector.django.vector.VectorField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='embeddings', to='memory.knowledgevaultitem')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("chunk_index", models.PositiveSmallIntegerField(default=0)),
+                ("embedding", pgvector.django.vector.VectorField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="embeddings",
+                        to="memory.knowledgevaultitem",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'abstract': False,
+                "abstract": False,
             },
         ),
         migrations.CreateModel(
-            name='CoreMemoryBlock',
+            name="CoreMemoryBlock",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source_message_ids', django.contrib.postgres.fields.ArrayField(base_field=models.BigIntegerField(), blank=True, default=list, size=None)),
-                ('filter_tags', models.JSONField(blank=True, default=dict)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('label', models.CharField(max_length=100)),
-                ('value', models.TextField(blank=True)),
-                ('limit', models.PositiveIntegerField(default=5000)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
-                ('superseded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.corememoryblock')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "source_message_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.BigIntegerField(), blank=True, default=list, size=None
+                    ),
+                ),
+                ("filter_tags", models.JSONField(blank=True, default=dict)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("label", models.CharField(max_length=100)),
+                ("value", models.TextField(blank=True)),
+                ("limit", models.PositiveIntegerField(default=5000)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
+                (
+                    "superseded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.corememoryblock",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'core memory block',
-                'ordering': ['-created_at', '-id'],
-                'abstract': False,
-                'indexes': [models.Index(fields=['end_user', 'client', '-created_at'], name='corememoryblock_owner'), django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='corememoryblock_search'), django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='corememoryblock_tags', opclasses=['jsonb_path_ops'])],
-                'constraints': [models.UniqueConstraint(fields=('end_user', 'client', 'label'), name='core_block_label_unique')],
+                "verbose_name": "core memory block",
+                "ordering": ["-created_at", "-id"],
+                "abstract": False,
+                "indexes": [
+                    models.Index(
+                        fields=["end_user", "client", "-created_at"], name="corememoryblock_owner"
+                    ),
+                    django.contrib.postgres.indexes.GinIndex(
+                        fields=["search_vector"], name="corememoryblock_search"
+                    ),
+                    django.contrib.postgres.indexes.GinIndex(
+                        fields=["filter_tags"],
+                        name="corememoryblock_tags",
+                        opclasses=["jsonb_path_ops"],
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("end_user", "client", "label"), name="core_block_label_unique"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='episodicmemory',
-            index=models.Index(fields=['end_user', 'client', '-created_at'], name='episodicmemory_owner'),
+            model_name="episodicmemory",
+            index=models.Index(
+                fields=["end_user", "client", "-created_at"], name="episodicmemory_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='episodicmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='episodicmemory_search'),
+            model_name="episodicmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="episodicmemory_search"
+            ),
         ),
         migrations.AddIndex(
-            model_name='episodicmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='episodicmemory_tags', opclasses=['jsonb_path_ops']),
+            model_name="episodicmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["filter_tags"], name="episodicmemory_tags", opclasses=["jsonb_path_ops"]
+            ),
         ),
         migrations.AddIndex(
-            model_name='episodicmemory',
-            index=models.Index(fields=['end_user', 'client', 'occurred_at'], name='episodic_occurred'),
+            model_name="episodicmemory",
+            index=models.Index(
+                fields=["end_user", "client", "occurred_at"], name="episodic_occurred"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='episodicmemory',
-            constraint=models.UniqueConstraint(fields=('end_user', 'client', 'fingerprint'), name='episodicmemory_fingerprint_unique'),
+            model_name="episodicmemory",
+            constraint=models.UniqueConstraint(
+                fields=("end_user", "client", "fingerprint"),
+                name="episodicmemory_fingerprint_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='episodicembedding',
-            index=pgvector.django.indexes.HnswIndex(django.contrib.postgres.indexes.OpClass(django.db.models.functions.comparison.Cast('embedding', output_field=pgvector.django.vector.VectorField(dimensions=384)), name='vector_cosine_ops'), condition=models.Q(('model', 'all-MiniLM-L6-v2')), ef_construction=64, m=16, name='episodicembedding_hnsw'),
+            model_name="episodicembedding",
+            index=pgvector.django.indexes.HnswIndex(
+                django.contrib.postgres.indexes.OpClass(
+                    django.db.models.functions.comparison.Cast(
+                        "embedding", output_field=pgvector.django.vector.VectorField(dimensions=384)
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                condition=models.Q(("model", "all-MiniLM-L6-v2")),
+                ef_construction=64,
+                m=16,
+                name="episodicembedding_hnsw",
+            ),
         ),
         migrations.AddIndex(
-            model_name='episodicembedding',
-            index=models.Index(fields=['end_user', 'client', 'model'], name='episodicembedding_owner'),
+            model_name="episodicembedding",
+            index=models.Index(
+                fields=["end_user", "client", "model"], name="episodicembedding_owner"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='episodicembedding',
-            constraint=models.UniqueConstraint(fields=('memory', 'model', 'chunk_index'), name='episodicembedding_unique_chunk'),
+            model_name="episodicembedding",
+            constraint=models.UniqueConstraint(
+                fields=("memory", "model", "chunk_index"), name="episodicembedding_unique_chunk"
+            ),
         ),
         migrations.AddIndex(
-            model_name='extractionjob',
-            index=models.Index(fields=['status', 'created_at'], name='extraction_job_status'),
+            model_name="extractionjob",
+            index=models.Index(fields=["status", "created_at"], name="extraction_job_status"),
         ),
         migrations.AddConstraint(
-            model_name='extractionjob',
-            constraint=models.UniqueConstraint(condition=models.Q(('status', 'queued')), fields=('client', 'end_user'), name='one_queued_extraction_job_per_user'),
+            model_name="extractionjob",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status", "queued")),
+                fields=("client", "end_user"),
+                name="one_queued_extraction_job_per_user",
+            ),
         ),
         migrations.AddIndex(
-            model_name='knowledgevaultitem',
-            index=models.Index(fields=['end_user', 'client', '-created_at'], name='knowledgevaultitem_owner'),
+            model_name="knowledgevaultitem",
+            index=models.Index(
+                fields=["end_user", "client", "-created_at"], name="knowledgevaultitem_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='knowledgevaultitem',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='knowledgevaultitem_search'),
+            model_name="knowledgevaultitem",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="knowledgevaultitem_search"
+            ),
         ),
         migrations.AddIndex(
-            model_name='knowledgevaultitem',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='knowledgevaultitem_tags', opclasses=['jsonb_path_ops']),
+            model_name="knowledgevaultitem",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["filter_tags"], name="knowledgevaultitem_tags", opclasses=["jsonb_path_ops"]
+            ),
         ),
         migrations.AddConstraint(
-            model_name='knowledgevaultitem',
-            constraint=models.UniqueConstraint(fields=('end_user', 'client', 'fingerprint'), name='knowledgevaultitem_fingerprint_unique'),
+            model_name="knowledgevaultitem",
+            constraint=models.UniqueConstraint(
+                fields=("end_user", "client", "fingerprint"),
+                name="knowledgevaultitem_fingerprint_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='proceduralmemory',
-            index=models.Index(fields=['end_user', 'client', '-created_at'], name='proceduralmemory_owner'),
+            model_name="proceduralmemory",
+            index=models.Index(
+                fields=["end_user", "client", "-created_at"], name="proceduralmemory_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='proceduralmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='proceduralmemory_search'),
+            model_name="proceduralmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="proceduralmemory_search"
+            ),
         ),
         migrations.AddIndex(
-            model_name='proceduralmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='proceduralmemory_tags', opclasses=['jsonb_path_ops']),
+            model_name="proceduralmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["filter_tags"], name="proceduralmemory_tags", opclasses=["jsonb_path_ops"]
+            ),
         ),
         migrations.AddConstraint(
-            model_name='proceduralmemory',
-            constraint=models.UniqueConstraint(fields=('end_user', 'client', 'fingerprint'), name='proceduralmemory_fingerprint_unique'),
+            model_name="proceduralmemory",
+            constraint=models.UniqueConstraint(
+                fields=("end_user", "client", "fingerprint"),
+                name="proceduralmemory_fingerprint_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='proceduralembedding',
-            index=pgvector.django.indexes.HnswIndex(django.contrib.postgres.indexes.OpClass(django.db.models.functions.comparison.Cast('embedding', output_field=pgvector.django.vector.VectorField(dimensions=384)), name='vector_cosine_ops'), condition=models.Q(('model', 'all-MiniLM-L6-v2')), ef_construction=64, m=16, name='proceduralembedding_hnsw'),
+            model_name="proceduralembedding",
+            index=pgvector.django.indexes.HnswIndex(
+                django.contrib.postgres.indexes.OpClass(
+                    django.db.models.functions.comparison.Cast(
+                        "embedding", output_field=pgvector.django.vector.VectorField(dimensions=384)
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                condition=models.Q(("model", "all-MiniLM-L6-v2")),
+                ef_construction=64,
+                m=16,
+                name="proceduralembedding_hnsw",
+            ),
         ),
         migrations.AddIndex(
-            model_name='proceduralembedding',
-            index=models.Index(fields=['end_user', 'client', 'model'], name='proceduralembedding_owner'),
+            model_name="proceduralembedding",
+            index=models.Index(
+                fields=["end_user", "client", "model"], name="proceduralembedding_owner"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='proceduralembedding',
-            constraint=models.UniqueConstraint(fields=('memory', 'model', 'chunk_index'), name='proceduralembedding_unique_chunk'),
+            model_name="proceduralembedding",
+            constraint=models.UniqueConstraint(
+                fields=("memory", "model", "chunk_index"), name="proceduralembedding_unique_chunk"
+            ),
         ),
         migrations.AddIndex(
-            model_name='resourcememory',
-            index=models.Index(fields=['end_user', 'client', '-created_at'], name='resourcememory_owner'),
+            model_name="resourcememory",
+            index=models.Index(
+                fields=["end_user", "client", "-created_at"], name="resourcememory_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='resourcememory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='resourcememory_search'),
+            model_name="resourcememory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="resourcememory_search"
+            ),
         ),
         migrations.AddIndex(
-            model_name='resourcememory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='resourcememory_tags', opclasses=['jsonb_path_ops']),
+            model_name="resourcememory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["filter_tags"], name="resourcememory_tags", opclasses=["jsonb_path_ops"]
+            ),
         ),
         migrations.AddConstraint(
-            model_name='resourcememory',
-            constraint=models.UniqueConstraint(fields=('end_user', 'client', 'fingerprint'), name='resourcememory_fingerprint_unique'),
+            model_name="resourcememory",
+            constraint=models.UniqueConstraint(
+                fields=("end_user", "client", "fingerprint"),
+                name="resourcememory_fingerprint_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='resourceembedding',
-            index=pgvector.django.indexes.HnswIndex(django.contrib.postgres.indexes.OpClass(django.db.models.functions.comparison.Cast('embedding', output_field=pgvector.django.vector.VectorField(dimensions=384)), name='vector_cosine_ops'), condition=models.Q(('model', 'all-MiniLM-L6-v2')), ef_construction=64, m=16, name='resourceembedding_hnsw'),
+            model_name="resourceembedding",
+            index=pgvector.django.indexes.HnswIndex(
+                django.contrib.postgres.indexes.OpClass(
+                    django.db.models.functions.comparison.Cast(
+                        "embedding", output_field=pgvector.django.vector.VectorField(dimensions=384)
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                condition=models.Q(("model", "all-MiniLM-L6-v2")),
+                ef_construction=64,
+                m=16,
+                name="resourceembedding_hnsw",
+            ),
         ),
         migrations.AddIndex(
-            model_name='resourceembedding',
-            index=models.Index(fields=['end_user', 'client', 'model'], name='resourceembedding_owner'),
+            model_name="resourceembedding",
+            index=models.Index(
+                fields=["end_user", "client", "model"], name="resourceembedding_owner"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='resourceembedding',
-            constraint=models.UniqueConstraint(fields=('memory', 'model', 'chunk_index'), name='resourceembedding_unique_chunk'),
+            model_name="resourceembedding",
+            constraint=models.UniqueConstraint(
+                fields=("memory", "model", "chunk_index"), name="resourceembedding_unique_chunk"
+            ),
         ),
         migrations.AddIndex(
-            model_name='semanticmemory',
-            index=models.Index(fields=['end_user', 'client', '-created_at'], name='semanticmemory_owner'),
+            model_name="semanticmemory",
+            index=models.Index(
+                fields=["end_user", "client", "-created_at"], name="semanticmemory_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='semanticmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='semanticmemory_search'),
+            model_name="semanticmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="semanticmemory_search"
+            ),
         ),
         migrations.AddIndex(
-            model_name='semanticmemory',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['filter_tags'], name='semanticmemory_tags', opclasses=['jsonb_path_ops']),
+            model_name="semanticmemory",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["filter_tags"], name="semanticmemory_tags", opclasses=["jsonb_path_ops"]
+            ),
         ),
         migrations.AddConstraint(
-            model_name='semanticmemory',
-            constraint=models.UniqueConstraint(fields=('end_user', 'client', 'fingerprint'), name='semanticmemory_fingerprint_unique'),
+            model_name="semanticmemory",
+            constraint=models.UniqueConstraint(
+                fields=("end_user", "client", "fingerprint"),
+                name="semanticmemory_fingerprint_unique",
+            ),
         ),
         migrations.AddIndex(
-            model_name='semanticembedding',
-            index=pgvector.django.indexes.HnswIndex(django.contrib.postgres.indexes.OpClass(django.db.models.functions.comparison.Cast('embedding', output_field=pgvector.django.vector.VectorField(dimensions=384)), name='vector_cosine_ops'), condition=models.Q(('model', 'all-MiniLM-L6-v2')), ef_construction=64, m=16, name='semanticembedding_hnsw'),
+            model_name="semanticembedding",
+            index=pgvector.django.indexes.HnswIndex(
+                django.contrib.postgres.indexes.OpClass(
+                    django.db.models.functions.comparison.Cast(
+                        "embedding", output_field=pgvector.django.vector.VectorField(dimensions=384)
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                condition=models.Q(("model", "all-MiniLM-L6-v2")),
+                ef_construction=64,
+                m=16,
+                name="semanticembedding_hnsw",
+            ),
         ),
         migrations.AddIndex(
-            model_name='semanticembedding',
-            index=models.Index(fields=['end_user', 'client', 'model'], name='semanticembedding_owner'),
+            model_name="semanticembedding",
+            index=models.Index(
+                fields=["end_user", "client", "model"], name="semanticembedding_owner"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='semanticembedding',
-            constraint=models.UniqueConstraint(fields=('memory', 'model', 'chunk_index'), name='semanticembedding_unique_chunk'),
+            model_name="semanticembedding",
+            constraint=models.UniqueConstraint(
+                fields=("memory", "model", "chunk_index"), name="semanticembedding_unique_chunk"
+            ),
         ),
         migrations.AddIndex(
-            model_name='vaultembedding',
-            index=pgvector.django.indexes.HnswIndex(django.contrib.postgres.indexes.OpClass(django.db.models.functions.comparison.Cast('embedding', output_field=pgvector.django.vector.VectorField(dimensions=384)), name='vector_cosine_ops'), condition=models.Q(('model', 'all-MiniLM-L6-v2')), ef_construction=64, m=16, name='vaultembedding_hnsw'),
+            model_name="vaultembedding",
+            index=pgvector.django.indexes.HnswIndex(
+                django.contrib.postgres.indexes.OpClass(
+                    django.db.models.functions.comparison.Cast(
+                        "embedding", output_field=pgvector.django.vector.VectorField(dimensions=384)
+                    ),
+                    name="vector_cosine_ops",
+                ),
+                condition=models.Q(("model", "all-MiniLM-L6-v2")),
+                ef_construction=64,
+                m=16,
+                name="vaultembedding_hnsw",
+            ),
         ),
         migrations.AddIndex(
-            model_name='vaultembedding',
-            index=models.Index(fields=['end_user', 'client', 'model'], name='vaultembedding_owner'),
+            model_name="vaultembedding",
+            index=models.Index(fields=["end_user", "client", "model"], name="vaultembedding_owner"),
         ),
         migrations.AddConstraint(
-            model_name='vaultembedding',
-            constraint=models.UniqueConstraint(fields=('memory', 'model', 'chunk_index'), name='vaultembedding_unique_chunk'),
+            model_name="vaultembedding",
+            constraint=models.UniqueConstraint(
+                fields=("memory", "model", "chunk_index"), name="vaultembedding_unique_chunk"
+            ),
         ),
     ]

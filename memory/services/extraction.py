@@ -33,7 +33,13 @@ def extraction_job_publish(job_id: int, organization_id: str) -> bool:
     from memory.tasks import extract_memories
 
     try:
-        extract_memories.apply_async(args=[organization_id, job_id], retry=False)
+        # One quick retry: enough to replace a pooled connection that died with a Redis
+        # restart, short enough not to hold a web request when Redis is down.
+        extract_memories.apply_async(
+            args=[organization_id, job_id],
+            retry=True,
+            retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.1},
+        )
     except Exception:  # kombu/redis raise many types for "broker unreachable"
         logger.warning(
             "broker unreachable: extraction job %s stays queued for the recovery job", job_id
@@ -180,7 +186,8 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
     - queued jobs older than ``older_than``: the broker may have lost them; publish again;
     - pending messages older than ``older_than`` with no job: queue one for their user.
     Publishing a job twice is harmless: only one delivery can claim it."""
-    older_than = older_than or timedelta(seconds=settings.EXTRACTION_REQUEUE_AFTER)
+    if older_than is None:
+        older_than = timedelta(seconds=settings.EXTRACTION_REQUEUE_AFTER)
     now = timezone.now()
     stale_running = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
     for job in ExtractionJob.objects.filter(

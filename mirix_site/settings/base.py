@@ -234,11 +234,21 @@ CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimu
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360, minimum=1)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Tasks in flight when the broker connection drops are redelivered (they are idempotent).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "maintenance"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# A publish must not hang a web request when Redis is down: fail fast, the beat re-queues.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 2}
+# A publish must not hang a web request when Redis is down: fail fast (one quick retry), the
+# recovery beat job publishes the work again. Workers reconnect on their own schedule.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": 1,
+    "socket_timeout": 2,
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "connect_retries_timeout": 1,
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
