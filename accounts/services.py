@@ -103,9 +103,10 @@ def end_user_create_or_get(
     """The organization's end user with this ``user_id``, created if new (``user-<uuid>`` when
     no id is given). Safe under concurrent calls for the same id."""
     user_id = user_id or f"user-{uuid.uuid4()}"
-    existing = EndUser.objects.filter(organization=tenant.organization, user_id=user_id).first()
-    if existing is not None:
-        return existing, False
+    try:
+        return EndUser.objects.get(organization=tenant.organization, user_id=user_id), False
+    except EndUser.DoesNotExist:
+        pass
     try:
         with transaction.atomic():
             created = EndUser.objects.create(

@@ -82,7 +82,9 @@ def memory_type_resolve(name: str) -> MemoryType | None:
 
 
 def memory_text(kind: MemoryType, row: models.Model) -> str:
-    """The text a memory is searched and embedded by."""
+    """The text a memory is searched and embedded by: its text fields in order, leaving out a
+    field whose text another field already holds (an episode's summary is usually the first
+    line of its details), so that neither BM25 nor the embedding counts it twice."""
     values = []
     for field in kind.text_fields:
         value = getattr(row, field)
@@ -90,4 +92,9 @@ def memory_text(kind: MemoryType, row: models.Model) -> str:
             value = "\n".join(str(item) for item in value)
         if value:
             values.append(str(value))
-    return "\n".join(values)
+    kept = [
+        value
+        for index, value in enumerate(values)
+        if not any(value.rstrip("…") in other for other in values[index + 1 :])
+    ]
+    return "\n".join(kept)

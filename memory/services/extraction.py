@@ -12,16 +12,16 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory.extractors import extract_deterministic, extract_with_llm
+from memory.extractors import ExtractionOutcome, extract_deterministic, extract_with_llm
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.embeddings import embedding_provider_from_settings
-from memory.providers.llm import llm_provider_from_settings
-from memory.services.records import Owner, memories_store
+from memory.providers.llm import LLMProvider, llm_provider_from_settings
+from memory.services.records import Owner, StoreRequest, memories_store_many
 from sessions.models import Message
 
 logger = logging.getLogger(__name__)
@@ -48,24 +48,36 @@ def extraction_job_publish(job_id: int, organization_id: str) -> bool:
     return True
 
 
+# One statement whichever way it goes: a user's queued job exists already (nothing to do:
+# it takes every pending message when it runs) or is created now. The partial unique index
+# "one queued job per (client, user)" is the arbiter, so concurrent adds cannot make two.
+_JOB_ENSURE_SQL = """
+INSERT INTO memory_extractionjob
+       (organization_id, client_id, end_user_id, status, attempts, message_count, memory_counts,
+        llm_calls, input_tokens, output_tokens, error, created_at)
+VALUES (%(organization_id)s, %(client_id)s, %(end_user_id)s, 'queued', 0, 0, '{}', 0, 0, 0, '',
+        %(now)s)
+ON CONFLICT (client_id, end_user_id) WHERE status = 'queued' DO NOTHING
+RETURNING id
+"""
+
+
 def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: int) -> None:
     """Make sure a queued job will pick up the user's pending messages; publish it after the
     commit if it is new. Call inside the transaction that stored the messages."""
-    job = (
-        ExtractionJob.objects.select_for_update()
-        .filter(client_id=client_id, end_user_id=end_user_id, status=ExtractionJob.Status.QUEUED)
-        .first()
-    )
-    if job is not None:
-        return  # already published; it takes every pending message when it runs
-    try:
-        with transaction.atomic():
-            job = ExtractionJob.objects.create(
-                organization_id=organization_id, client_id=client_id, end_user_id=end_user_id
-            )
-    except IntegrityError:
-        return  # a concurrent add created the queued job
-    transaction.on_commit(lambda: extraction_job_publish(job.pk, organization_id))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _JOB_ENSURE_SQL,
+            {
+                "organization_id": organization_id,
+                "client_id": client_id,
+                "end_user_id": end_user_id,
+                "now": timezone.now(),
+            },
+        )
+        created = cursor.fetchone()
+    if created is not None:
+        transaction.on_commit(lambda: extraction_job_publish(created[0], organization_id))
 
 
 def _enabled_types(client_id: str) -> set[str]:
@@ -77,59 +89,115 @@ def _enabled_types(client_id: str) -> set[str]:
     return set(components if components is not None else MEMORY_COMPONENTS)
 
 
-def extraction_job_run(*, organization_id: str, job_id: int) -> ExtractionJob | None:
-    """Run one queued job; None when there was nothing to claim (already run, or taken).
-    Transient provider errors propagate for the task to retry (see extraction_job_requeue)."""
-    claimed = ExtractionJob.objects.filter(
-        pk=job_id, organization_id=organization_id, status=ExtractionJob.Status.QUEUED
-    ).update(
-        status=ExtractionJob.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+# Claims the given job and up to (limit - 1) more queued jobs of the same organization,
+# oldest first; rows another worker holds are skipped, not waited for.
+_CLAIM_SQL = """
+WITH own AS (
+    SELECT id FROM memory_extractionjob
+     WHERE id = %(job_id)s AND organization_id = %(organization_id)s AND status = 'queued'
+       FOR UPDATE SKIP LOCKED
+), more AS (
+    SELECT id FROM memory_extractionjob
+     WHERE organization_id = %(organization_id)s AND status = 'queued' AND id <> %(job_id)s
+     ORDER BY id LIMIT %(more)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE memory_extractionjob
+   SET status = 'running', started_at = %(now)s, attempts = attempts + 1
+ WHERE id IN (SELECT id FROM own UNION ALL SELECT id FROM more)
+RETURNING id
+"""
+
+
+def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_SQL,
+            {
+                "now": timezone.now(),
+                "job_id": job_id,
+                "organization_id": organization_id,
+                "more": limit - 1,
+            },
+        )
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def _job_batch(job: ExtractionJob) -> list[Message]:
+    """The user's pending turns, oldest first, locked for this transaction."""
+    return list(
+        Message.objects.select_for_update(skip_locked=True)
+        .filter(
+            client_id=job.client_id,
+            end_user_id=job.end_user_id,
+            extraction=Message.Extraction.PENDING,
+        )
+        .order_by("id")[: settings.EXTRACTION_BATCH_MESSAGES]
     )
+
+
+def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJob]:
+    """Run the job, and with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN - 1``
+    other queued jobs of the organization with it (one embedding call for all: the model's fixed
+    cost per call dominates small batches). With an LLM, one job: its call dominates anyway.
+    Returns the jobs run; empty when there was nothing to claim (already run, or taken).
+    On an error every claimed job but ``job_id`` goes back to the queue and the error
+    propagates, for the task to retry or fail ``job_id`` (see extraction_job_requeue)."""
+    provider = llm_provider_from_settings()
+    limit = 1 if provider is not None else settings.EXTRACTION_JOBS_PER_RUN
+    claimed = _jobs_claim(organization_id=organization_id, job_id=job_id, limit=limit)
     if not claimed:
         logger.info("extraction job %s: nothing to claim", job_id)
-        return None
-    job = ExtractionJob.objects.get(pk=job_id)
-    owner = Owner(job.organization_id, job.client_id, job.end_user_id)
-    with transaction.atomic():
-        batch = list(
-            Message.objects.select_for_update(skip_locked=True)
-            .filter(
-                client_id=job.client_id,
-                end_user_id=job.end_user_id,
-                extraction=Message.Extraction.PENDING,
-            )
-            .order_by("id")[: settings.EXTRACTION_BATCH_MESSAGES]
-        )
-        provider = llm_provider_from_settings() if batch else None
-        if not batch:
-            outcome = None
-        elif provider is not None:
-            outcome = extract_with_llm(batch, provider)
-        else:
-            outcome = extract_deterministic(batch)
-        counts = (
-            memories_store(
-                owner=owner,
+        return []
+    jobs = list(ExtractionJob.objects.filter(pk__in=claimed).order_by("id"))
+    try:
+        _jobs_execute(jobs, provider)
+    except Exception as error:
+        for job in jobs:
+            if job.pk != job_id:
+                extraction_job_requeue(
+                    organization_id=job.organization_id,
+                    job_id=job.pk,
+                    error=repr(error),
+                    final=False,
+                )
+        raise
+    return jobs
+
+
+@transaction.atomic
+def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> None:
+    batches = [_job_batch(job) for job in jobs]
+    outcomes = [
+        (extract_with_llm(batch, provider) if provider else extract_deterministic(batch))
+        if batch
+        else ExtractionOutcome(proposals=[])
+        for batch in batches
+    ]
+    counts = memories_store_many(
+        requests=[
+            StoreRequest(
+                owner=Owner(job.organization_id, job.client_id, job.end_user_id),
                 proposals=outcome.proposals,
-                embedder=embedding_provider_from_settings(),
                 enabled_types=_enabled_types(job.client_id),
             )
-            if outcome
-            else {}
-        )
-        now = timezone.now()
-        Message.objects.filter(pk__in=[message.pk for message in batch]).update(
-            extraction=Message.Extraction.PROCESSED, extracted_at=now
-        )
+            for job, outcome in zip(jobs, outcomes, strict=True)
+        ],
+        embedder=embedding_provider_from_settings(),
+    )
+    now = timezone.now()
+    Message.objects.filter(pk__in=[m.pk for batch in batches for m in batch]).update(
+        extraction=Message.Extraction.PROCESSED, extracted_at=now
+    )
+    for job, batch, outcome, job_counts in zip(jobs, batches, outcomes, counts, strict=True):
         job.status = ExtractionJob.Status.SUCCEEDED
         job.finished_at = now
         job.message_count = len(batch)
-        job.memory_counts = counts
+        job.memory_counts = job_counts
         job.error = ""
-        if outcome is not None:
-            job.llm_calls += outcome.llm_calls
-            job.input_tokens += outcome.input_tokens
-            job.output_tokens += outcome.output_tokens
+        job.llm_calls += outcome.llm_calls
+        job.input_tokens += outcome.input_tokens
+        job.output_tokens += outcome.output_tokens
         job.save()
         if len(batch) == settings.EXTRACTION_BATCH_MESSAGES:
             # More may be waiting (a long backlog, or turns that arrived during the run).
@@ -138,7 +206,6 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> ExtractionJob | 
                 client_id=job.client_id,
                 end_user_id=job.end_user_id,
             )
-    return job
 
 
 @transaction.atomic

@@ -13,13 +13,13 @@ from accounts.tenancy import Tenant
 from memory.models import MetaAgent
 from memory.services.extraction import extraction_job_ensure
 from sessions.content import MessageInput
-from sessions.models import Message, Session
+from sessions.models import Message
 from sessions.services import messages_add
 
 
 @dataclass(frozen=True)
 class IngestResult:
-    session: Session
+    session_id: str | None
     messages: list[Message]
     meta_agent: MetaAgent | None
     extraction_queued: bool
@@ -41,7 +41,10 @@ def memory_add(
     and, for chat turns, an extraction job is queued once it commits (the broker being down
     delays extraction, never the add). Raises ``MetaAgent.DoesNotExist`` for a meta agent the
     caller does not own, and the session errors of ``messages_add``."""
-    meta_agent = MetaAgent.objects.filter(client=tenant.client).first()
+    try:
+        meta_agent = MetaAgent.objects.get(client=tenant.client)
+    except MetaAgent.DoesNotExist:
+        meta_agent = None
     if meta_agent_id is not None and (meta_agent is None or meta_agent.pk != meta_agent_id):
         raise MetaAgent.DoesNotExist(meta_agent_id)
     end_user, _ = end_user_create_or_get(tenant=tenant, user_id=user_id, name=None)
@@ -62,7 +65,7 @@ def memory_add(
             end_user_id=end_user.pk,
         )
     return IngestResult(
-        session=added.session,
+        session_id=added.session_id,
         messages=added.messages,
         meta_agent=meta_agent,
         extraction_queued=queued,

@@ -60,23 +60,26 @@ def search_vector_refresh(kind: MemoryType, ids: list[int]) -> None:
 
 
 def embeddings_write(
-    *, kind: MemoryType, rows: list[models.Model], embedder: EmbeddingProvider | None
+    *, rows: list[tuple[MemoryType, models.Model]], embedder: EmbeddingProvider | None
 ) -> None:
     """Embed each row's text (in chunks that fit the model) and store one vector per chunk,
-    replacing this model's earlier vectors of those rows."""
-    if embedder is None or kind.embedding_model is None or not rows:
+    replacing this model's earlier vectors of those rows. All rows, of any types, go through
+    one embedding call: the model's fixed cost per call dwarfs a few short texts."""
+    if embedder is None or not rows:
         return
-    chunks: list[tuple[models.Model, int, str]] = []
-    for row in rows:
+    chunks: list[tuple[MemoryType, models.Model, int, str]] = []
+    for kind, row in rows:
+        if kind.embedding_model is None:
+            continue
         text = memory_text(kind, row)
         if text.strip():
-            chunks.extend((row, index, chunk) for index, chunk in enumerate(embedder.chunk(text)))
-    vectors = embedder.embed([text for _row, _index, text in chunks])
-    kind.embedding_model.objects.filter(
-        memory__in=[row.pk for row in rows], model=embedder.model_name
-    ).delete()
-    kind.embedding_model.objects.bulk_create(
-        [
+            chunks.extend(
+                (kind, row, index, chunk) for index, chunk in enumerate(embedder.chunk(text))
+            )
+    vectors = embedder.embed([text for _kind, _row, _index, text in chunks])
+    by_kind: dict[str, list[models.Model]] = defaultdict(list)
+    for (kind, row, index, _text), vector in zip(chunks, vectors, strict=True):
+        by_kind[kind.name].append(
             kind.embedding_model(
                 organization_id=row.organization_id,
                 client_id=row.client_id,
@@ -86,9 +89,13 @@ def embeddings_write(
                 chunk_index=index,
                 embedding=vector,
             )
-            for (row, index, _text), vector in zip(chunks, vectors, strict=True)
-        ]
-    )
+        )
+    for type_name, embeddings in by_kind.items():
+        kind = MEMORY_TYPES[type_name]
+        kind.embedding_model.objects.filter(
+            memory__in=[embedding.memory_id for embedding in embeddings], model=embedder.model_name
+        ).delete()
+        kind.embedding_model.objects.bulk_create(embeddings)
 
 
 def _row_for(kind: MemoryType, owner: Owner, proposal: Proposal, fingerprint: str) -> models.Model:
@@ -131,7 +138,58 @@ def _core_apply(owner: Owner, proposals: list[Proposal]) -> int:
     return changed
 
 
+@dataclass
+class StoreRequest:
+    """One owner's proposals (one extraction job's) and the memory types its client enabled."""
+
+    owner: Owner
+    proposals: list[Proposal]
+    enabled_types: set[str]
+
+
 @transaction.atomic
+def memories_store_many(
+    *, requests: list[StoreRequest], embedder: EmbeddingProvider | None
+) -> list[dict[str, int]]:
+    """Store what is new among each request's proposals (one already stored, same owner, type,
+    fields and sources, is skipped: re-running extraction never duplicates). Several owners'
+    memories are written together, one insert per type and one embedding call in all.
+    Returns counts per type for each request, in order."""
+    counts: list[dict[str, int]] = [defaultdict(int) for _ in requests]
+    candidates: dict[str, dict[tuple[int, str, str], tuple[int, Proposal]]] = defaultdict(dict)
+    for index, request in enumerate(requests):
+        core = [p for p in request.proposals if p.memory_type == "core"]
+        if core and "core" in request.enabled_types:
+            counts[index]["core"] = _core_apply(request.owner, core)
+        for proposal in request.proposals:
+            if proposal.memory_type != "core" and proposal.memory_type in request.enabled_types:
+                owner = request.owner
+                key = (owner.end_user_id, owner.client_id, _fingerprint(proposal))
+                candidates[proposal.memory_type][key] = (index, proposal)
+    written: list[tuple[MemoryType, models.Model]] = []
+    for type_name, by_key in candidates.items():
+        kind = MEMORY_TYPES[type_name]
+        existing = set(
+            kind.model.objects.filter(
+                end_user_id__in={key[0] for key in by_key},
+                fingerprint__in=[key[2] for key in by_key],
+            ).values_list("end_user_id", "client_id", "fingerprint")
+        )
+        new = [(key, value) for key, value in by_key.items() if key not in existing]
+        rows = kind.model.objects.bulk_create(
+            [
+                _row_for(kind, requests[index].owner, proposal, fingerprint)
+                for (_user_id, _client_id, fingerprint), (index, proposal) in new
+            ]
+        )
+        for (_key, (index, _proposal)), row in zip(new, rows, strict=True):
+            counts[index][type_name] += 1
+            written.append((kind, row))
+        search_vector_refresh(kind, [row.pk for row in rows])
+    embeddings_write(rows=written, embedder=embedder)
+    return [dict(entry) for entry in counts]
+
+
 def memories_store(
     *,
     owner: Owner,
@@ -139,35 +197,10 @@ def memories_store(
     embedder: EmbeddingProvider | None,
     enabled_types: set[str],
 ) -> dict[str, int]:
-    """Store what is new among the proposals (a proposal already stored, same type, fields and
-    sources, is skipped: re-running extraction never duplicates). Returns counts per type."""
-    by_type: dict[str, list[Proposal]] = defaultdict(list)
-    for proposal in proposals:
-        if proposal.memory_type in enabled_types:
-            by_type[proposal.memory_type].append(proposal)
-    counts: dict[str, int] = {}
-    if by_type.get("core"):
-        counts["core"] = _core_apply(owner, by_type.pop("core"))
-    for type_name, typed in by_type.items():
-        kind = MEMORY_TYPES[type_name]
-        fingerprinted = {_fingerprint(proposal): proposal for proposal in typed}
-        existing = set(
-            kind.model.objects.filter(
-                end_user_id=owner.end_user_id,
-                client_id=owner.client_id,
-                fingerprint__in=list(fingerprinted),
-            ).values_list("fingerprint", flat=True)
-        )
-        rows = kind.model.objects.bulk_create(
-            [
-                _row_for(kind, owner, proposal, fingerprint)
-                for fingerprint, proposal in fingerprinted.items()
-                if fingerprint not in existing
-            ]
-        )
-        search_vector_refresh(kind, [row.pk for row in rows])
-        embeddings_write(kind=kind, rows=rows, embedder=embedder)
-        counts[type_name] = len(rows)
+    """``memories_store_many`` for one owner."""
+    [counts] = memories_store_many(
+        requests=[StoreRequest(owner, proposals, enabled_types)], embedder=embedder
+    )
     return counts
 
 
@@ -207,7 +240,7 @@ def memory_admin_update(
     row.save(update_fields=[*changes, "updated_at"])
     if kind.embedding_model is not None:
         search_vector_refresh(kind, [row.pk])
-        embeddings_write(kind=kind, rows=[row], embedder=embedder)
+        embeddings_write(rows=[(kind, row)], embedder=embedder)
     return row
 
 

@@ -125,6 +125,12 @@ def database_from_url(url: str, *, conn_max_age: int) -> dict[str, object]:
     }
 
 
+# PostgreSQL's synchronous_commit for our connections. "off" answers a commit before its WAL
+# reaches the disk: an OS crash can lose the last fraction of a second of writes (never
+# corrupt them). On this project's shared disks a commit's flush costs several milliseconds,
+# half of a /memory/add (bench/RESULTS.md); local settings default to "off", production "on".
+DB_SYNCHRONOUS_COMMIT_CHOICES = ["on", "off", "local", "remote_write", "remote_apply"]
+DB_SYNCHRONOUS_COMMIT = env_choice("DB_SYNCHRONOUS_COMMIT", "on", DB_SYNCHRONOUS_COMMIT_CHOICES)
 DATABASE_URL = env_url("DATABASE_URL", None, schemes=["postgres", "postgresql"])
 REDIS_URL = env_url("REDIS_URL", None, schemes=["redis", "rediss", "unix"])
 if DATABASE_URL is None or REDIS_URL is None:
@@ -138,6 +144,7 @@ DATABASES = {
         DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0)
     )
 }
+DATABASES["default"]["OPTIONS"]["options"] = f"-c synchronous_commit={DB_SYNCHRONOUS_COMMIT}"
 
 CACHES = {
     "default": {
@@ -209,6 +216,12 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
 # Messages per extraction job; an LLM sees them in one call.
 EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
+# Queued jobs (of one organization) a worker runs together, sharing one embedding call;
+# with an LLM configured each job runs alone.
+EXTRACTION_JOBS_PER_RUN = env_int("EXTRACTION_JOBS_PER_RUN", 20, minimum=1)
+# Threads torch may use per process for the local embedding model. One per process: workers
+# and web processes are already one per core, and small batches gain little from more.
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=1)
 # Failed extraction jobs a message survives before it is marked failed and left alone.
 EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
 # Stored-but-unprocessed work older than this is queued again by the beat job.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mirix_site.settings.base import *  # noqa: F403
-from mirix_site.settings.base import CACHES
+from mirix_site.settings.base import CACHES, DATABASES
 
 SECRET_KEY = "test-secret-key"  # noqa: S105
 API_KEY_PEPPER = "test-pepper"
@@ -13,3 +13,5 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Keep test keys away from a development server sharing the same Redis.
 CACHES["default"]["KEY_PREFIX"] = "mirix-test"
 API_RATE_LIMIT = "100000/m"
+# Tests need no durability against OS crashes (see DB_SYNCHRONOUS_COMMIT in base settings).
+DATABASES["default"]["OPTIONS"]["options"] = "-c synchronous_commit=off"

@@ -35,7 +35,7 @@ def add(org: TenantFixture, messages: list[dict[str, Any]], **body: Any) -> dict
 def run_queued_jobs() -> list[ExtractionJob]:
     ran = []
     for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).order_by("id"):
-        ran.append(extraction_job_run(organization_id=job.organization_id, job_id=job.pk))
+        ran.extend(extraction_job_run(organization_id=job.organization_id, job_id=job.pk))
     return ran
 
 
@@ -109,7 +109,7 @@ def test_rerunning_extraction_stores_nothing_twice(org: TenantFixture) -> None:
     )
     assert again == counts == (1, 1, 1)
     # A job already run has nothing to claim.
-    assert extraction_job_run(organization_id=job.organization_id, job_id=job.pk) is None
+    assert extraction_job_run(organization_id=job.organization_id, job_id=job.pk) == []
 
 
 def test_exchanges_of_one_batch_become_one_event_each(org: TenantFixture) -> None:
@@ -124,6 +124,31 @@ def test_exchanges_of_one_batch_become_one_event_each(org: TenantFixture) -> Non
         "user: Other session question",
         "user: Second question about rain",
     ]
+
+
+def test_one_run_takes_several_users_queued_jobs(
+    org: TenantFixture, other_org: TenantFixture
+) -> None:
+    for user_id in ("ana", "ben", "cy"):
+        org.api.post(
+            "/memory/add",
+            {"user_id": user_id, "messages": chat_turns(f"I am {user_id}", "hi")},
+            format="json",
+        )
+    other_org.api.post(
+        "/memory/add", {"user_id": "dee", "messages": chat_turns("I am dee", "hi")}, format="json"
+    )
+    first = ExtractionJob.objects.filter(organization=org.organization).order_by("id").first()
+    ran = extraction_job_run(organization_id=first.organization_id, job_id=first.pk)
+    assert [job.end_user.user_id for job in ran] == ["ana", "ben", "cy"]
+    assert all(job.status == "succeeded" and job.memory_counts == {"episodic": 1} for job in ran)
+    assert sorted(EpisodicMemory.objects.values_list("end_user__user_id", flat=True)) == [
+        "ana",
+        "ben",
+        "cy",
+    ]
+    # Another organization's job is never taken along: it waits for its own task.
+    assert ExtractionJob.objects.get(organization=other_org.organization).status == "queued"
 
 
 def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
