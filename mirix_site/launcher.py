@@ -329,7 +329,12 @@ def command_run() -> int:
                 "--access-logfile",
                 "-",
             ],
+            # Background work yields the CPU to requests (nice 10): under a burst of adds the
+            # API keeps answering fast and the worker catches up as soon as the burst ends.
             "worker": [
+                "nice",
+                "-n",
+                os.environ.get("WORKER_NICE", "10"),
                 str(bin_dir / "celery"),
                 "-A",
                 "mirix_site",
