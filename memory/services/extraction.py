@@ -62,9 +62,9 @@ RETURNING id
 """
 
 
-def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: int) -> None:
+def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: int) -> bool:
     """Make sure a queued job will pick up the user's pending messages; publish it after the
-    commit if it is new. Call inside the transaction that stored the messages."""
+    commit if it is new (then True). Call inside the transaction that stored the messages."""
     with connection.cursor() as cursor:
         cursor.execute(
             _JOB_ENSURE_SQL,
@@ -76,8 +76,10 @@ def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: 
             },
         )
         created = cursor.fetchone()
-    if created is not None:
-        transaction.on_commit(lambda: extraction_job_publish(created[0], organization_id))
+    if created is None:
+        return False
+    transaction.on_commit(lambda: extraction_job_publish(created[0], organization_id))
+    return True
 
 
 def _enabled_types(client_id: str) -> set[str]:
@@ -248,7 +250,7 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
 
 
 def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
-    """The beat job's safety net; returns how many jobs it (re)published.
+    """The beat job's safety net; returns how many jobs it queued or published again.
     - running jobs older than the task time limit: their worker died; queue them again;
     - queued jobs older than ``older_than``: the broker may have lost them; publish again;
     - pending messages older than ``older_than`` with no job: queue one for their user.
@@ -263,6 +265,7 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
         extraction_job_requeue(
             organization_id=job.organization_id, job_id=job.pk, error="worker lost", final=False
         )
+    created = 0
     with transaction.atomic():
         owners = (
             Message.objects.filter(
@@ -272,7 +275,7 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
             .distinct()
         )
         for organization_id, client_id, end_user_id in owners:
-            extraction_job_ensure(
+            created += extraction_job_ensure(
                 organization_id=organization_id, client_id=client_id, end_user_id=end_user_id
             )
     published = 0
@@ -280,4 +283,4 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
         status=ExtractionJob.Status.QUEUED, created_at__lt=now - older_than
     ):
         published += extraction_job_publish(job.pk, job.organization_id)
-    return published
+    return created + published

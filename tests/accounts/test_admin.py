@@ -6,7 +6,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounts.models import ApiKey
-from tests.factories import TenantFixture, api_client_with
+from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob
+from sessions.models import Message
+from tests.factories import TenantFixture, api_client_with, tenant_rows_create
 
 
 @pytest.fixture
@@ -57,9 +59,63 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/accounts/enduser/",
         "/admin/memory/metaagent/",
         "/admin/accounts/apikey/add/",
+        "/admin/conversations/session/",
+        "/admin/conversations/message/",
+        "/admin/memory/extractionjob/",
+        "/admin/memory/corememoryblock/",
+        "/admin/memory/episodicmemory/",
+        "/admin/memory/semanticmemory/",
+        "/admin/memory/proceduralmemory/",
+        "/admin/memory/resourcememory/",
+        "/admin/memory/knowledgevaultitem/",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:
-    org.api.post("/users/create_or_get", {"user_id": "u"})
-    org.api.post("/agents/meta/initialize", {"provider": "openai"}, format="json")
-    assert operator.get(path).status_code == 200
+    tenant_rows_create(org)
+    page = operator.get(path)
+    assert page.status_code == 200
+    detail_links = re.findall(r'href="(/admin/[a-z]+/[a-z]+/\d+/change/)"', page.content.decode())
+    for link in detail_links[:2]:
+        assert operator.get(link).status_code == 200, link
+
+
+def test_operators_correct_a_memory_and_its_embedding_follows(operator, org: TenantFixture) -> None:
+    tenant_rows_create(org)
+    episode = EpisodicMemory.objects.get(client=org.client)
+    before = list(EpisodicEmbedding.objects.get(memory=episode).embedding)
+    page = operator.get(f"/admin/memory/episodicmemory/{episode.pk}/change/")
+    form = {
+        "event_type": episode.event_type,
+        "summary": "Corrected: the meeting moved to Tuesday",
+        "details": episode.details,
+        "actor": episode.actor,
+        "occurred_at_0": episode.occurred_at.strftime("%Y-%m-%d"),
+        "occurred_at_1": episode.occurred_at.strftime("%H:%M:%S"),
+        "superseded_by": "",
+        "fingerprint": episode.fingerprint,
+    }
+    assert page.status_code == 200
+    response = operator.post(
+        f"/admin/memory/episodicmemory/{episode.pk}/change/", form, follow=True
+    )
+    assert response.status_code == 200
+    episode.refresh_from_db()
+    assert episode.summary == "Corrected: the meeting moved to Tuesday"
+    assert list(EpisodicEmbedding.objects.get(memory=episode).embedding) != before
+
+
+def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
+    tenant_rows_create(org)
+    job = ExtractionJob.objects.filter(client=org.client).first()
+    assert operator.get("/admin/memory/extractionjob/add/").status_code == 403
+    assert (
+        operator.post(f"/admin/memory/extractionjob/{job.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    message = Message.objects.filter(client=org.client).first()
+    assert (
+        operator.post(
+            f"/admin/conversations/message/{message.pk}/delete/", {"post": "yes"}
+        ).status_code
+        == 403
+    )

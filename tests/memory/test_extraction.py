@@ -296,3 +296,53 @@ def test_messages_are_given_up_after_the_attempt_limit(
             organization_id=job.organization_id, job_id=job.pk, error="503", final=False
         )
     assert set(Message.objects.values_list("extraction", flat=True)) == {"failed"}
+
+
+def test_the_task_retries_with_backoff_then_gives_up(
+    org: TenantFixture, llm: LoopbackServer, settings
+) -> None:
+    from memory.tasks import extract_memories
+
+    llm.respond_json({"error": "overloaded"}, status=503)
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+    # Eager execution runs each retry at once instead of after its countdown.
+    extract_memories.apply(args=[job.organization_id, job.pk])
+    # Never marked processed: after EXTRACTION_MAX_ATTEMPTS failed calls the turns are given
+    # up (and the retries left find nothing to extract).
+    assert len(llm.requests) == settings.EXTRACTION_MAX_ATTEMPTS
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"failed"}
+    assert not EpisodicMemory.objects.exists()
+    job.refresh_from_db()
+    assert job.attempts == settings.EXTRACTION_MAX_ATTEMPTS + 1
+
+
+def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
+    from memory.tasks import _backoff
+
+    for retries in range(6):
+        ceiling = min(900.0, 30.0 * 2**retries)
+        assert all(ceiling / 2 <= _backoff(retries) <= ceiling for _ in range(20))
+    assert _backoff(0, hint=7.0) == 7.0
+    assert _backoff(0, hint=99999.0) == 900.0
+
+
+def test_the_recovery_job_queues_forgotten_turns(org: TenantFixture, settings) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memory.services import extraction_jobs_recover
+
+    add(org, chat_turns("hello", "hi"))
+    ExtractionJob.objects.all().delete()  # as if the job row had never been written
+    assert extraction_jobs_recover() == 0  # too recent: the add may still be queuing it
+    Message.objects.update(created_at=timezone.now() - timedelta(minutes=3))
+    assert extraction_jobs_recover() == 1
+    assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+    # A job whose worker died mid-run goes back to the queue.
+    ExtractionJob.objects.update(
+        status=ExtractionJob.Status.RUNNING, started_at=timezone.now() - timedelta(hours=1)
+    )
+    extraction_jobs_recover()
+    assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
