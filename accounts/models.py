@@ -112,6 +112,10 @@ class EndUser(models.Model):
                 fields=["organization", "user_id"], name="end_user_unique_per_org"
             ),
         ]
+        indexes = [
+            # The user list's keyset pages: newest first within an organization.
+            models.Index(fields=["organization", "-created_at", "-id"], name="end_user_newest"),
+        ]
 
     def __str__(self) -> str:
         return self.user_id
