@@ -18,7 +18,7 @@ from memory.models import (
     SemanticMemory,
 )
 from memory.providers.embeddings import embedding_provider_from_settings
-from memory.services.records import memory_admin_update
+from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 
 
@@ -77,6 +77,13 @@ class MemoryAdmin(admin.ModelAdmin):
         self.message_user(
             request, f"Saved; {len(changes)} field(s) changed.", level=messages.SUCCESS
         )
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        memory_admin_delete(kind=MEMORY_TYPES[self.memory_type], row=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for row in queryset:
+            memory_admin_delete(kind=MEMORY_TYPES[self.memory_type], row=row)
 
 
 @admin.register(CoreMemoryBlock)

@@ -25,6 +25,7 @@ from memory.models import (
 @dataclass(frozen=True)
 class MemoryType:
     name: str
+    code: int  # its number in the search index's tables
     model: type[models.Model]
     embedding_model: (
         type[models.Model] | None
@@ -34,9 +35,10 @@ class MemoryType:
 
 
 MEMORY_TYPES: dict[str, MemoryType] = {
-    "core": MemoryType("core", CoreMemoryBlock, None, ("label", "value"), ("value", "limit")),
+    "core": MemoryType("core", 0, CoreMemoryBlock, None, ("label", "value"), ("value", "limit")),
     "episodic": MemoryType(
         "episodic",
+        1,
         EpisodicMemory,
         EpisodicEmbedding,
         ("summary", "details"),
@@ -44,6 +46,7 @@ MEMORY_TYPES: dict[str, MemoryType] = {
     ),
     "semantic": MemoryType(
         "semantic",
+        2,
         SemanticMemory,
         SemanticEmbedding,
         ("name", "summary", "details"),
@@ -51,6 +54,7 @@ MEMORY_TYPES: dict[str, MemoryType] = {
     ),
     "procedural": MemoryType(
         "procedural",
+        3,
         ProceduralMemory,
         ProceduralEmbedding,
         ("summary", "steps"),
@@ -58,6 +62,7 @@ MEMORY_TYPES: dict[str, MemoryType] = {
     ),
     "resource": MemoryType(
         "resource",
+        4,
         ResourceMemory,
         ResourceEmbedding,
         ("title", "summary", "content"),
@@ -66,6 +71,7 @@ MEMORY_TYPES: dict[str, MemoryType] = {
     # The secret value is never searchable or embedded: only its caption is.
     "knowledge_vault": MemoryType(
         "knowledge_vault",
+        5,
         KnowledgeVaultItem,
         VaultEmbedding,
         ("caption",),

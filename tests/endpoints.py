@@ -58,6 +58,24 @@ ENDPOINTS = [
         "DELETE", "/memory/episodic/{memory_id}", route="memory/<str:memory_type>/<str:memory_id>"
     ),
     Endpoint("DELETE", "/users/{user_id}/memories", route="users/<str:user_id>/memories"),
+    Endpoint(
+        "GET",
+        "/memory/search",
+        params={"user_id": "{user_id}", "query": "draft"},
+        route="memory/search",
+    ),
+    Endpoint(
+        "GET",
+        "/memory/search_all_users",
+        params={"query": "draft"},
+        route="memory/search_all_users",
+    ),
+    Endpoint(
+        "GET",
+        "/memory/retrieve/topic",
+        params={"user_id": "{user_id}", "topic": "draft"},
+        route="memory/retrieve/topic",
+    ),
     Endpoint("GET", "/sessions", params={"user_id": "{user_id}"}, route="sessions"),
     Endpoint(
         "GET",

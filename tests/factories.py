@@ -124,3 +124,5 @@ def memories_create(owner: TenantFixture, *, user_id: str) -> None:
         embedder=embedding_provider_from_settings(),
         enabled_types={"core", "semantic", "procedural"},
     )
+    # A retrieval, so that the retrieval log has a row too.
+    owner.api.get("/memory/search", {"user_id": user_id, "query": "draft"})

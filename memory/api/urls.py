@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory.api import views
+from memory.api import retrieval, views
 
 urlpatterns = [
     path(
@@ -15,6 +15,15 @@ urlpatterns = [
     path("memory/add", views.MemoryAddApi.as_view(), name="memory-add"),
     path("memory/components", views.MemoryComponentsApi.as_view(), name="memory-components"),
     path("memory/clear", views.MemoryClearApi.as_view(), name="memory-clear"),
+    path("memory/search", retrieval.MemorySearchApi.as_view(), name="memory-search"),
+    path(
+        "memory/search_all_users",
+        retrieval.MemorySearchAllUsersApi.as_view(),
+        name="memory-search-all-users",
+    ),
+    path(
+        "memory/retrieve/topic", retrieval.RetrieveTopicApi.as_view(), name="memory-retrieve-topic"
+    ),
     path(
         "memory/<str:memory_type>/<str:memory_id>",
         views.MemoryDetailApi.as_view(),

@@ -280,7 +280,7 @@ class MemoryDetailApi(TenantAPIView):
         kind = self._kind(memory_type)
         row = self._row(kind, memory_id)
         try:
-            memory_delete(tenant=self.tenant, row=row)
+            memory_delete(tenant=self.tenant, kind=kind, row=row)
         except MemoryReadOnlyError:
             raise PermissionDenied(
                 "This memory belongs to another client; it is read-only here."

@@ -17,19 +17,31 @@ from memory.models.records import (
     SemanticMemory,
     VaultEmbedding,
 )
+from memory.models.search import (
+    DocumentStats,
+    GateCalibration,
+    MemoryPosting,
+    RetrievalLog,
+    TermStats,
+)
 
 __all__ = [
     "CoreMemoryBlock",
+    "DocumentStats",
     "EpisodicEmbedding",
     "EpisodicMemory",
     "ExtractionJob",
+    "GateCalibration",
     "KnowledgeVaultItem",
+    "MemoryPosting",
     "MetaAgent",
     "ProceduralEmbedding",
     "ProceduralMemory",
     "ResourceEmbedding",
     "ResourceMemory",
+    "RetrievalLog",
     "SemanticEmbedding",
     "SemanticMemory",
+    "TermStats",
     "VaultEmbedding",
 ]

@@ -19,8 +19,15 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.crypto import secret_encrypt
 from memory.extractors import Proposal
-from memory.models import CoreMemoryBlock, KnowledgeVaultItem
+from memory.models import (
+    CoreMemoryBlock,
+    DocumentStats,
+    KnowledgeVaultItem,
+    MemoryPosting,
+    TermStats,
+)
 from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.index import postings_add, postings_remove
 from memory.types import MEMORY_TYPES, MemoryType, memory_text
 
 
@@ -186,6 +193,7 @@ def memories_store_many(
             counts[index][type_name] += 1
             written.append((kind, row))
         search_vector_refresh(kind, [row.pk for row in rows])
+    postings_add(written)
     embeddings_write(rows=written, embedder=embedder)
     return [dict(entry) for entry in counts]
 
@@ -240,19 +248,33 @@ def memory_admin_update(
     row.save(update_fields=[*changes, "updated_at"])
     if kind.embedding_model is not None:
         search_vector_refresh(kind, [row.pk])
+        postings_remove(kind, [row.pk])
+        postings_add([(kind, row)])
         embeddings_write(rows=[(kind, row)], embedder=embedder)
     return row
 
 
 @transaction.atomic
-def memory_delete(*, tenant: Tenant, row: models.Model) -> None:
+def memory_delete(*, tenant: Tenant, kind: MemoryType, row: models.Model) -> None:
     _writable(tenant, row)
+    memory_admin_delete(kind=kind, row=row)
+
+
+@transaction.atomic
+def memory_admin_delete(*, kind: MemoryType, row: models.Model) -> None:
+    """Delete a memory (an operator may delete any), and take it out of the search index."""
+    postings_remove(kind, [row.pk])
     row.delete()
 
 
 @transaction.atomic
 def memories_clear(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
     """Delete every memory the caller's client holds about the user (other clients' stay)."""
+    owned = {"end_user": end_user, "client_id": tenant.client.pk}
+    # Every indexed memory of this (user, client) goes, so its index rows go whole.
+    MemoryPosting.objects.filter(**owned).delete()
+    TermStats.objects.filter(**owned).delete()
+    DocumentStats.objects.filter(**owned).delete()
     counts = {}
     for name, kind in MEMORY_TYPES.items():
         _, per_model = kind.model.objects.filter(

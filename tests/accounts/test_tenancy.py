@@ -8,10 +8,18 @@ from accounts.services import organization_delete
 from tests.factories import TenantFixture, tenant_rows_create
 
 TENANT_APPS = ("accounts", "conversations", "memory", "skills", "images")
+# Configuration shared by every tenant, named here so that a new model is tenant-owned unless
+# someone decides otherwise.
+GLOBAL_MODELS = {"memory.GateCalibration"}
 
 
 def tenant_models() -> list[type[models.Model]]:
-    return [model for label in TENANT_APPS for model in apps.get_app_config(label).get_models()]
+    return [
+        model
+        for label in TENANT_APPS
+        for model in apps.get_app_config(label).get_models()
+        if model._meta.label not in GLOBAL_MODELS
+    ]
 
 
 def rows_of(organization_id: str) -> dict[str, int]:

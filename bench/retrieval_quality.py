@@ -1,0 +1,1223 @@
+"""Retrieval quality: does ``GET /memory/search`` find the turns (LoCoMo) and the sessions
+(LongMemEval-S) that hold a question's answer? No LLM in the loop: both benchmarks name their
+evidence, and every memory names the messages it came from (``source_message_ids``).
+
+1. Ingest, through the real path: one end user per LoCoMo conversation
+   (``rq-<run>-locomo-<sample_id>``) and per LongMemEval question (``rq-<run>-lme-<question_id>``),
+   one ``POST /memory/add`` per session with the session's date as ``occurred_at``. LoCoMo's
+   speaker_a speaks as role ``user`` and speaker_b as ``assistant``, each with its ``name``; a
+   turn's text is ``text`` plus `` [image: <blip_caption>]`` when it has one. LongMemEval turns keep
+   their own role and content. The ids ``/memory/add`` returns map every message back to its
+   LoCoMo ``dia_id`` or its LongMemEval (session id, turn index). A user's adds go in order
+   through one thread; ``--threads`` users at a time.
+2. Wait until the Celery worker has processed everything: every message of every bench session,
+   read back with ``GET /sessions/{id}/messages``, is no longer ``pending``. Then count the turns
+   that some memory cites (a turn no memory cites can never be found).
+3. Ask every question with ``GET /memory/search?memory_type=episodic&limit=20`` once per
+   ``--methods`` lane (bm25, embedding, hybrid), all against the same ingest.
+4. Score. A question's results become a ranked list of unique units (LoCoMo: turns; LongMemEval:
+   sessions): walk the results best first, expand each to the turns its ``source_message_ids``
+   name (in message order), append the units not seen yet. Per question, with G the gold units:
+   ``recall_any@k`` = some unit of G among the first k, ``recall_all@k`` = all of G among the
+   first k (k = 1, 5, 10, 20), ``ndcg@10`` = DCG of binary gains over the first 10 divided by the
+   DCG of min(|G|, 10) hits. Figures are means over questions, overall and per category (LoCoMo
+   category number; LongMemEval question_type). A search that answers an error counts as a miss.
+   - LoCoMo gold: the ``evidence`` dia_ids, split on ``;`` and white space, stray colons dropped,
+     leading zeros stripped; refs naming no turn of the conversation are skipped (counted).
+     Category 5 (adversarial) is included, and the overall figures are also shown without it.
+   - LongMemEval gold (official retrieval rules): abstention questions (``_abs``) are dropped;
+     a gold session none of whose user turns is marked ``has_answer`` is not gold, and a question
+     left with no gold session is not scored (counted; one more line scores all
+     ``answer_session_ids`` as gold, to show what that rule leaves out).
+
+Goals: LoCoMo turn-level recall_any@10 >= 0.75 (BM25 over raw turns: 0.599); LongMemEval-S
+session recall_any@5 >= 0.97. Search latency p50/p95 is measured by the client under
+``--threads`` concurrent searches, after a few warm-up searches per lane.
+
+Data: ``../shared/bench-data`` (see its README). Run against a live server started with the rate
+limit raised (one key sends everything):
+
+    API_RATE_LIMIT=10000000/min make run
+    .venv/bin/python bench/retrieval_quality.py [--base-url URL] [--api-key KEY]
+        [--dataset locomo|longmemeval|both] [--methods bm25,embedding,hybrid]
+        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import gzip
+import http.client
+import json
+import math
+import re
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+from _http import DEFAULT_BASE_URL, DEFAULT_KEY_FILE
+from ingest import Client as KeepAliveClient
+from ingest import ServerError
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "bench-data"
+LOCOMO_FILE = Path("locomo") / "locomo10.json"
+LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz"
+
+METHODS = ("bm25", "embedding", "hybrid")
+CUTOFFS = (1, 5, 10, 20)
+NDCG_CUTOFF = 10
+LOCOMO_GOAL = ("recall_any@10", 0.75)
+LOCOMO_REFERENCE_BM25 = 0.599
+LONGMEMEVAL_GOAL = ("recall_any@5", 0.97)
+LOCOMO_CATEGORIES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+ADVERSARIAL = "5 adversarial"
+
+SESSION_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.@:+-]{1,100}$")
+# gunicorn drops a keep-alive connection after a few idle seconds; an add must not meet that.
+IDLE_RECONNECT_SECONDS = 1.0
+PROGRESS_EVERY_SECONDS = 10.0
+WARMUP_SEARCHES = 2  # per thread and lane
+
+Item = TypeVar("Item")
+Outcome = TypeVar("Outcome")
+
+
+# --- The benchmark's data -------------------------------------------------------------------------
+
+
+@dataclass
+class SessionPlan:
+    """One add: a haystack session's turns, and per turn the unit it scores as (LoCoMo dia_id,
+    LongMemEval original session id) and a readable key (dia_id, or session id#turn index)."""
+
+    session_id: str
+    occurred_at: str | None
+    messages: list[dict[str, str]]
+    units: list[str]
+    turn_keys: list[str]
+
+
+@dataclass
+class Haystack:
+    """What one bench end user is told: a LoCoMo conversation or a LongMemEval haystack."""
+
+    user_id: str
+    sessions: list[SessionPlan]
+
+    @property
+    def message_count(self) -> int:
+        return sum(len(session.messages) for session in self.sessions)
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: str
+    user_id: str
+    text: str
+    category: str
+    gold: frozenset[str]
+
+
+@dataclass
+class Dataset:
+    name: str
+    title: str
+    unit: str
+    haystacks: list[Haystack]
+    questions: list[Question]
+    goal: tuple[str, float]
+    per_category_metric: str
+    notes: list[str] = field(default_factory=list)
+    # Extra scorings of the same answers under another gold (label -> questions).
+    variants: dict[str, list[Question]] = field(default_factory=dict)
+    undated_sessions: int = 0
+
+
+_LOCOMO_DATE = re.compile(
+    r"(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})",
+    re.IGNORECASE,
+)
+_LONGMEMEVAL_DATE = re.compile(
+    r"(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\([A-Za-z]+\))?\s+(\d{1,2}):(\d{2})"
+)
+_MONTHS = {name.lower(): number for number, name in enumerate(calendar.month_abbr) if name}
+
+
+def _iso(year: int, month: int, day: int, hour: int, minute: int) -> str | None:
+    try:
+        moment = datetime(year, month, day, hour, minute, tzinfo=UTC)
+    except ValueError:
+        return None
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def locomo_date_parse(text: str) -> str | None:
+    """``"1:56 pm on 8 May, 2023"`` -> ``"2023-05-08T13:56:00Z"``; None when unreadable."""
+    match = _LOCOMO_DATE.search(text or "")
+    if match is None:
+        return None
+    hour, minute, half, day, month_name, year = match.groups()
+    month = _MONTHS.get(month_name[:3].lower())
+    if month is None:
+        return None
+    hour_24 = int(hour) % 12 + (12 if half.lower() == "p" else 0)
+    return _iso(int(year), month, int(day), hour_24, int(minute))
+
+
+def longmemeval_date_parse(text: str) -> str | None:
+    """``"2023/05/20 (Sat) 02:21"`` -> ``"2023-05-20T02:21:00Z"``; None when unreadable."""
+    match = _LONGMEMEVAL_DATE.search(text or "")
+    if match is None:
+        return None
+    year, month, day, hour, minute = (int(group) for group in match.groups())
+    return _iso(year, month, day, hour, minute)
+
+
+_EVIDENCE = re.compile(r"^D:?0*(\d+):+0*(\d+)$")
+
+
+def locomo_evidence_parse(refs: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Normalized dia_ids and the refs that are not one (``'D8:6; D9:17'`` holds two,
+    ``'D:11:26'`` is D11:26, ``'D30:05'`` is D30:5, ``'D'`` is nothing)."""
+    found, malformed = [], []
+    for ref in refs:
+        for token in re.split(r"[;\s]+", ref.strip()):
+            if not token:
+                continue
+            match = _EVIDENCE.match(token)
+            if match is None:
+                malformed.append(token)
+            else:
+                found.append(f"D{int(match.group(1))}:{int(match.group(2))}")
+    return found, malformed
+
+
+def _locomo_turn_text(turn: dict[str, Any]) -> str:
+    text = turn.get("text") or ""
+    caption = turn.get("blip_caption")
+    return f"{text} [image: {caption}]" if caption else text
+
+
+def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
+    conversations = json.loads(path.read_text())
+    selected: list[tuple[dict[str, Any], int, dict[str, Any]]] = []
+    for conversation in conversations:
+        selected.extend((conversation, index, qa) for index, qa in enumerate(conversation["qa"]))
+    if limit is not None:
+        selected = selected[:limit]
+    wanted = {conversation["sample_id"] for conversation, _index, _qa in selected}
+    haystacks: dict[str, Haystack] = {}
+    undated = 0
+    for conversation in conversations:
+        if conversation["sample_id"] not in wanted:
+            continue
+        haystack, missing_dates = _locomo_haystack(conversation, run_id=run_id)
+        haystacks[conversation["sample_id"]] = haystack
+        undated += missing_dates
+
+    questions, unresolved, unanswerable = [], 0, 0
+    for conversation, index, qa in selected:
+        haystack = haystacks[conversation["sample_id"]]
+        known = {unit for session in haystack.sessions for unit in session.units}
+        dia_ids, malformed = locomo_evidence_parse(qa.get("evidence") or [])
+        gold = frozenset(dia_id for dia_id in dia_ids if dia_id in known)
+        unresolved += len(malformed) + sum(1 for dia_id in dia_ids if dia_id not in known)
+        if not gold:
+            unanswerable += 1
+            continue
+        category = int(qa["category"])
+        questions.append(
+            Question(
+                question_id=f"{conversation['sample_id']}#{index}",
+                user_id=haystack.user_id,
+                text=qa["question"],
+                category=f"{category} {LOCOMO_CATEGORIES.get(category, '?')}",
+                gold=gold,
+            )
+        )
+    return Dataset(
+        name="locomo",
+        title="LoCoMo",
+        unit="turn",
+        haystacks=list(haystacks.values()),
+        questions=questions,
+        goal=LOCOMO_GOAL,
+        per_category_metric="recall_any@10",
+        notes=[
+            f"evidence refs skipped as unresolvable: {unresolved}; "
+            f"questions with no resolvable evidence (not scored): {unanswerable}"
+        ],
+        undated_sessions=undated,
+    )
+
+
+def _locomo_haystack(conversation: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
+    speakers = conversation["conversation"]
+    roles = {speakers["speaker_a"]: "user", speakers["speaker_b"]: "assistant"}
+    numbers = sorted(
+        int(key.split("_")[1])
+        for key in speakers
+        if re.fullmatch(r"session_\d+", key) and speakers[key]
+    )
+    sessions, undated = [], 0
+    for number in numbers:
+        turns = speakers[f"session_{number}"]
+        occurred_at = locomo_date_parse(speakers.get(f"session_{number}_date_time", ""))
+        undated += occurred_at is None
+        sessions.append(
+            SessionPlan(
+                session_id=f"session_{number}",
+                occurred_at=occurred_at,
+                messages=[
+                    {
+                        "role": roles[turn["speaker"]],
+                        "name": turn["speaker"],
+                        "content": _locomo_turn_text(turn),
+                    }
+                    for turn in turns
+                ],
+                units=[locomo_evidence_parse([turn["dia_id"]])[0][0] for turn in turns],
+                turn_keys=[turn["dia_id"] for turn in turns],
+            )
+        )
+    user_id = f"rq-{run_id}-locomo-{conversation['sample_id']}"
+    return Haystack(user_id=user_id, sessions=sessions), undated
+
+
+def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
+    with gzip.open(path, "rt") as handle:
+        entries = [
+            entry for entry in json.load(handle) if not entry["question_id"].endswith("_abs")
+        ]
+    if limit is not None:
+        entries = entries[:limit]
+    haystacks, questions, lenient, undated = [], [], [], 0
+    without_gold: dict[str, int] = {}
+    for entry in entries:
+        haystack, missing_dates = _longmemeval_haystack(entry, run_id=run_id)
+        haystacks.append(haystack)
+        undated += missing_dates
+        by_id = dict(zip(entry["haystack_session_ids"], entry["haystack_sessions"], strict=True))
+        gold = frozenset(
+            session_id
+            for session_id in entry["answer_session_ids"]
+            if any(
+                turn["role"] == "user" and turn.get("has_answer")
+                for turn in by_id.get(session_id, [])
+            )
+        )
+        common = {
+            "question_id": entry["question_id"],
+            "user_id": haystack.user_id,
+            "text": entry["question"],
+            "category": entry["question_type"],
+        }
+        lenient.append(
+            Question(**common, gold=frozenset(entry["answer_session_ids"]) & by_id.keys())
+        )
+        if gold:
+            questions.append(Question(**common, gold=gold))
+        else:
+            without_gold[entry["question_type"]] = without_gold.get(entry["question_type"], 0) + 1
+    skipped = ", ".join(f"{kind} {count}" for kind, count in sorted(without_gold.items()))
+    return Dataset(
+        name="longmemeval",
+        title="LongMemEval-S",
+        unit="session",
+        haystacks=haystacks,
+        questions=questions,
+        goal=LONGMEMEVAL_GOAL,
+        per_category_metric="recall_any@5",
+        notes=[
+            f"{len(entries)} questions without _abs; not scored, no answer session has a user "
+            f"turn marked has_answer: {sum(without_gold.values())}"
+            + (f" ({skipped})" if skipped else "")
+        ],
+        variants={"all answer_session_ids as gold": lenient},
+        undated_sessions=undated,
+    )
+
+
+def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
+    sessions, used, undated = [], set(), 0
+    for original, turns, date in zip(
+        entry["haystack_session_ids"],
+        entry["haystack_sessions"],
+        entry["haystack_dates"],
+        strict=True,
+    ):
+        # A haystack may hold the same session twice (on two dates): each gets its own id.
+        base = SESSION_ID_UNSAFE.sub("_", original)[:60] or "session"
+        session_id, copy = base, 1
+        while session_id in used:
+            copy += 1
+            session_id = f"{base}-{copy}"
+        used.add(session_id)
+        occurred_at = longmemeval_date_parse(date)
+        undated += occurred_at is None
+        sessions.append(
+            SessionPlan(
+                session_id=session_id,
+                occurred_at=occurred_at,
+                messages=[{"role": turn["role"], "content": turn["content"]} for turn in turns],
+                units=[original] * len(turns),
+                turn_keys=[f"{original}#{index}" for index in range(len(turns))],
+            )
+        )
+    user_id = f"rq-{run_id}-lme-{entry['question_id']}"
+    return Haystack(user_id=user_id, sessions=sessions), undated
+
+
+# --- Talking to the server -----------------------------------------------------------------------
+
+
+class Client(KeepAliveClient):
+    """ingest.py's keep-alive client, with a longer timeout (long haystack adds, searches under
+    load) and a fresh connection for an add after an idle pause."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+        super().__init__(base_url, api_key)
+        self.connection.timeout = timeout
+        self.last_used = time.monotonic()
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
+        if method != "GET" and time.monotonic() - self.last_used > IDLE_RECONNECT_SECONDS:
+            self.connection.close()
+        try:
+            return super().request(method, path, body)
+        finally:
+            self.last_used = time.monotonic()
+
+
+class Clients:
+    """One keep-alive client per thread."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
+        self.base_url, self.api_key, self.timeout = base_url, api_key, timeout
+        self.local = threading.local()
+
+    def get(self) -> Client:
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = Client(self.base_url, self.api_key, self.timeout)
+        return client
+
+
+_RATE_LIMIT_HINT = (
+    "429 Too Many Requests: restart the server with the rate limit raised, "
+    "API_RATE_LIMIT=10000000/min make run"
+)
+_DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+def _session_messages(client: Client, user_id: str, session_id: str) -> list[dict[str, Any]]:
+    """All messages of a session, oldest first; [] when the session does not exist."""
+    messages: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        query = {"user_id": user_id, "limit": 1000} | ({"cursor": cursor} if cursor else {})
+        path = f"/sessions/{quote(session_id)}/messages?{urlencode(query)}"
+        status, payload = client.request("GET", path)
+        if status == 404:
+            return []
+        if status != 200 or not isinstance(payload, dict):
+            raise ServerError(f"GET {path}: {status} {payload}")
+        messages.extend(payload["results"])
+        cursor = payload.get("next_cursor")
+        if not cursor:
+            return messages
+
+
+def _add_session(client: Client, user_id: str, session: SessionPlan) -> list[str]:
+    """One add; the stored messages' ids, in the order sent."""
+    body: dict[str, Any] = {
+        "user_id": user_id,
+        "session_id": session.session_id,
+        "messages": session.messages,
+    }
+    if session.occurred_at:
+        body["occurred_at"] = session.occurred_at
+    try:
+        status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
+    except _DROPPED:
+        # The connection dropped under the add: whether it was stored decides what to do, as
+        # sending it again would append the turns a second time.
+        client.connection.close()
+        stored = _session_messages(client, user_id, session.session_id)
+        if len(stored) == len(session.messages):
+            return [str(message["id"]) for message in stored]
+        if stored:
+            raise ServerError(
+                f"{user_id}/{session.session_id}: partly stored after a drop"
+            ) from None
+        status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
+    if status == 429:
+        raise ServerError(_RATE_LIMIT_HINT)
+    if status != 202 or not isinstance(payload, dict):
+        raise ServerError(f"POST /memory/add ({user_id}/{session.session_id}): {status} {payload}")
+    ids = [str(value) for value in payload.get("message_ids") or []]
+    if len(ids) != len(session.messages):
+        raise ServerError(
+            f"POST /memory/add answered {len(ids)} message_ids for {len(session.messages)} "
+            f"messages ({user_id}/{session.session_id})"
+        )
+    return ids
+
+
+def _search_available(client: Client) -> bool:
+    """False when the server's OpenAPI schema has no ``/memory/search`` (not built yet)."""
+    status, payload = client.request("GET", "/api/schema/?format=json")
+    if status != 200 or not isinstance(payload, dict) or "paths" not in payload:
+        return True  # no schema to go by: let the searches tell
+    return "/memory/search" in payload["paths"]
+
+
+def _in_parallel(
+    pool: ThreadPoolExecutor,
+    function: Callable[[Item], Outcome],
+    items: Sequence[Item],
+    progress: Callable[[int], str] | None = None,
+) -> list[Outcome]:
+    """``function`` over ``items`` on the pool, results in order; the first error is raised."""
+    futures: list[Future[Outcome]] = [pool.submit(function, item) for item in items]
+    pending = set(futures)
+    while pending:
+        _done, pending = wait(pending, timeout=PROGRESS_EVERY_SECONDS)
+        if progress is not None and pending:
+            print(progress(len(futures) - len(pending)), flush=True)
+    return [future.result() for future in futures]
+
+
+# --- Ingest and wait for extraction --------------------------------------------------------------
+
+
+@dataclass
+class TurnRef:
+    unit: str
+    turn_key: str
+    order: int
+
+
+Provenance = dict[str, dict[str, TurnRef]]  # user_id -> message id -> turn
+
+
+@dataclass
+class IngestReport:
+    users: int
+    sessions: int
+    messages: int
+    add_seconds: float | None = None
+    searchable_seconds: float | None = None
+    failed_messages: int = 0
+    turns_cited_by_episodic: int = 0
+    turns_cited_by_any: int = 0
+    memory_counts: dict[str, int] = field(default_factory=dict)
+
+
+def _provenance_of(haystack: Haystack, ids_per_session: list[list[str]]) -> dict[str, TurnRef]:
+    refs: dict[str, TurnRef] = {}
+    order = 0
+    for session, ids in zip(haystack.sessions, ids_per_session, strict=True):
+        for message_id, unit, key in zip(ids, session.units, session.turn_keys, strict=True):
+            refs[message_id] = TurnRef(unit=unit, turn_key=key, order=order)
+            order += 1
+    return refs
+
+
+def _ingest(
+    *, clients: Clients, pool: ThreadPoolExecutor, haystacks: list[Haystack]
+) -> tuple[Provenance, float]:
+    total = sum(len(haystack.sessions) for haystack in haystacks)
+    sent = [0]
+    lock = threading.Lock()
+
+    def one_user(haystack: Haystack) -> dict[str, TurnRef]:
+        client = clients.get()
+        ids_per_session = []
+        for session in haystack.sessions:
+            ids_per_session.append(_add_session(client, haystack.user_id, session))
+            with lock:
+                sent[0] += 1
+        return _provenance_of(haystack, ids_per_session)
+
+    began = time.perf_counter()
+    refs = _in_parallel(
+        pool, one_user, haystacks, lambda _users: f"  {sent[0]} of {total} adds sent"
+    )
+    seconds = time.perf_counter() - began
+    return {h.user_id: r for h, r in zip(haystacks, refs, strict=True)}, seconds
+
+
+def _provenance_read(
+    *, clients: Clients, pool: ThreadPoolExecutor, haystacks: list[Haystack]
+) -> Provenance:
+    """--skip-ingest: a session is one add, so its messages in position order are its turns."""
+
+    def one_user(haystack: Haystack) -> dict[str, TurnRef]:
+        client = clients.get()
+        ids_per_session = []
+        for session in haystack.sessions:
+            stored = _session_messages(client, haystack.user_id, session.session_id)
+            if len(stored) != len(session.messages):
+                raise ServerError(
+                    f"{haystack.user_id}/{session.session_id}: {len(stored)} messages stored, "
+                    f"{len(session.messages)} expected: was this run ingested with the same "
+                    "--dataset and --limit-questions?"
+                )
+            ids_per_session.append([str(message["id"]) for message in stored])
+        return _provenance_of(haystack, ids_per_session)
+
+    refs = _in_parallel(pool, one_user, haystacks)
+    return {h.user_id: r for h, r in zip(haystacks, refs, strict=True)}
+
+
+def _wait_until_extracted(
+    *,
+    clients: Clients,
+    pool: ThreadPoolExecutor,
+    haystacks: list[Haystack],
+    poll_interval: float,
+    stall_seconds: float,
+) -> int:
+    """Sweeps until no message of any bench session is ``pending``; the number of ``failed``
+    messages. A user's sessions are checked in order, stopping at the first still pending (the
+    worker takes a user's oldest messages first), and a session once done is not read again."""
+    remaining = {haystack.user_id: list(haystack.sessions) for haystack in haystacks}
+    total = sum(haystack.message_count for haystack in haystacks)
+    done, failed = [0], [0]
+    lock = threading.Lock()
+
+    def sweep(user_id: str) -> None:
+        client = clients.get()
+        sessions = remaining[user_id]
+        while sessions:
+            stored = _session_messages(client, user_id, sessions[0].session_id)
+            if not stored or any(message["extraction"] == "pending" for message in stored):
+                return
+            with lock:
+                done[0] += len(stored)
+                failed[0] += sum(1 for message in stored if message["extraction"] == "failed")
+            sessions.pop(0)
+
+    began = last_change = next_report = time.perf_counter()
+    last_done = -1
+    while any(remaining.values()):
+        sweep_began = time.perf_counter()
+        _in_parallel(pool, sweep, [user_id for user_id, left in remaining.items() if left])
+        now = time.perf_counter()
+        if done[0] != last_done:
+            last_change, last_done = now, done[0]
+        elif now - last_change > stall_seconds:
+            raise ServerError(
+                f"no message processed for {stall_seconds:.0f} s ({done[0]} of {total}): "
+                "is the Celery worker running? Look at the extraction jobs in the admin."
+            )
+        if now >= next_report and any(remaining.values()):
+            print(f"  {now - began:7.1f} s  {done[0]} of {total} messages processed", flush=True)
+            next_report = now + PROGRESS_EVERY_SECONDS
+        if any(remaining.values()):
+            time.sleep(max(0.0, poll_interval - (time.perf_counter() - sweep_began)))
+    return failed[0]
+
+
+def _coverage(
+    *, clients: Clients, pool: ThreadPoolExecutor, provenance: Provenance, report: IngestReport
+) -> None:
+    """How many turns some memory cites, and how many memories of each type there are."""
+
+    def one_user(user_id: str) -> tuple[set[str], set[str], dict[str, int]]:
+        query = urlencode({"user_id": user_id, "memory_type": "all", "limit": 0})
+        status, payload = clients.get().request("GET", f"/memory/components?{query}")
+        if status != 200 or not isinstance(payload, dict):
+            raise ServerError(f"GET /memory/components for {user_id}: {status} {payload}")
+        episodic, cited = set(), set()
+        for kind, memories in payload["memories"].items():
+            for memory in memories:
+                ids = {str(value) for value in memory.get("source_message_ids") or []}
+                cited |= ids
+                if kind == "episodic":
+                    episodic |= ids
+        return episodic, cited, {kind: int(count) for kind, count in payload["counts"].items()}
+
+    for user_id, (episodic, cited, counts) in zip(
+        provenance, _in_parallel(pool, one_user, list(provenance)), strict=True
+    ):
+        turns = provenance[user_id].keys()
+        report.turns_cited_by_episodic += len(turns & episodic)
+        report.turns_cited_by_any += len(turns & cited)
+        for kind, count in counts.items():
+            report.memory_counts[kind] = report.memory_counts.get(kind, 0) + count
+
+
+# --- Searching and scoring -----------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    question: Question
+    ranked: list[str]
+    latency_ms: float
+    error: str | None = None
+
+
+Gold = dict[str, frozenset[str]]  # question id -> gold units
+
+
+def gold_of(questions: Iterable[Question]) -> Gold:
+    return {question.question_id: question.gold for question in questions}
+
+
+def ranked_units(results: list[Any], refs: dict[str, TurnRef]) -> tuple[list[str], int]:
+    """Unique units in result order, each result expanded to its turns in message order; and how
+    many cited message ids are not bench turns."""
+    ranked: list[str] = []
+    seen: set[str] = set()
+    unknown = 0
+    for result in results:
+        turns = []
+        for message_id in (
+            result.get("source_message_ids") if isinstance(result, dict) else None
+        ) or []:
+            ref = refs.get(str(message_id))
+            if ref is None:
+                unknown += 1
+            else:
+                turns.append(ref)
+        for ref in sorted(turns, key=lambda turn: turn.order):
+            if ref.unit not in seen:
+                seen.add(ref.unit)
+                ranked.append(ref.unit)
+    return ranked, unknown
+
+
+def question_scores(ranked: Sequence[str], gold: frozenset[str]) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for cutoff in CUTOFFS:
+        top = set(ranked[:cutoff])
+        scores[f"recall_any@{cutoff}"] = float(bool(gold & top))
+        scores[f"recall_all@{cutoff}"] = float(gold <= top)
+    gains = sum(
+        1 / math.log2(rank + 2) for rank, unit in enumerate(ranked[:NDCG_CUTOFF]) if unit in gold
+    )
+    ideal = sum(1 / math.log2(rank + 2) for rank in range(min(len(gold), NDCG_CUTOFF)))
+    scores[f"ndcg@{NDCG_CUTOFF}"] = gains / ideal if ideal else 0.0
+    return scores
+
+
+def mean_scores(answers: Iterable[Answer], gold: Gold) -> dict[str, float]:
+    """Mean of every per-question score over the answers to the questions ``gold`` names,
+    scored against that gold; ``questions`` is how many."""
+    rows = [
+        question_scores(answer.ranked, gold[answer.question.question_id])
+        for answer in answers
+        if answer.question.question_id in gold
+    ]
+    means: dict[str, float] = {"questions": len(rows)}
+    names = question_scores([], frozenset({"-"})).keys()
+    for name in names:
+        means[name] = round(statistics.fmean(row[name] for row in rows), 4) if rows else math.nan
+    return means
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else math.nan
+
+
+@dataclass
+class MethodRun:
+    method: str
+    answers: list[Answer]
+    unknown_source_ids: int
+
+    @property
+    def errors(self) -> dict[str, int]:
+        counted: dict[str, int] = {}
+        for answer in self.answers:
+            if answer.error:
+                counted[answer.error] = counted.get(answer.error, 0) + 1
+        return counted
+
+    def latency(self, fraction: float) -> float:
+        return _percentile([answer.latency_ms for answer in self.answers], fraction)
+
+
+class SearchMissingError(Exception):
+    pass
+
+
+_SEARCH_MISSING = (
+    "GET /memory/search does not exist on this server yet (404, and not in /api/schema/). "
+    "The ingest is kept: once the endpoint exists, restart the server and run again with "
+    "--skip-ingest --run-id {run_id} (and the same --dataset / --limit-questions)."
+)
+
+
+def _questions_to_ask(dataset: Dataset) -> list[Question]:
+    """The scored questions, plus those only a variant gold scores."""
+    asked = {question.question_id: question for question in dataset.questions}
+    for questions in dataset.variants.values():
+        for question in questions:
+            asked.setdefault(question.question_id, question)
+    return list(asked.values())
+
+
+def _search(
+    client: Client,
+    question: Question,
+    *,
+    method: str,
+    memory_type: str,
+    limit: int,
+    refs: dict[str, TurnRef],
+) -> tuple[Answer, int]:
+    query = urlencode(
+        {
+            "user_id": question.user_id,
+            "query": question.text,
+            "memory_type": memory_type,
+            "search_method": method,
+            "limit": limit,
+        }
+    )
+    began = time.perf_counter()
+    try:
+        status, payload = client.request("GET", f"/memory/search?{query}")
+    except (OSError, http.client.HTTPException) as error:
+        client.connection.close()
+        elapsed = (time.perf_counter() - began) * 1000
+        return Answer(question, [], elapsed, error=type(error).__name__), 0
+    elapsed = (time.perf_counter() - began) * 1000
+    if status == 429:
+        raise ServerError(_RATE_LIMIT_HINT)
+    results = payload.get("results") if isinstance(payload, dict) else None
+    if status != 200 or not isinstance(results, list):
+        code = payload.get("code") if isinstance(payload, dict) else None
+        return Answer(question, [], elapsed, error=f"{status} {code or ''}".strip()), 0
+    ranked, unknown = ranked_units(results, refs)
+    return Answer(question, ranked, elapsed), unknown
+
+
+def _run_method(
+    *,
+    clients: Clients,
+    pool: ThreadPoolExecutor,
+    threads: int,
+    questions: list[Question],
+    provenance: Provenance,
+    method: str,
+    memory_type: str,
+    limit: int,
+) -> MethodRun:
+    def ask(question: Question) -> tuple[Answer, int]:
+        return _search(
+            clients.get(),
+            question,
+            method=method,
+            memory_type=memory_type,
+            limit=limit,
+            refs=provenance[question.user_id],
+        )
+
+    # Not measured: each gunicorn worker loads the query embedder on its first search.
+    warmup = [questions[index % len(questions)] for index in range(WARMUP_SEARCHES * threads)]
+    for answer, _unknown in _in_parallel(pool, ask, warmup):
+        if answer.error == "404 not_found" and not _search_available(clients.get()):
+            raise SearchMissingError
+    outcomes = _in_parallel(
+        pool, ask, questions, lambda done: f"  {method}: {done} of {len(questions)} asked"
+    )
+    return MethodRun(
+        method=method,
+        answers=[answer for answer, _unknown in outcomes],
+        unknown_source_ids=sum(unknown for _answer, unknown in outcomes),
+    )
+
+
+# --- Reporting -----------------------------------------------------------------------------------
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+TABLE_COLUMNS = [
+    ("any@1", "recall_any@1"),
+    ("any@5", "recall_any@5"),
+    ("any@10", "recall_any@10"),
+    ("any@20", "recall_any@20"),
+    ("all@5", "recall_all@5"),
+    ("all@10", "recall_all@10"),
+    ("ndcg@10", f"ndcg@{NDCG_CUTOFF}"),
+]
+
+
+def _table(title: str, rows: list[tuple[str, dict[str, float], str]], tail_heading: str) -> None:
+    print(f"  {title}")
+    heading = "".join(f"{name:>8}" for name, _metric in TABLE_COLUMNS)
+    print(f"    {'method':<11}{'n':>6}{heading}  {tail_heading}")
+    for label, means, tail in rows:
+        cells = "".join(f"{means[metric]:8.3f}" for _name, metric in TABLE_COLUMNS)
+        print(f"    {label:<11}{int(means['questions']):>6}{cells}  {tail}")
+
+
+@dataclass
+class DatasetRun:
+    dataset: Dataset
+    ingest: IngestReport
+    runs: list[MethodRun]
+
+    def categories(self) -> list[str]:
+        return sorted({question.category for question in self.dataset.questions})
+
+    def gold(self, category: str | None = None, *, without: str | None = None) -> Gold:
+        return gold_of(
+            question
+            for question in self.dataset.questions
+            if (category is None or question.category == category) and question.category != without
+        )
+
+
+def _report_dataset(result: DatasetRun, *, memory_type: str, limit: int) -> None:
+    dataset, runs = result.dataset, result.runs
+    print(
+        f"\n== {dataset.title}: {len(dataset.haystacks)} users, {len(dataset.questions)} "
+        f"questions scored, {dataset.unit} level, memory_type={memory_type}, limit={limit}"
+    )
+    _report_ingest(result.ingest)
+    if dataset.undated_sessions:
+        print(f"  sessions added without occurred_at (date unreadable): {dataset.undated_sessions}")
+    for note in dataset.notes:
+        print(f"  {note}")
+    overall = {run.method: mean_scores(run.answers, result.gold()) for run in runs}
+    _table(
+        "all questions",
+        [
+            (
+                run.method,
+                overall[run.method],
+                f"p50 {run.latency(0.5):6.1f} ms  p95 {run.latency(0.95):6.1f} ms  "
+                f"errors {sum(run.errors.values())}"
+                + (f" {run.errors}" if run.errors else "")
+                + (f"  uncited ids {run.unknown_source_ids}" if run.unknown_source_ids else ""),
+            )
+            for run in runs
+        ],
+        "search latency",
+    )
+    if dataset.name == "locomo":
+        _table(
+            "without category 5 (adversarial)",
+            [
+                (run.method, mean_scores(run.answers, result.gold(without=ADVERSARIAL)), "")
+                for run in runs
+            ],
+            "",
+        )
+    for label, questions in dataset.variants.items():
+        variant = gold_of(question for question in questions if question.gold)
+        print(
+            f"  with {label} ({len(variant)} questions): "
+            + "; ".join(
+                f"{run.method} recall_any@5 {mean_scores(run.answers, variant)['recall_any@5']:.3f}"
+                for run in runs
+            )
+        )
+    metric = dataset.per_category_metric
+    all_metric = metric.replace("any", "all")
+    print(f"  per category, {metric} / {all_metric}:")
+    print(f"    {'category':<27}{'n':>5}" + "".join(f"{run.method:>17}" for run in runs))
+    for category in result.categories():
+        gold = result.gold(category)
+        cells = []
+        for run in runs:
+            means = mean_scores(run.answers, gold)
+            cells.append(f"{means[metric]:.3f} / {means[all_metric]:.3f}")
+        print(f"    {category:<27}{len(gold):>5}" + "".join(f"{cell:>17}" for cell in cells))
+    metric, goal = dataset.goal
+    reference = (
+        f", reference BM25 over raw turns {LOCOMO_REFERENCE_BM25}"
+        if dataset.name == "locomo"
+        else ""
+    )
+    print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions{reference})")
+    for run in runs:
+        value = overall[run.method][metric]
+        print(f"    {run.method:<11}{value:.3f}  {_verdict(value >= goal)}")
+
+
+def _report_ingest(report: IngestReport) -> None:
+    line = f"  ingest: {report.sessions} sessions, {report.messages} messages"
+    if report.add_seconds is not None:
+        line += f"; adds {report.add_seconds:.1f} s ({report.sessions / report.add_seconds:.1f}/s)"
+    if report.searchable_seconds is not None:
+        line += (
+            f"; add to searchable {report.searchable_seconds:.1f} s "
+            f"({report.messages / report.searchable_seconds:.1f} messages/s)"
+        )
+    if report.add_seconds is None:
+        line += " (reused with --skip-ingest)"
+    print(line)
+    if report.failed_messages:
+        print(f"  WARNING: {report.failed_messages} messages failed extraction")
+    counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.memory_counts.items()))
+    print(
+        f"  memories: {counts}; turns cited: by an episodic memory "
+        f"{report.turns_cited_by_episodic} of {report.messages}, by any memory "
+        f"{report.turns_cited_by_any}"
+    )
+
+
+def _figures(result: DatasetRun) -> dict[str, Any]:
+    dataset = result.dataset
+    figures: dict[str, Any] = {
+        "users": len(dataset.haystacks),
+        "questions_scored": len(dataset.questions),
+        "unit": dataset.unit,
+        "goal": {"metric": dataset.goal[0], "value": dataset.goal[1]},
+        "notes": dataset.notes,
+        "ingest": asdict(result.ingest),
+        "methods": {},
+    }
+    for run in result.runs:
+        method: dict[str, Any] = {
+            "overall": mean_scores(run.answers, result.gold()),
+            "per_category": {
+                category: mean_scores(run.answers, result.gold(category))
+                for category in result.categories()
+            },
+            "latency_ms": {
+                "p50": round(run.latency(0.5), 2),
+                "p95": round(run.latency(0.95), 2),
+            },
+            "errors": run.errors,
+            "uncited_source_message_ids": run.unknown_source_ids,
+        }
+        if dataset.name == "locomo":
+            method["overall_without_category_5"] = mean_scores(
+                run.answers, result.gold(without=ADVERSARIAL)
+            )
+        for label, questions in dataset.variants.items():
+            method[label] = mean_scores(
+                run.answers, gold_of(question for question in questions if question.gold)
+            )
+        method["questions"] = [
+            {
+                "id": answer.question.question_id,
+                "category": answer.question.category,
+                "gold": sorted(answer.question.gold),
+                "ranked": answer.ranked[: max(CUTOFFS)],
+                "error": answer.error,
+                "latency_ms": round(answer.latency_ms, 2),
+            }
+            for answer in run.answers
+        ]
+        figures["methods"][run.method] = method
+    return figures
+
+
+# --- The run -------------------------------------------------------------------------------------
+
+
+def _prepare(
+    *,
+    dataset: Dataset,
+    clients: Clients,
+    pool: ThreadPoolExecutor,
+    skip_ingest: bool,
+    poll_interval: float,
+    stall_seconds: float,
+) -> tuple[Provenance, IngestReport]:
+    report = IngestReport(
+        users=len(dataset.haystacks),
+        sessions=sum(len(haystack.sessions) for haystack in dataset.haystacks),
+        messages=sum(haystack.message_count for haystack in dataset.haystacks),
+    )
+    print(
+        f"{dataset.title}: {report.users} users, {report.sessions} sessions, "
+        f"{report.messages} messages, {len(_questions_to_ask(dataset))} questions",
+        flush=True,
+    )
+    began = time.perf_counter()
+    if skip_ingest:
+        provenance = _provenance_read(clients=clients, pool=pool, haystacks=dataset.haystacks)
+    else:
+        provenance, report.add_seconds = _ingest(
+            clients=clients, pool=pool, haystacks=dataset.haystacks
+        )
+        print(f"  adds done in {report.add_seconds:.1f} s; waiting for extraction", flush=True)
+    report.failed_messages = _wait_until_extracted(
+        clients=clients,
+        pool=pool,
+        haystacks=dataset.haystacks,
+        poll_interval=poll_interval,
+        stall_seconds=stall_seconds,
+    )
+    if not skip_ingest:
+        report.searchable_seconds = time.perf_counter() - began
+    _coverage(clients=clients, pool=pool, provenance=provenance, report=report)
+    return provenance, report
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
+    parser.add_argument("--api-key", default=None, help=f"default: the key in {DEFAULT_KEY_FILE}")
+    parser.add_argument("--dataset", choices=["locomo", "longmemeval", "both"], default="both")
+    parser.add_argument(
+        "--limit-questions",
+        type=int,
+        default=None,
+        help="per dataset, the first N questions (and only the haystacks they need)",
+    )
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    parser.add_argument("--memory-type", default="episodic", help="memory_type of the searches")
+    parser.add_argument("--search-limit", type=int, default=20, help="memories per search")
+    parser.add_argument("--skip-ingest", action="store_true", help="reuse --run-id's users")
+    parser.add_argument("--run-id", default=None, help="default: the UTC time")
+    parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds")
+    parser.add_argument(
+        "--stall-seconds", type=float, default=600.0, help="give up when nothing moves this long"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
+    arguments = parser.parse_args()
+    arguments.methods = [method.strip() for method in arguments.methods.split(",") if method]
+    if not arguments.methods or set(arguments.methods) - set(METHODS):
+        parser.error(f"--methods: a comma-separated subset of {','.join(METHODS)}")
+    if arguments.skip_ingest and not arguments.run_id:
+        parser.error("--skip-ingest needs the --run-id of the run whose users to reuse")
+    if arguments.run_id and not RUN_ID_PATTERN.match(arguments.run_id):
+        parser.error("--run-id: letters, digits and _.@:+- only")
+    if arguments.limit_questions is not None and arguments.limit_questions < 1:
+        parser.error("--limit-questions must be at least 1")
+    return arguments
+
+
+def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
+    datasets = []
+    if arguments.dataset in ("locomo", "both"):
+        datasets.append(
+            locomo_load(
+                arguments.data_dir / LOCOMO_FILE, run_id=run_id, limit=arguments.limit_questions
+            )
+        )
+    if arguments.dataset in ("longmemeval", "both"):
+        datasets.append(
+            longmemeval_load(
+                arguments.data_dir / LONGMEMEVAL_FILE,
+                run_id=run_id,
+                limit=arguments.limit_questions,
+            )
+        )
+    return datasets
+
+
+def _check_key(client: Client) -> None:
+    status, payload = client.request("GET", "/users?limit=1")
+    if status == 401:
+        raise ServerError(f"401: the API key was refused ({payload})")
+    if status == 429:
+        raise ServerError(_RATE_LIMIT_HINT)
+    if status != 200:
+        raise ServerError(f"GET /users answered {status} {payload}")
+
+
+def main() -> int:
+    arguments = _arguments()
+    api_key = arguments.api_key or DEFAULT_KEY_FILE.read_text().strip()
+    run_id = arguments.run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    datasets = _datasets(arguments, run_id)
+    clients = Clients(arguments.base_url, api_key, arguments.timeout)
+    print(
+        f"run {run_id} against {arguments.base_url}: users rq-{run_id}-*, methods "
+        f"{','.join(arguments.methods)}, memory_type={arguments.memory_type}, "
+        f"limit={arguments.search_limit}, {arguments.threads} threads",
+        flush=True,
+    )
+    results: list[DatasetRun] = []
+    try:
+        _check_key(clients.get())
+        search_ready = _search_available(clients.get())
+        if not search_ready:
+            print("note: /memory/search is not in /api/schema/: ingesting only", flush=True)
+        with ThreadPoolExecutor(arguments.threads) as pool:
+            prepared = [
+                (
+                    dataset,
+                    *_prepare(
+                        dataset=dataset,
+                        clients=clients,
+                        pool=pool,
+                        skip_ingest=arguments.skip_ingest,
+                        poll_interval=arguments.poll_interval,
+                        stall_seconds=arguments.stall_seconds,
+                    ),
+                )
+                for dataset in datasets
+            ]
+            for dataset, _provenance, report in prepared:
+                print(f"{dataset.title} ready:", end="")
+                _report_ingest(report)
+            if not search_ready:
+                raise SearchMissingError
+            for dataset, provenance, report in prepared:
+                runs = [
+                    _run_method(
+                        clients=clients,
+                        pool=pool,
+                        threads=arguments.threads,
+                        questions=_questions_to_ask(dataset),
+                        provenance=provenance,
+                        method=method,
+                        memory_type=arguments.memory_type,
+                        limit=arguments.search_limit,
+                    )
+                    for method in arguments.methods
+                ]
+                results.append(DatasetRun(dataset=dataset, ingest=report, runs=runs))
+    except SearchMissingError:
+        print(_SEARCH_MISSING.format(run_id=run_id), file=sys.stderr)
+        return 2
+    except ServerError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
+        return 1
+
+    for result in results:
+        _report_dataset(result, memory_type=arguments.memory_type, limit=arguments.search_limit)
+    if arguments.json_out is not None:
+        figures = {
+            "run_id": run_id,
+            "base_url": arguments.base_url,
+            "memory_type": arguments.memory_type,
+            "search_limit": arguments.search_limit,
+            "datasets": {result.dataset.name: _figures(result) for result in results},
+        }
+        arguments.json_out.write_text(json.dumps(figures, indent=1, allow_nan=True) + "\n")
+        print(f"\nfigures written to {arguments.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""The retrieval endpoints (MIRIX shapes): search, search across users, retrieval by topic and
+by conversation. Request parsing, the one search call, the log row, the response."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from accounts.api.base import TenantAPIView
+from accounts.api.errors import UnprocessableEntity
+from accounts.api.serializers import UserIdField
+from accounts.models import EndUser
+from accounts.selectors import end_user_get
+from memory.api.memories import MemorySerializer
+from memory.models import CoreMemoryBlock
+from memory.providers.embeddings import embedding_provider_from_settings
+from memory.retrieval.bm25 import Scope
+from memory.retrieval.engine import METHODS, SearchOutcome, SearchRequest, memories_search
+from memory.retrieval.log import retrieval_log_write
+from memory.selectors import memory_list
+from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType, memory_type_resolve
+
+MAX_LIMIT = 100
+
+
+def _filter_tags(raw: Any) -> dict[str, Any]:
+    if raw in (None, "", {}):
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise serializers.ValidationError("A JSON object of tag names to values.") from None
+    if not isinstance(raw, dict):
+        raise serializers.ValidationError("A JSON object of tag names to values.")
+    return raw
+
+
+class SearchParamsSerializer(serializers.Serializer):
+    query = serializers.CharField(max_length=10_000, trim_whitespace=True)
+    memory_type = serializers.CharField(required=False, default="all")
+    search_field = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+    search_method = serializers.ChoiceField(METHODS, required=False, default="hybrid")
+    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = serializers.CharField(required=False, allow_blank=True)
+    similarity_threshold = serializers.FloatField(
+        required=False, allow_null=True, min_value=0.0, max_value=2.0
+    )
+    start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    include_secrets = serializers.BooleanField(required=False, default=False)
+
+    def validate_filter_tags(self, value: str) -> dict[str, Any]:
+        return _filter_tags(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = attrs.get("memory_type") or "all"
+        if name == "all":
+            kinds = [MEMORY_TYPES[type_name] for type_name in SEARCHABLE_TYPES]
+        else:
+            kind = memory_type_resolve(name)
+            if kind is None:
+                raise serializers.ValidationError(
+                    {"memory_type": [f"Unknown memory type {name!r}."]}
+                )
+            kinds = [kind]
+        field = attrs.get("search_field")
+        if field in (None, "", "null", "None"):
+            field = None
+        elif len(kinds) != 1 or field not in kinds[0].text_fields:
+            raise serializers.ValidationError(
+                {"search_field": ["Name one text field of the one memory type searched."]}
+            )
+        if (
+            attrs.get("start_date")
+            and attrs.get("end_date")
+            and attrs["start_date"] > attrs["end_date"]
+        ):
+            raise serializers.ValidationError({"end_date": ["Before start_date."]})
+        return attrs | {
+            "kinds": kinds,
+            "search_field": field,
+            "filter_tags": attrs.get("filter_tags") or {},
+        }
+
+
+class SearchResultSerializer(MemorySerializer):
+    """A memory plus how it was found: its fused score, each lane's rank, the gate's word."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        hit = instance
+        data = MemorySerializer(
+            hit.row, context={**self.context, "kind": hit.kind}
+        ).to_representation(hit.row)
+        candidate = hit.candidate
+        data["score"] = candidate.score
+        data["ranks"] = {"bm25": candidate.bm25_rank, "embedding": candidate.vector_rank}
+        data["bm25_score"] = candidate.bm25_score
+        data["similarity"] = candidate.similarity
+        data["gate"] = candidate.gate
+        return data
+
+
+def _date_range(start: datetime | None, end: datetime | None) -> dict[str, str] | None:
+    if not start and not end:
+        return None
+    return {
+        "start": start.isoformat() if start else None,
+        "end": end.isoformat() if end else None,
+    }
+
+
+class _RetrievalApi(TenantAPIView):
+    writes = False  # a read, even over POST (conversation retrieval sends a body)
+    endpoint = ""
+
+    def scope(self, end_user: EndUser | None) -> Scope:
+        return Scope(
+            organization_id=self.tenant.organization.pk,
+            client_ids=tuple(sorted(self.tenant.readable_client_ids)),
+            end_user_id=end_user.pk if end_user is not None else None,
+        )
+
+    def run(
+        self,
+        request: SearchRequest,
+        *,
+        end_user: EndUser | None,
+        extra: dict[str, Any] | None = None,
+    ) -> SearchOutcome:
+        began = time.perf_counter()
+        outcome = memories_search(request, embedder=embedding_provider_from_settings())
+        retrieval_log_write(
+            tenant=self.tenant,
+            end_user=end_user,
+            endpoint=self.endpoint,
+            query=request.query,
+            method=request.method,
+            memory_types=[kind.name for kind in request.kinds],
+            outcome=outcome,
+            latency_ms=(time.perf_counter() - began) * 1000,
+            extra=extra,
+        )
+        return outcome
+
+    def end_user_from(self, user_id: str | None) -> EndUser:
+        if not user_id:
+            raise UnprocessableEntity({"user_id": ["This parameter is required."]})
+        return end_user_get(tenant=self.tenant, user_id=user_id)
+
+
+SEARCH_PARAMETERS = [
+    OpenApiParameter("query", str, required=True),
+    OpenApiParameter(
+        "memory_type",
+        str,
+        description="all (default), episodic, semantic, procedural, resource, knowledge_vault",
+    ),
+    OpenApiParameter(
+        "search_field", str, description="one text field of the type: narrows the keyword lane"
+    ),
+    OpenApiParameter("search_method", str, enum=list(METHODS), description="default hybrid"),
+    OpenApiParameter("limit", int, description="per memory type, 1-100 (default 10)"),
+    OpenApiParameter("filter_tags", str, description="JSON object; memories whose tags contain it"),
+    OpenApiParameter(
+        "similarity_threshold", float, description="max cosine distance, vector lane only"
+    ),
+    OpenApiParameter("start_date", str, description="ISO 8601; episodic memories only"),
+    OpenApiParameter("end_date", str, description="ISO 8601; episodic memories only"),
+    OpenApiParameter("include_secrets", bool, description="show knowledge-vault values"),
+]
+SEARCH_RESPONSE = inline_serializer(
+    "MemorySearch",
+    {
+        "success": serializers.BooleanField(),
+        "query": serializers.CharField(),
+        "memory_type": serializers.CharField(),
+        "search_field": serializers.CharField(allow_null=True),
+        "search_method": serializers.CharField(),
+        "date_range": serializers.DictField(allow_null=True),
+        "results": SearchResultSerializer(many=True),
+        "count": serializers.IntegerField(),
+    },
+)
+
+
+class MemorySearchApi(_RetrievalApi):
+    endpoint = "memory/search"
+
+    def search(self, request: Request, *, all_users: bool) -> dict[str, Any]:
+        params = SearchParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        end_user = None if all_users else self.end_user_from(request.query_params.get("user_id"))
+        search = SearchRequest(
+            scope=self.scope(end_user),
+            kinds=data["kinds"],
+            query=data["query"],
+            method=data["search_method"],
+            limit=data["limit"],
+            filter_tags=data["filter_tags"],
+            start=data.get("start_date"),
+            end=data.get("end_date"),
+            similarity_threshold=data.get("similarity_threshold"),
+            search_field=data["search_field"],
+        )
+        outcome = self.run(search, end_user=end_user)
+        context = {"include_secrets": data["include_secrets"]}
+        results = SearchResultSerializer(outcome.hits, many=True, context=context).data
+        return {
+            "success": True,
+            "query": search.query,
+            "memory_type": data["memory_type"],
+            "search_field": search.search_field,
+            "search_method": search.method,
+            "date_range": _date_range(search.start, search.end),
+            "results": results,
+            "count": len(results),
+        }
+
+    @extend_schema(
+        parameters=[OpenApiParameter("user_id", str, required=True), *SEARCH_PARAMETERS],
+        responses=SEARCH_RESPONSE,
+        summary="Search one user's memories: BM25 and embeddings, fused with RRF, gated",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(self.search(request, all_users=False))
+
+
+class MemorySearchAllUsersApi(MemorySearchApi):
+    endpoint = "memory/search_all_users"
+
+    @extend_schema(
+        parameters=SEARCH_PARAMETERS,
+        responses=SEARCH_RESPONSE,
+        summary="Search the memories of every user the client may read",
+    )
+    def get(self, request: Request) -> Response:
+        body = self.search(request, all_users=True)
+        body |= {
+            "client_id": self.tenant.client.pk,
+            "organization_id": self.tenant.organization.pk,
+            "client_scope": sorted(self.tenant.readable_client_ids),
+        }
+        return Response(body)
+
+
+def memories_grouped(
+    outcome: SearchOutcome, core: list[CoreMemoryBlock], *, include_secrets: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """The MIRIX ``memories`` shape: every type present, core blocks whole."""
+    grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
+    context = {"include_secrets": include_secrets}
+    for hit in outcome.hits:
+        grouped[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
+    core_kind: MemoryType = MEMORY_TYPES["core"]
+    grouped["core"] = MemorySerializer(core, many=True, context={"kind": core_kind}).data
+    return grouped
+
+
+class RetrieveTopicParamsSerializer(serializers.Serializer):
+    user_id = UserIdField()
+    topic = serializers.CharField(max_length=10_000)
+    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = serializers.CharField(required=False, allow_blank=True)
+    use_cache = serializers.BooleanField(required=False)
+
+    def validate_filter_tags(self, value: str) -> dict[str, Any]:
+        return _filter_tags(value)
+
+
+class RetrieveTopicApi(_RetrievalApi):
+    endpoint = "memory/retrieve/topic"
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("user_id", str, required=True),
+            OpenApiParameter("topic", str, required=True),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("filter_tags", str),
+        ],
+        responses=inline_serializer(
+            "RetrievedByTopic",
+            {
+                "success": serializers.BooleanField(),
+                "topic": serializers.CharField(),
+                "memories": serializers.DictField(child=SearchResultSerializer(many=True)),
+            },
+        ),
+        summary="Memories of every type about a topic (core memory whole)",
+    )
+    def get(self, request: Request) -> Response:
+        params = RetrieveTopicParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
+        search = SearchRequest(
+            scope=self.scope(end_user),
+            kinds=[MEMORY_TYPES[name] for name in SEARCHABLE_TYPES],
+            query=data["topic"],
+            limit=data["limit"],
+            filter_tags=data.get("filter_tags") or {},
+        )
+        outcome = self.run(search, end_user=end_user)
+        core = list(memory_list(tenant=self.tenant, kind=MEMORY_TYPES["core"], end_user=end_user))
+        return Response(
+            {
+                "success": True,
+                "topic": data["topic"],
+                "memories": memories_grouped(outcome, core, include_secrets=False),
+            }
+        )

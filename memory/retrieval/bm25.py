@@ -1,0 +1,174 @@
+"""Okapi BM25 over the inverted index, exact, with MaxScore-style pruning.
+
+    score(d) = Σ_t idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 - b + b·|d|/avgdl))
+    idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+over the query's distinct lexemes (``to_tsvector`` of the query, OR semantics), with N, df and
+avgdl taken over the memories of one type the caller may read for that user (its own client
+and the clients in its read scopes), from statistics kept on write. k1 = 1.2, b = 0.75.
+
+Exact top-k without scoring everything: terms are visited from the highest possible
+contribution down (rare terms first). Once k documents have partial scores and the k-th of
+them beats the most an unseen document could still gather, no unseen document can enter the
+top k: later (common) terms are then looked up only for the documents that can still make it,
+by id, instead of reading their whole posting lists. A document that is dropped can no longer
+reach the k-th score, so every document returned has its full score.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+
+K1 = 1.2
+B = 0.75
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose memories a search reads: one organization, the clients the caller may read, and
+    one end user (or, for search across users, every user)."""
+
+    organization_id: str
+    client_ids: tuple[str, ...]
+    end_user_id: int | None
+
+
+@dataclass(frozen=True)
+class TermInfo:
+    lexeme: str
+    idf: float
+    bound: float  # the most this term can add to one document's score
+
+
+def query_lexemes(text: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY lexeme",
+            [settings.TEXT_SEARCH_CONFIG, text],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _owner_filter(scope: Scope) -> tuple[str, dict[str, object]]:
+    if scope.end_user_id is not None:
+        return "end_user_id = %(end_user_id)s", {"end_user_id": scope.end_user_id}
+    return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
+
+
+def _statistics(
+    scope: Scope, memory_type: int, lexemes: list[str]
+) -> tuple[int, float, dict[str, tuple[int, int]]]:
+    """N, avgdl and {lexeme: (df, max_tf)} over the scope."""
+    owner, params = _owner_filter(scope)
+    params |= {"memory_type": memory_type, "client_ids": list(scope.client_ids), "lexemes": lexemes}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT coalesce(sum(doc_count), 0), coalesce(sum(total_length), 0) "  # noqa: S608
+            f"FROM memory_documentstats WHERE {owner} AND memory_type = %(memory_type)s "
+            f"AND client_id = ANY(%(client_ids)s)",
+            params,
+        )
+        documents, total_length = cursor.fetchone()
+        cursor.execute(
+            f"SELECT lexeme, sum(doc_frequency), max(max_tf) FROM memory_termstats "  # noqa: S608
+            f"WHERE {owner} AND memory_type = %(memory_type)s AND client_id = ANY(%(client_ids)s) "
+            f"AND lexeme = ANY(%(lexemes)s) GROUP BY lexeme",
+            params,
+        )
+        terms = {lexeme: (int(df), int(max_tf)) for lexeme, df, max_tf in cursor.fetchall()}
+    documents = int(documents)
+    average = float(total_length) / documents if documents else 0.0
+    return documents, average, terms
+
+
+def idf(documents: int, document_frequency: int) -> float:
+    return math.log(1 + (documents - document_frequency + 0.5) / (document_frequency + 0.5))
+
+
+def term_weight(tf: int, doc_length: int, average_length: float) -> float:
+    return tf * (K1 + 1) / (tf + K1 * (1 - B + B * doc_length / average_length))
+
+
+def _postings(
+    scope: Scope,
+    memory_type: int,
+    lexeme: str,
+    *,
+    only: Collection[int] | None,
+) -> list[tuple[int, int, int]]:
+    """(memory id, tf, doc length) of the lexeme's postings in scope, or of ``only`` those ids."""
+    owner, params = _owner_filter(scope)
+    params |= {"memory_type": memory_type, "client_ids": list(scope.client_ids), "lexeme": lexeme}
+    restriction = ""
+    if only is not None:
+        restriction = "AND memory_id = ANY(%(only)s)"
+        params["only"] = list(only)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT memory_id, tf, doc_length FROM memory_memoryposting "  # noqa: S608
+            f"WHERE {owner} AND memory_type = %(memory_type)s AND lexeme = %(lexeme)s "
+            f"AND client_id = ANY(%(client_ids)s) {restriction}",
+            params,
+        )
+        return cursor.fetchall()
+
+
+def bm25_search(
+    *,
+    scope: Scope,
+    memory_type: int,
+    query: str,
+    limit: int,
+    allowed_ids: Collection[int] | None = None,
+) -> list[tuple[int, float]]:
+    """The ``limit`` best (memory id, score) for the query, best first (ties: newer first).
+    ``allowed_ids`` restricts the result (filters) without changing the statistics."""
+    lexemes = query_lexemes(query)
+    if not lexemes or limit <= 0 or (allowed_ids is not None and not allowed_ids):
+        return []
+    documents, average, statistics = _statistics(scope, memory_type, lexemes)
+    if not documents:
+        return []
+    terms = []
+    for lexeme in lexemes:
+        df, max_tf = statistics.get(lexeme, (0, 0))
+        if df <= 0:
+            continue
+        weight = idf(documents, df)
+        # tf·(k1+1)/(tf + k1·(1-b+b·dl/avgdl)) grows with tf and shrinks with dl >= tf, so
+        # it is largest at tf = dl = max_tf.
+        bound = weight * term_weight(max_tf, max_tf, average)
+        terms.append(TermInfo(lexeme, weight, bound))
+    terms.sort(key=lambda term: term.bound, reverse=True)
+
+    allowed = set(allowed_ids) if allowed_ids is not None else None
+    scores: dict[int, float] = {}
+    remaining = sum(term.bound for term in terms)
+    for term in terms:
+        remaining -= term.bound
+        threshold = heapq.nlargest(limit, scores.values())[-1] if len(scores) >= limit else 0.0
+        if len(scores) >= limit and term.bound + remaining < threshold:
+            # No unseen document can reach the top: score only those that still can.
+            hopeful = [
+                doc for doc, score in scores.items() if score + term.bound + remaining >= threshold
+            ]
+            scores = {doc: scores[doc] for doc in hopeful}
+            rows = _postings(scope, memory_type, term.lexeme, only=hopeful)
+        elif allowed is not None and len(allowed) <= 5000:
+            rows = _postings(scope, memory_type, term.lexeme, only=allowed)
+        else:
+            rows = _postings(scope, memory_type, term.lexeme, only=None)
+        for memory_id, tf, doc_length in rows:
+            if allowed is not None and memory_id not in allowed:
+                continue
+            scores[memory_id] = scores.get(memory_id, 0.0) + term.idf * term_weight(
+                tf, doc_length, average
+            )
+    best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
+    return best

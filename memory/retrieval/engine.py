@@ -1,0 +1,219 @@
+"""One search over one or more memory types: lanes, fusion, gate, rows. The endpoints (memory
+search, topic and conversation retrieval) and later skills and experiences call this."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.db import connection, models
+
+from memory.models import GateCalibration
+from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.bm25 import Scope, bm25_search, query_lexemes
+from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.query_vectors import query_vector
+from memory.retrieval.vectors import distances_of, vector_search
+from memory.types import MemoryType
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("bm25", "embedding", "hybrid")
+# Each lane fetches this many times the results asked for, so fusion has room to reorder.
+OVERFETCH = 4
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    scope: Scope
+    kinds: list[MemoryType]
+    query: str
+    method: str = "hybrid"
+    limit: int = 10
+    filter_tags: dict[str, Any] = field(default_factory=dict)
+    start: datetime | None = None  # episodic memories only: occurred_at >= start
+    end: datetime | None = None  # episodic memories only: occurred_at <= end
+    similarity_threshold: float | None = None  # cosine distance; the vector lane only
+    search_field: str | None = None  # the keyword lane only
+
+
+@dataclass
+class Hit:
+    kind: MemoryType
+    row: models.Model
+    candidate: Candidate
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[Hit]
+    embedding_model: str | None
+    gate_thresholds: Thresholds | None
+    gate_counts: dict[str, int] = field(default_factory=dict)
+
+
+@cache
+def _warn_uncalibrated(model: str) -> None:
+    logger.warning(
+        "no similarity-gate calibration for embedding model %s: the gate is off "
+        "(run `manage.py calibrate_gate`)",
+        model,
+    )
+
+
+def gate_thresholds(model: str) -> Thresholds | None:
+    calibration = GateCalibration.objects.filter(model=model).first()
+    if calibration is None:
+        _warn_uncalibrated(model)
+        return None
+    return Thresholds(calibration.min_similarity, calibration.strong_similarity)
+
+
+def _rows_in_scope(kind: MemoryType, scope: Scope) -> models.QuerySet:
+    rows = kind.model.objects.filter(
+        organization_id=scope.organization_id,
+        client_id__in=scope.client_ids,
+        superseded_by__isnull=True,
+    )
+    if scope.end_user_id is not None:
+        rows = rows.filter(end_user_id=scope.end_user_id)
+    return rows
+
+
+def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
+    """The ids the filters allow, or None when nothing is filtered."""
+    dated = kind.name == "episodic" and (request.start or request.end)
+    if not request.filter_tags and not dated:
+        return None
+    rows = _rows_in_scope(kind, request.scope)
+    if request.filter_tags:
+        rows = rows.filter(filter_tags__contains=request.filter_tags)
+    if kind.name == "episodic":
+        if request.start:
+            rows = rows.filter(occurred_at__gte=request.start)
+        if request.end:
+            rows = rows.filter(occurred_at__lte=request.end)
+    return set(rows.values_list("id", flat=True))
+
+
+def _field_matches(kind: MemoryType, field_name: str, query: str, ids: list[int]) -> set[int]:
+    """Which of these memories hold one of the query's lexemes in that one field."""
+    from django.conf import settings
+
+    lexemes = query_lexemes(query)
+    if not ids or not lexemes:
+        return set()
+    tsquery = " | ".join("'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes)
+    table = kind.model._meta.db_table
+    column = kind.model._meta.get_field(field_name).column
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {table} WHERE id = ANY(%(ids)s) AND "  # noqa: S608
+            f"to_tsvector(%(config)s::regconfig, coalesce({column}::text, '')) "
+            f"@@ to_tsquery('simple', %(query)s)",
+            {"ids": ids, "config": settings.TEXT_SEARCH_CONFIG, "query": tsquery},
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _search_kind(
+    kind: MemoryType,
+    request: SearchRequest,
+    embedder: EmbeddingProvider | None,
+    vector: list[float] | None,
+    thresholds: Thresholds | None,
+) -> list[Candidate]:
+    allowed = _allowed_ids(kind, request)
+    fetch = request.limit * OVERFETCH if request.method == "hybrid" else request.limit
+    bm25: list[tuple[int, float]] = []
+    nearest: list[tuple[int, float]] = []
+    if request.method in ("bm25", "hybrid"):
+        bm25 = bm25_search(
+            scope=request.scope,
+            memory_type=kind.code,
+            query=request.query,
+            limit=fetch,
+            allowed_ids=allowed,
+        )
+        if request.search_field:
+            matching = _field_matches(
+                kind, request.search_field, request.query, [i for i, _ in bm25]
+            )
+            bm25 = [(memory_id, score) for memory_id, score in bm25 if memory_id in matching]
+    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
+        nearest = vector_search(
+            scope=request.scope,
+            kind=kind,
+            vector=vector,
+            model=embedder.model_name,
+            limit=fetch,
+            allowed_ids=allowed,
+            max_distance=request.similarity_threshold,
+        )
+    if request.method == "bm25":
+        return [
+            Candidate(memory_id, bm25_rank=rank, bm25_score=score, score=score)
+            for rank, (memory_id, score) in enumerate(bm25, start=1)
+        ]
+    if request.method == "embedding":
+        return [
+            Candidate(memory_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
+            for rank, (memory_id, distance) in enumerate(nearest, start=1)
+        ]
+    fused = rrf_fuse(bm25, nearest)
+    missing = [c.memory_id for c in fused if c.similarity is None]
+    if vector is not None and embedder is not None and missing and thresholds is not None:
+        distances = distances_of(
+            kind=kind, vector=vector, model=embedder.model_name, memory_ids=missing
+        )
+        for candidate in fused:
+            if candidate.memory_id in distances:
+                candidate.similarity = 1 - distances[candidate.memory_id]
+    kept = gate_apply(fused, thresholds)
+    return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
+
+
+def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | None) -> SearchOutcome:
+    """Search each requested type; the best ``limit`` of each, all of them ordered by score."""
+    if request.method not in METHODS:
+        raise ValueError(request.method)
+    wants_vectors = request.method in ("embedding", "hybrid") and embedder is not None
+    vector = (
+        query_vector(request.query, embedder) if wants_vectors and request.query.strip() else None
+    )
+    thresholds = (
+        gate_thresholds(embedder.model_name)
+        if request.method == "hybrid" and embedder is not None
+        else None
+    )
+    hits: list[Hit] = []
+    gate_counts: dict[str, int] = {}
+    for kind in request.kinds:
+        candidates = _search_kind(kind, request, embedder, vector, thresholds)
+        for candidate in candidates:
+            gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
+        chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
+        rows = (
+            _rows_in_scope(kind, request.scope)
+            .select_related("end_user")
+            .in_bulk([c.memory_id for c in chosen])
+        )
+        hits.extend(Hit(kind, rows[c.memory_id], c) for c in chosen if c.memory_id in rows)
+    if len(request.kinds) > 1:
+        order = {kind.name: index for index, kind in enumerate(request.kinds)}
+        hits.sort(
+            key=lambda hit: (
+                hit.candidate.gate != "strong",
+                -hit.candidate.score,
+                order[hit.kind.name],
+            )
+        )
+    return SearchOutcome(
+        hits=hits,
+        embedding_model=embedder.model_name if embedder is not None else None,
+        gate_thresholds=thresholds,
+        gate_counts=gate_counts,
+    )

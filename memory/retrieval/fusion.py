@@ -1,0 +1,76 @@
+"""Reciprocal-rank fusion of the two lanes, then the similarity gate.
+
+RRF: each result scores Σ 1/(60 + rank) over the lanes that found it, so a memory both lanes
+rank well beats one lane's top. The gate then uses the embedding model's calibrated
+thresholds: below ``min_similarity`` a result is dropped unless BM25 ranked it in its top 3
+(an exact keyword hit the model misses), at or above ``strong_similarity`` it ranks first.
+A model with no calibration runs with the gate off (and a warning), never with guessed
+thresholds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+RRF_K = 60
+BM25_RESCUE_RANK = 3
+
+
+@dataclass
+class Candidate:
+    memory_id: int
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    vector_rank: int | None = None
+    similarity: float | None = None
+    score: float = 0.0
+    gate: str = "off"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_similarity: float
+    strong_similarity: float
+
+
+def rrf_fuse(
+    bm25: list[tuple[int, float]], vector: list[tuple[int, float]], *, k: int = RRF_K
+) -> list[Candidate]:
+    """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first."""
+    candidates: dict[int, Candidate] = {}
+    for rank, (memory_id, score) in enumerate(bm25, start=1):
+        candidate = candidates.setdefault(memory_id, Candidate(memory_id))
+        candidate.bm25_rank, candidate.bm25_score = rank, score
+        candidate.score += 1.0 / (k + rank)
+    for rank, (memory_id, distance) in enumerate(vector, start=1):
+        candidate = candidates.setdefault(memory_id, Candidate(memory_id))
+        candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
+        candidate.score += 1.0 / (k + rank)
+    return sorted(candidates.values(), key=lambda c: (-c.score, -c.memory_id))
+
+
+def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> list[Candidate]:
+    """Mark each candidate's gate decision; return the kept ones, strong first, in order."""
+    if thresholds is None:
+        for candidate in candidates:
+            candidate.gate = "off"
+        return candidates
+    strong, kept = [], []
+    for candidate in candidates:
+        similarity = candidate.similarity if candidate.similarity is not None else -1.0
+        rescued = candidate.bm25_rank is not None and candidate.bm25_rank <= BM25_RESCUE_RANK
+        if similarity >= thresholds.strong_similarity:
+            candidate.gate = "strong"
+            strong.append(candidate)
+        elif similarity >= thresholds.min_similarity:
+            candidate.gate = "kept"
+            kept.append(candidate)
+        elif rescued:
+            candidate.gate = "kept_bm25_top3"
+            kept.append(candidate)
+        else:
+            candidate.gate = "dropped"
+    return strong + kept

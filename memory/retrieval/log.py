@@ -1,0 +1,79 @@
+"""The retrieval log: one row per retrieval request. Writing it never fails the request."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
+from accounts.models import EndUser
+from accounts.tenancy import Tenant
+from memory.models import RetrievalLog
+from memory.retrieval.engine import SearchOutcome
+
+logger = logging.getLogger(__name__)
+
+
+def retrieval_log_write(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    query: str,
+    method: str,
+    memory_types: list[str],
+    outcome: SearchOutcome | None,
+    latency_ms: float,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    if not settings.RETRIEVAL_LOG_ENABLED:
+        return
+    results = []
+    gate: dict[str, Any] = {}
+    if outcome is not None:
+        results = [
+            {
+                "memory_type": hit.kind.name,
+                "id": hit.row.pk,
+                "score": round(hit.candidate.score, 6),
+                "bm25_rank": hit.candidate.bm25_rank,
+                "bm25_score": hit.candidate.bm25_score,
+                "vector_rank": hit.candidate.vector_rank,
+                "similarity": hit.candidate.similarity,
+                "gate": hit.candidate.gate,
+            }
+            for hit in outcome.hits
+        ]
+        gate = {
+            "model": outcome.embedding_model,
+            "thresholds": (
+                {
+                    "min_similarity": outcome.gate_thresholds.min_similarity,
+                    "strong_similarity": outcome.gate_thresholds.strong_similarity,
+                }
+                if outcome.gate_thresholds
+                else None
+            ),
+            "decisions": outcome.gate_counts,
+        }
+    if extra:
+        gate["request"] = extra
+    try:
+        # Its own savepoint: a failed insert must not poison the request's transaction.
+        with transaction.atomic():
+            RetrievalLog.objects.create(
+                organization=tenant.organization,
+                client=tenant.client,
+                end_user=end_user,
+                endpoint=endpoint,
+                query=query[:10000],
+                method=method,
+                memory_types=memory_types,
+                results=results,
+                gate=gate,
+                latency_ms=latency_ms,
+            )
+    except (DatabaseError, ValueError, TypeError):
+        logger.exception("retrieval log not written")

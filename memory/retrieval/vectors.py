@@ -1,0 +1,146 @@
+"""The vector lane: cosine distance over each memory type's embeddings of one model.
+
+Vectors of every model share one column; each model has its own partial HNSW index over a
+cast to its dimension, and queries name the model and cast the same way, so vectors of
+different models or sizes are never compared. Many users share an index, and filtering by
+owner after an index scan can leave a small user with nothing, so each query picks its path:
+an exact scan of the user's own rows when they are few, otherwise the HNSW index with
+pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from functools import cache
+
+from django.db import connection, transaction
+
+from memory.retrieval.bm25 import Scope
+from memory.types import MemoryType
+
+logger = logging.getLogger(__name__)
+
+# Below this many embeddings in scope an exact scan (an index lookup of the owner's rows and
+# a sort) is both exact and faster than an approximate index scan.
+EXACT_SCAN_MAX_ROWS = 5000
+HNSW_EF_SEARCH_MIN = 64
+HNSW_MAX_SCAN_TUPLES = 40_000
+
+
+@cache
+def _iterative_scan_supported() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+    version = tuple(int(part) for part in (row[0] if row else "0").split(".")[:2])
+    return version >= (0, 8)
+
+
+def _vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(f"{value:.7g}" for value in vector) + "]"
+
+
+def _owner(scope: Scope) -> tuple[str, dict[str, object]]:
+    if scope.end_user_id is not None:
+        return "end_user_id = %(end_user_id)s", {"end_user_id": scope.end_user_id}
+    return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
+
+
+def embeddings_in_scope(*, scope: Scope, kind: MemoryType, model: str) -> int:
+    owner, params = _owner(scope)
+    table = kind.embedding_model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM {table} WHERE {owner} AND model = %(model)s "  # noqa: S608
+            f"AND client_id = ANY(%(client_ids)s)",
+            params | {"model": model, "client_ids": list(scope.client_ids)},
+        )
+        return int(cursor.fetchone()[0])
+
+
+def vector_search(
+    *,
+    scope: Scope,
+    kind: MemoryType,
+    vector: list[float],
+    model: str,
+    limit: int,
+    allowed_ids: Collection[int] | None = None,
+    max_distance: float | None = None,
+    exact: bool | None = None,
+) -> list[tuple[int, float]]:
+    """The ``limit`` nearest memories as (memory id, cosine distance), nearest first. A
+    memory's distance is that of its nearest chunk. ``exact`` forces a path (None: choose)."""
+    if limit <= 0 or (allowed_ids is not None and not allowed_ids):
+        return []
+    dimensions = len(vector)
+    table = kind.embedding_model._meta.db_table
+    owner, params = _owner(scope)
+    # The cast must read exactly like the index expression for the planner to use the index.
+    distance = f"(embedding::vector({dimensions})) <=> %(query)s::vector({dimensions})"
+    params |= {
+        "query": _vector_literal(vector),
+        "model": model,
+        "client_ids": list(scope.client_ids),
+        "limit": limit,
+    }
+    restriction = ""
+    if allowed_ids is not None:
+        restriction = "AND memory_id = ANY(%(allowed)s)"
+        params["allowed"] = list(allowed_ids)
+    if exact is None:
+        exact = allowed_ids is not None and len(allowed_ids) <= EXACT_SCAN_MAX_ROWS
+        exact = (
+            exact or embeddings_in_scope(scope=scope, kind=kind, model=model) <= EXACT_SCAN_MAX_ROWS
+        )
+    where = f"{owner} AND model = %(model)s AND client_id = ANY(%(client_ids)s) {restriction}"
+    if exact:
+        # "+ 0" keeps the planner from walking the HNSW index for this ORDER BY: the owner's
+        # rows come from the owner index and are ranked exactly.
+        sql = (
+            f"SELECT memory_id, min({distance}) AS distance FROM {table} "  # noqa: S608
+            f"WHERE {where} GROUP BY memory_id ORDER BY min({distance}) + 0 LIMIT %(limit)s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    else:
+        # Chunks of one memory can take several places: fetch more, keep each memory's best.
+        params["fetch"] = limit * 2
+        sql = (
+            f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
+            f"WHERE {where} ORDER BY {distance} LIMIT %(fetch)s"
+        )
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH_MIN, 2 * limit)}")
+            if _iterative_scan_supported():
+                cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {HNSW_MAX_SCAN_TUPLES}")
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    best: dict[int, float] = {}
+    for memory_id, value in rows:
+        if memory_id not in best or value < best[memory_id]:
+            best[memory_id] = value
+    ranked = sorted(best.items(), key=lambda item: (item[1], -item[0]))
+    if max_distance is not None:
+        ranked = [(memory_id, value) for memory_id, value in ranked if value < max_distance]
+    return ranked[:limit]
+
+
+def distances_of(
+    *, kind: MemoryType, vector: list[float], model: str, memory_ids: Collection[int]
+) -> dict[int, float]:
+    """The cosine distance of these memories (their nearest chunk) to the query."""
+    if not memory_ids:
+        return {}
+    dimensions = len(vector)
+    table = kind.embedding_model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT memory_id, min((embedding::vector({dimensions})) <=> %(query)s::vector({dimensions})) "  # noqa: S608, E501
+            f"FROM {table} WHERE memory_id = ANY(%(ids)s) AND model = %(model)s GROUP BY memory_id",
+            {"query": _vector_literal(vector), "ids": list(memory_ids), "model": model},
+        )
+        return dict(cursor.fetchall())
