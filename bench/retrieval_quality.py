@@ -670,10 +670,15 @@ def _coverage(
 
 @dataclass
 class Answer:
+    """One search: the units it ranked, how many memories it returned and with which gate
+    decision (``hybrid`` drops results below the calibrated similarity)."""
+
     question: Question
     ranked: list[str]
     latency_ms: float
     error: str | None = None
+    results: int = 0
+    gates: dict[str, int] = field(default_factory=dict)
 
 
 Gold = dict[str, frozenset[str]]  # question id -> gold units
@@ -757,6 +762,23 @@ class MethodRun:
     def latency(self, fraction: float) -> float:
         return _percentile([answer.latency_ms for answer in self.answers], fraction)
 
+    def shape(self) -> dict[str, Any]:
+        """Mean memories and units per answered search, and the gate decisions seen."""
+        answered = [answer for answer in self.answers if not answer.error]
+        gates: dict[str, int] = {}
+        for answer in answered:
+            for gate, count in answer.gates.items():
+                gates[gate] = gates.get(gate, 0) + count
+        return {
+            "mean_results": round(statistics.fmean(a.results for a in answered), 1)
+            if answered
+            else 0.0,
+            "mean_ranked_units": round(statistics.fmean(len(a.ranked) for a in answered), 1)
+            if answered
+            else 0.0,
+            "gates": gates,
+        }
+
 
 class SearchMissingError(Exception):
     pass
@@ -811,7 +833,11 @@ def _search(
         code = payload.get("code") if isinstance(payload, dict) else None
         return Answer(question, [], elapsed, error=f"{status} {code or ''}".strip()), 0
     ranked, unknown = ranked_units(results, refs)
-    return Answer(question, ranked, elapsed), unknown
+    gates: dict[str, int] = {}
+    for result in results:
+        gate = str(result.get("gate")) if isinstance(result, dict) else "?"
+        gates[gate] = gates.get(gate, 0) + 1
+    return Answer(question, ranked, elapsed, results=len(results), gates=gates), unknown
 
 
 def _run_method(
@@ -868,13 +894,13 @@ TABLE_COLUMNS = [
 ]
 
 
-def _table(title: str, rows: list[tuple[str, dict[str, float], str]], tail_heading: str) -> None:
+def _table(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
     print(f"  {title}")
     heading = "".join(f"{name:>8}" for name, _metric in TABLE_COLUMNS)
-    print(f"    {'method':<11}{'n':>6}{heading}  {tail_heading}")
-    for label, means, tail in rows:
+    print(f"    {'method':<11}{'n':>6}{heading}")
+    for label, means in rows:
         cells = "".join(f"{means[metric]:8.3f}" for _name, metric in TABLE_COLUMNS)
-        print(f"    {label:<11}{int(means['questions']):>6}{cells}  {tail}")
+        print(f"    {label:<11}{int(means['questions']):>6}{cells}")
 
 
 @dataclass
@@ -894,97 +920,8 @@ class DatasetRun:
         )
 
 
-def _report_dataset(result: DatasetRun, *, memory_type: str, limit: int) -> None:
-    dataset, runs = result.dataset, result.runs
-    print(
-        f"\n== {dataset.title}: {len(dataset.haystacks)} users, {len(dataset.questions)} "
-        f"questions scored, {dataset.unit} level, memory_type={memory_type}, limit={limit}"
-    )
-    _report_ingest(result.ingest)
-    if dataset.undated_sessions:
-        print(f"  sessions added without occurred_at (date unreadable): {dataset.undated_sessions}")
-    for note in dataset.notes:
-        print(f"  {note}")
-    overall = {run.method: mean_scores(run.answers, result.gold()) for run in runs}
-    _table(
-        "all questions",
-        [
-            (
-                run.method,
-                overall[run.method],
-                f"p50 {run.latency(0.5):6.1f} ms  p95 {run.latency(0.95):6.1f} ms  "
-                f"errors {sum(run.errors.values())}"
-                + (f" {run.errors}" if run.errors else "")
-                + (f"  uncited ids {run.unknown_source_ids}" if run.unknown_source_ids else ""),
-            )
-            for run in runs
-        ],
-        "search latency",
-    )
-    if dataset.name == "locomo":
-        _table(
-            "without category 5 (adversarial)",
-            [
-                (run.method, mean_scores(run.answers, result.gold(without=ADVERSARIAL)), "")
-                for run in runs
-            ],
-            "",
-        )
-    for label, questions in dataset.variants.items():
-        variant = gold_of(question for question in questions if question.gold)
-        print(
-            f"  with {label} ({len(variant)} questions): "
-            + "; ".join(
-                f"{run.method} recall_any@5 {mean_scores(run.answers, variant)['recall_any@5']:.3f}"
-                for run in runs
-            )
-        )
-    metric = dataset.per_category_metric
-    all_metric = metric.replace("any", "all")
-    print(f"  per category, {metric} / {all_metric}:")
-    print(f"    {'category':<27}{'n':>5}" + "".join(f"{run.method:>17}" for run in runs))
-    for category in result.categories():
-        gold = result.gold(category)
-        cells = []
-        for run in runs:
-            means = mean_scores(run.answers, gold)
-            cells.append(f"{means[metric]:.3f} / {means[all_metric]:.3f}")
-        print(f"    {category:<27}{len(gold):>5}" + "".join(f"{cell:>17}" for cell in cells))
-    metric, goal = dataset.goal
-    reference = (
-        f", reference BM25 over raw turns {LOCOMO_REFERENCE_BM25}"
-        if dataset.name == "locomo"
-        else ""
-    )
-    print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions{reference})")
-    for run in runs:
-        value = overall[run.method][metric]
-        print(f"    {run.method:<11}{value:.3f}  {_verdict(value >= goal)}")
-
-
-def _report_ingest(report: IngestReport) -> None:
-    line = f"  ingest: {report.sessions} sessions, {report.messages} messages"
-    if report.add_seconds is not None:
-        line += f"; adds {report.add_seconds:.1f} s ({report.sessions / report.add_seconds:.1f}/s)"
-    if report.searchable_seconds is not None:
-        line += (
-            f"; add to searchable {report.searchable_seconds:.1f} s "
-            f"({report.messages / report.searchable_seconds:.1f} messages/s)"
-        )
-    if report.add_seconds is None:
-        line += " (reused with --skip-ingest)"
-    print(line)
-    if report.failed_messages:
-        print(f"  WARNING: {report.failed_messages} messages failed extraction")
-    counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.memory_counts.items()))
-    print(
-        f"  memories: {counts}; turns cited: by an episodic memory "
-        f"{report.turns_cited_by_episodic} of {report.messages}, by any memory "
-        f"{report.turns_cited_by_any}"
-    )
-
-
 def _figures(result: DatasetRun) -> dict[str, Any]:
+    """Every figure of one dataset, as printed and as written by --json-out."""
     dataset = result.dataset
     figures: dict[str, Any] = {
         "users": len(dataset.haystacks),
@@ -1002,11 +939,10 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
                 category: mean_scores(run.answers, result.gold(category))
                 for category in result.categories()
             },
-            "latency_ms": {
-                "p50": round(run.latency(0.5), 2),
-                "p95": round(run.latency(0.95), 2),
-            },
+            "latency_ms": {"p50": run.latency(0.5), "p95": run.latency(0.95)},
+            "searches": len(run.answers),
             "errors": run.errors,
+            "results": run.shape(),
             "uncited_source_message_ids": run.unknown_source_ids,
         }
         if dataset.name == "locomo":
@@ -1030,6 +966,96 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
         ]
         figures["methods"][run.method] = method
     return figures
+
+
+def _search_summary(method: dict[str, Any]) -> str:
+    summary = (
+        f"p50 {method['latency_ms']['p50']:6.1f} ms  p95 {method['latency_ms']['p95']:6.1f} ms  "
+        f"errors {sum(method['errors'].values())} of {method['searches']}"
+    )
+    if method["errors"]:
+        summary += f" {method['errors']}"
+    shape = method["results"]
+    summary += (
+        f"; per search {shape['mean_results']:.1f} memories -> "
+        f"{shape['mean_ranked_units']:.1f} units; gate {shape['gates']}"
+    )
+    if method["uncited_source_message_ids"]:
+        summary += f"  source ids not bench turns: {method['uncited_source_message_ids']}"
+    return summary
+
+
+def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str) -> None:
+    dataset, methods = result.dataset, figures["methods"]
+    print(
+        f"\n== {dataset.title}: {len(dataset.haystacks)} users, {len(dataset.questions)} "
+        f"questions scored, {dataset.unit} level, {search}"
+    )
+    _report_ingest(result.ingest)
+    if dataset.undated_sessions:
+        print(f"  sessions added without occurred_at (date unreadable): {dataset.undated_sessions}")
+    for note in dataset.notes:
+        print(f"  {note}")
+    _table("all questions", [(name, method["overall"]) for name, method in methods.items()])
+    if dataset.name == "locomo":
+        _table(
+            "without category 5 (adversarial)",
+            [(name, method["overall_without_category_5"]) for name, method in methods.items()],
+        )
+    for label in dataset.variants:
+        counted = next(iter(methods.values()))[label]["questions"]
+        scores = "; ".join(
+            f"{name} recall_any@5 {method[label]['recall_any@5']:.3f}"
+            for name, method in methods.items()
+        )
+        print(f"  with {label} ({counted} questions): {scores}")
+    metric = dataset.per_category_metric
+    all_metric = metric.replace("any", "all")
+    print(f"  per category, {metric} / {all_metric}:")
+    print(f"    {'category':<27}{'n':>5}" + "".join(f"{name:>17}" for name in methods))
+    for category in result.categories():
+        cells = [
+            f"{method['per_category'][category][metric]:.3f} / "
+            f"{method['per_category'][category][all_metric]:.3f}"
+            for method in methods.values()
+        ]
+        count = int(next(iter(methods.values()))["per_category"][category]["questions"])
+        print(f"    {category:<27}{count:>5}" + "".join(f"{cell:>17}" for cell in cells))
+    print("  searches (latency with --threads searches in flight):")
+    for name, method in methods.items():
+        print(f"    {name:<11}{_search_summary(method)}")
+    metric, goal = dataset.goal
+    reference = (
+        f", reference BM25 over raw turns {LOCOMO_REFERENCE_BM25}"
+        if dataset.name == "locomo"
+        else ""
+    )
+    print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions{reference})")
+    for name, method in methods.items():
+        value = method["overall"][metric]
+        print(f"    {name:<11}{value:.3f}  {_verdict(value >= goal)}")
+
+
+def _report_ingest(report: IngestReport) -> None:
+    line = f"  ingest: {report.sessions} sessions, {report.messages} messages"
+    if report.add_seconds is None:
+        line += " (reused with --skip-ingest)"
+    else:
+        line += f"; adds {report.add_seconds:.1f} s ({report.sessions / report.add_seconds:.1f}/s)"
+    if report.searchable_seconds is not None:
+        line += (
+            f"; add to searchable {report.searchable_seconds:.1f} s "
+            f"({report.messages / report.searchable_seconds:.1f} messages/s)"
+        )
+    print(line)
+    if report.failed_messages:
+        print(f"  WARNING: {report.failed_messages} messages failed extraction")
+    counts = ", ".join(f"{kind} {count}" for kind, count in sorted(report.memory_counts.items()))
+    print(
+        f"  memories: {counts}; turns cited: by an episodic memory "
+        f"{report.turns_cited_by_episodic} of {report.messages}, by any memory "
+        f"{report.turns_cited_by_any}"
+    )
 
 
 # --- The run -------------------------------------------------------------------------------------
@@ -1175,7 +1201,7 @@ def main() -> int:
                 for dataset in datasets
             ]
             for dataset, _provenance, report in prepared:
-                print(f"{dataset.title} ready:", end="")
+                print(f"{dataset.title} ready:")
                 _report_ingest(report)
             if not search_ready:
                 raise SearchMissingError
@@ -1204,17 +1230,20 @@ def main() -> int:
         print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
         return 1
 
+    search = f"memory_type={arguments.memory_type}, limit={arguments.search_limit}"
+    figures = {result.dataset.name: _figures(result) for result in results}
     for result in results:
-        _report_dataset(result, memory_type=arguments.memory_type, limit=arguments.search_limit)
+        _report_dataset(result, figures[result.dataset.name], search=search)
     if arguments.json_out is not None:
-        figures = {
+        document = {
             "run_id": run_id,
             "base_url": arguments.base_url,
             "memory_type": arguments.memory_type,
             "search_limit": arguments.search_limit,
-            "datasets": {result.dataset.name: _figures(result) for result in results},
+            "threads": arguments.threads,
+            "datasets": figures,
         }
-        arguments.json_out.write_text(json.dumps(figures, indent=1, allow_nan=True) + "\n")
+        arguments.json_out.write_text(json.dumps(document, indent=1) + "\n")
         print(f"\nfigures written to {arguments.json_out}")
     return 0
 

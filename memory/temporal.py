@@ -13,16 +13,16 @@ The rules where English is ambiguous, each one a decision pinned by tests/memory
   period, even the part still ahead of ``now``. Weeks are ISO weeks, Monday to Sunday.
 - "last week / month / year" is the previous calendar period; "past week / month / year" and
   "last/past N days / weeks / months / years" are rolling windows of whole days ending today:
-  "last N days" starts at the start of today − (N − 1) days, "past N months" on the day after the
-  same date N months ago. "Last/past N hours / minutes" is exact: [now − N hours, now].
+  "last N days" starts at the start of today - (N - 1) days, "past N months" on the day after the
+  same date N months ago. "Last/past N hours / minutes" is exact: [now - N hours, now].
 - "N days / weeks / months / years ago" is the single calendar day / week / month / year N units
   back; a vague count ("a few" = 3, "a couple of" = 2) spans from 2N units back to 1 unit back.
-  "N hours / minutes ago" is [now − (N + 1) units, now − (N − 1) units].
+  "N hours / minutes ago" is [now - (N + 1) units, now - (N - 1) units].
 - "recently", "lately" = the last 7 days; "the other day" = 7 days ago through yesterday;
   "last night" = yesterday.
 - "earlier today / this week / this month / this year" and "since X" end at ``now``.
-- A month, or a date without a year, means its most recent occurrence that has begun: "in March" said
-  on 2026-02-10 is March 2025. "last March" is the most recent March that has ended.
+- A month, or a date without a year, means its most recent occurrence that has begun: "in March"
+  said on 2026-02-10 is March 2025. "last March" is the most recent March that has ended.
 - "Monday", "on Monday", "last Monday": the most recent Monday before today (a week ago when today
   is a Monday). "this Monday", "next Monday" and "every Monday" are not read as dates.
 - When several phrases are found, overlapping ones resolve to the longest ("the day before
@@ -143,7 +143,9 @@ _MONTHS = {
     "dec": 12,
 }
 _MONTH = "(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\b\.?"
-_ABBREVIATIONS = frozenset(name for name in _MONTHS if len(name) <= 4 and name not in {"may", "june", "july"})
+_ABBREVIATIONS = frozenset(
+    name for name in _MONTHS if len(name) <= 4 and name not in {"may", "june", "july"}
+)
 # Month names that are also everyday English words when written in lower case.
 _ORDINARY_WORDS = frozenset({"may", "march"}) | _ABBREVIATIONS
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -159,7 +161,7 @@ _DAY_PREPOSITION_BEFORE = re.compile(
     re.IGNORECASE,
 )
 # The second half of "from March to May": a capitalized month after a connector.
-_CONNECTOR_BEFORE = re.compile(r"(?:\band|\bto|-|–|—)\s*$", re.IGNORECASE)
+_CONNECTOR_BEFORE = re.compile(r"(?:\band|\bto|[-\u2013\u2014])\s*$", re.IGNORECASE)
 _MAY_THE_VERB = re.compile(r"\s+(?:i|we|you|he|she|they|it|be|have|not|also)\b", re.IGNORECASE)
 # "in 2000 words": a number followed by a plural noun is a quantity, not a year.
 _QUANTITY_AFTER = re.compile(
@@ -167,7 +169,9 @@ _QUANTITY_AFTER = re.compile(
     r"[a-z]{2,}s\b"
 )
 _SINCE_BEFORE = re.compile(r"\bsince\s+$", re.IGNORECASE)
-_RANGE_GAP = re.compile(r"\s*(?P<word>and|to|through|thru|until|till|-|–|—|\.\.|/)\s*", re.IGNORECASE)
+_RANGE_GAP = re.compile(
+    r"\s*(?P<word>and|to|through|thru|until|till|[-\u2013\u2014]|\.\.|/)\s*", re.IGNORECASE
+)
 _BETWEEN_BEFORE = re.compile(r"\bbetween\s+$", re.IGNORECASE)
 _FROM_BEFORE = re.compile(r"\bfrom\s+$", re.IGNORECASE)
 
@@ -227,7 +231,7 @@ def _month_word_is_ordinary(match: re.Match[str], context: _Context, *, with_day
 
 
 def _most_recent_date(month: int, day: int, today: date) -> date | None:
-    """The latest ``month``/``day`` on or before ``today``; looks back far enough for 29 February."""
+    """The latest ``month``/``day`` on or before ``today`` (far enough back for 29 February)."""
     for year in range(today.year, today.year - 9, -1):
         try:
             candidate = date(year, month, day)
@@ -392,7 +396,7 @@ def _year(match: re.Match[str], context: _Context) -> Span | None:
     if not (
         _PREPOSITION_BEFORE.search(before)
         or re.search(
-            r"\b(?:between|from)\s+(?:19|20)\d\d\s*(?:and|to|through|until|-|–)\s*$",
+            r"\b(?:between|from)\s+(?:19|20)\d\d\s*(?:and|to|through|until|[-\u2013])\s*$",
             before,
             re.IGNORECASE,
         )
@@ -422,7 +426,10 @@ _RULES: tuple[tuple[re.Pattern[str], _Resolver], ...] = tuple(
         (r"\bthe\s+other\s+day\b", _the_other_day),
         (r"\b(?:recently|lately)\b", _recently),
         (rf"\b(?P<count>{_VAGUE_COUNT}|{_EXACT_COUNT}|an?)\s+{_UNIT}\s+ago\b", _ago),
-        (rf"\b(?:last|past|previous)\s+(?P<count>{_VAGUE_COUNT}|{_EXACT_COUNT})\s+{_UNIT}\b", _rolling),
+        (
+            rf"\b(?:last|past|previous)\s+(?P<count>{_VAGUE_COUNT}|{_EXACT_COUNT})\s+{_UNIT}\b",
+            _rolling,
+        ),
         (r"\bpast\s+(?P<unit>minute|hour|week|month|year)\b", _rolling),
         (r"\bthe\s+last\s+(?P<unit>minute|hour)\b", _rolling),
         (r"\b(?P<which>last|previous|this|current)\s+(?P<unit>week|month|year)\b", _calendar),
@@ -479,15 +486,17 @@ def _find_all(text: str, now: datetime) -> list[_Found]:
                 )
 
     kept: list[_Found] = []
-    for found in sorted(candidates, key=lambda item: (item.first - item.last, item.first)):
-        if all(found.last <= other.first or other.last <= found.first for other in kept):
-            kept.append(found)
-    kept.sort(key=lambda item: item.first)
+    for found in sorted(candidates, key=lambda item: (item.first, item.first - item.last)):
+        if kept and found.first < kept[-1].last:
+            if found.last - found.first > kept[-1].last - kept[-1].first:
+                kept[-1] = found
+            continue
+        kept.append(found)
     return _join_ranges([_apply_since(found, context) for found in kept], context)
 
 
 def _apply_since(found: _Found, context: _Context) -> _Found:
-    since = _SINCE_BEFORE.search(context.text, 0, found.first)
+    since = _SINCE_BEFORE.search(context.text, max(0, found.first - 20), found.first)
     if since is None or found.span[0] > context.now:
         return found
     return _Found(first=since.start(), last=found.last, span=(found.span[0], context.now))
@@ -500,23 +509,31 @@ def _join_ranges(found: list[_Found], context: _Context) -> list[_Found]:
     while index < len(found):
         current = found[index]
         following = found[index + 1] if index + 1 < len(found) else None
-        gap = following and _RANGE_GAP.fullmatch(context.text, current.last, following.first)
-        before = context.text[max(0, current.first - 20) : current.first]
-        if (
-            following is None
-            or gap is None
-            or (gap.group("word").lower() == "and" and not _BETWEEN_BEFORE.search(before))
-        ):
+        if following is None or not _reads_as_range(current, following, context):
             joined.append(current)
             index += 1
             continue
+        before = context.text[max(0, current.first - 20) : current.first]
         opener = _BETWEEN_BEFORE.search(before) or _FROM_BEFORE.search(before)
-        first = current.first - (len(before) - opener.start() if opener else 0)
         joined.append(
-            _Found(first=first, last=following.last, span=_range_between(current, following, context))
+            _Found(
+                first=current.first - len(before) + opener.start() if opener else current.first,
+                last=following.last,
+                span=_range_between(current, following, context),
+            )
         )
         index += 2
     return joined
+
+
+def _reads_as_range(current: _Found, following: _Found, context: _Context) -> bool:
+    gap = _RANGE_GAP.fullmatch(context.text, current.last, following.first)
+    if gap is None:
+        return False
+    # "yesterday and last month" names two times; only "between ... and ..." names a range.
+    return gap.group("word").lower() != "and" or bool(
+        _BETWEEN_BEFORE.search(context.text, max(0, current.first - 20), current.first)
+    )
 
 
 def _range_between(earlier: _Found, later: _Found, context: _Context) -> Span:
@@ -526,12 +543,11 @@ def _range_between(earlier: _Found, later: _Found, context: _Context) -> Span:
     finds May of last year after March of this year; then "March" is read again as of the end of
     that May, giving March to May of last year.
     """
-    start, end = earlier.span[0], later.span[1]
-    if start > later.span[0] and earlier.match is not None and earlier.resolver is not None:
+    earlier_span = earlier.span
+    if earlier_span[0] > later.span[0] and earlier.match is not None and earlier.resolver:
         again = earlier.resolver(earlier.match, _Context(text=context.text, now=later.span[1]))
-        if again is not None:
-            start = again[0]
-    return min(start, later.span[0]), max(end, earlier.span[1])
+        earlier_span = again or earlier_span
+    return min(earlier_span[0], later.span[0]), max(earlier_span[1], later.span[1])
 
 
 def temporal_range(text: str, *, now: datetime) -> DateRange | None:

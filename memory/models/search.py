@@ -12,9 +12,15 @@ class MemoryPosting(models.Model):
     """One lexeme of one memory's text: how often it occurs there (``tf``) and the text's
     length in lexemes. BM25 reads these through index-only scans, never the memories."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    # No single-column indexes on the owners: the composite indexes below lead with them,
+    # and a competing one only tempts the planner away from the index-only scans.
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(
+        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     memory_type = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
     memory_id = models.BigIntegerField()
@@ -45,9 +51,15 @@ class TermStats(models.Model):
     times one memory holds it (an upper bound: it is not lowered on delete). IDF and the
     scoring bounds that let BM25 skip common terms come from here."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    # No single-column indexes on the owners: the composite indexes below lead with them,
+    # and a competing one only tempts the planner away from the index-only scans.
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(
+        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     memory_type = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
     doc_frequency = models.IntegerField(default=0)
@@ -71,9 +83,15 @@ class DocumentStats(models.Model):
     """For one (user, client, memory type): how many memories are indexed and their total
     length, for BM25's N and average document length."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    # No single-column indexes on the owners: the composite indexes below lead with them,
+    # and a competing one only tempts the planner away from the index-only scans.
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(
+        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     memory_type = models.PositiveSmallIntegerField()
     doc_count = models.IntegerField(default=0)
     total_length = models.BigIntegerField(default=0)

@@ -1,0 +1,159 @@
+"""The vector lane on a realistic layout: many users sharing one HNSW index."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from accounts.models import EndUser
+from memory.models import EpisodicMemory
+from memory.retrieval.bm25 import Scope, bm25_search
+from memory.retrieval.index import postings_add
+from memory.retrieval.vectors import vector_search
+from memory.types import MEMORY_TYPES
+from tests.factories import TenantFixture
+
+pytestmark = pytest.mark.slow
+EPISODIC = MEMORY_TYPES["episodic"]
+MODEL = "all-MiniLM-L6-v2"
+WORDS = (
+    "tea", "coffee", "river", "hiking", "budget", "meeting",
+    "guitar", "garden", "doctor", "travel", "report", "dinner",
+)  # fmt: skip
+
+
+def _corpus(org: TenantFixture, sizes: dict[str, int]) -> dict[str, EndUser]:
+    """Users with that many episodic memories each, random 384-d embeddings, indexed text.
+    Bulk-loaded with the HNSW index dropped and rebuilt after, as a re-embed would."""
+    users = {
+        name: EndUser.objects.create(
+            organization=org.organization, user_id=name, created_by=org.client
+        )
+        for name in sizes
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX episodicembedding_hnsw")
+        for name, count in sizes.items():
+            cursor.execute(
+                """
+                INSERT INTO memory_episodicmemory
+                       (organization_id, client_id, end_user_id, source_message_ids, filter_tags,
+                        created_at, updated_at, fingerprint, event_type, summary, details, actor,
+                        occurred_at)
+                SELECT %(org)s, %(client)s, %(user)s, '{}', '{}', now(), now(), md5(g::text),
+                       'conversation',
+                       (%(words)s::text[])[1 + (g %% 12)] || ' '
+                           || (%(words)s::text[])[1 + (g * 7 %% 12)],
+                       '', 'user', now()
+                  FROM generate_series(1, %(count)s) AS g
+                """,
+                {
+                    "org": org.organization.pk,
+                    "client": org.client.pk,
+                    "user": users[name].pk,
+                    "count": count,
+                    "words": list(WORDS),
+                },
+            )
+        # Clustered, like real embeddings (topics): 64 random centres, each vector a centre
+        # plus noise (cosine about 0.75 within a cluster). Uniform random vectors have no
+        # structure for any index to find and are a poor stand-in for text.
+        cursor.execute(
+            "CREATE TEMP TABLE centres AS SELECT c AS id, (SELECT array_agg(random() - 0.5) "
+            "FROM generate_series(1, 384) WHERE c IS NOT NULL) AS v FROM generate_series(0, 63) c"
+        )
+        cursor.execute(
+            """
+            INSERT INTO memory_episodicembedding
+                   (organization_id, client_id, end_user_id, memory_id, model, chunk_index,
+                    embedding, created_at)
+            SELECT m.organization_id, m.client_id, m.end_user_id, m.id, %(model)s, 0, r.v, now()
+              FROM memory_episodicmemory m
+              JOIN centres c ON c.id = m.id %% 64,
+                   LATERAL (SELECT array_agg(x + (random() - 0.5) * 0.6)::vector AS v
+                              FROM unnest(c.v) AS x WHERE m.id IS NOT NULL) r
+             WHERE m.organization_id = %(org)s
+            """,
+            {"model": MODEL, "org": org.organization.pk},
+        )
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # settle deferred FK checks first
+        cursor.execute(
+            "CREATE INDEX episodicembedding_hnsw ON memory_episodicembedding USING hnsw "
+            "((embedding::vector(384)) vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
+            f"WHERE model = '{MODEL}'"
+        )
+        cursor.execute("ANALYZE memory_episodicembedding")
+    rows = list(EpisodicMemory.objects.filter(organization=org.organization))
+    postings_add([(EPISODIC, row) for row in rows])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memory_memoryposting")
+    return users
+
+
+def _query_vector(seed: int) -> list[float]:
+    """Near one of the corpus's clusters, as a real question is near some topic."""
+    generator = random.Random(seed)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT v FROM centres WHERE id = %s", [generator.randrange(64)])
+        centre = cursor.fetchone()[0]
+    return [value + (generator.random() - 0.5) * 0.6 for value in centre]
+
+
+def _recall(scope: Scope, vector: list[float], *, exact_for_search: bool | None) -> float:
+    truth = vector_search(
+        scope=scope, kind=EPISODIC, vector=vector, model=MODEL, limit=10, exact=True
+    )
+    found = vector_search(
+        scope=scope, kind=EPISODIC, vector=vector, model=MODEL, limit=10, exact=exact_for_search
+    )
+    return len({m for m, _ in truth} & {m for m, _ in found}) / len(truth)
+
+
+@pytest.fixture
+def corpus(org: TenantFixture) -> dict[str, EndUser]:
+    sizes = {f"user-{index}": 50 for index in range(400)}
+    sizes["small"] = 30
+    sizes["large"] = 6000
+    return _corpus(org, sizes)
+
+
+def test_small_and_large_users_get_their_true_top_ten(org: TenantFixture, corpus) -> None:
+    for name in ("small", "large"):
+        scope = Scope(org.organization.pk, (org.client.pk,), corpus[name].pk)
+        recalls = [_recall(scope, _query_vector(seed), exact_for_search=None) for seed in range(10)]
+        assert sum(recalls) / len(recalls) >= 0.95, (name, recalls)
+    # Even forced through the shared HNSW index (iterative scan), the small user is not starved.
+    scope = Scope(org.organization.pk, (org.client.pk,), corpus["small"].pk)
+    recalls = [_recall(scope, _query_vector(seed), exact_for_search=False) for seed in range(10)]
+    assert sum(recalls) / len(recalls) >= 0.95, recalls
+
+
+def _plans(queries: list[dict], table: str) -> list[str]:
+    plans = []
+    with connection.cursor() as cursor:
+        for query in queries:
+            if table in query["sql"] and query["sql"].lstrip().upper().startswith("SELECT"):
+                cursor.execute("EXPLAIN " + query["sql"])
+                plans.append("\n".join(row[0] for row in cursor.fetchall()))
+    return plans
+
+
+def test_lanes_read_indexes_never_a_scan_of_the_memories(org: TenantFixture, corpus) -> None:
+    scope = Scope(org.organization.pk, (org.client.pk,), corpus["large"].pk)
+    with CaptureQueriesContext(connection) as captured:
+        vector_search(scope=scope, kind=EPISODIC, vector=_query_vector(1), model=MODEL, limit=10)
+    # The last statement on the embeddings is the nearest-neighbour query itself.
+    vector_plan = _plans(captured.captured_queries, "memory_episodicembedding")[-1]
+    assert "Index Scan using episodicembedding_hnsw" in vector_plan, vector_plan
+
+    with CaptureQueriesContext(connection) as captured:
+        assert bm25_search(scope=scope, memory_type=EPISODIC.code, query="tea river", limit=10)
+    plans = _plans(captured.captured_queries, "memory_memoryposting")
+    assert plans
+    for plan in plans:
+        assert "posting_user_term" in plan, plan
+        assert "Seq Scan" not in plan, plan
+    assert not _plans(captured.captured_queries, "memory_episodicmemory")
