@@ -127,6 +127,8 @@ class Haystack:
 
 @dataclass(frozen=True)
 class Question:
+    """One question asked of one bench user, with the units (turns or sessions) that answer it."""
+
     question_id: str
     user_id: str
     text: str
@@ -136,6 +138,8 @@ class Question:
 
 @dataclass
 class Dataset:
+    """One benchmark, ready to ingest and ask: its users' haystacks and its scored questions."""
+
     name: str
     title: str
     unit: str
@@ -509,6 +513,9 @@ def _in_parallel(
 
 @dataclass
 class TurnRef:
+    """What a stored message is in the benchmark: its unit, its turn, its place in the user's
+    haystack."""
+
     unit: str
     turn_key: str
     order: int
@@ -519,6 +526,8 @@ Provenance = dict[str, dict[str, TurnRef]]  # user_id -> message id -> turn
 
 @dataclass
 class IngestReport:
+    """What went in, how long it took to become searchable, and what the worker made of it."""
+
     users: int
     sessions: int
     messages: int
@@ -678,6 +687,7 @@ class Answer:
     latency_ms: float
     error: str | None = None
     results: int = 0
+    turns: list[str] = field(default_factory=list)
     gates: dict[str, int] = field(default_factory=dict)
 
 
@@ -688,11 +698,13 @@ def gold_of(questions: Iterable[Question]) -> Gold:
     return {question.question_id: question.gold for question in questions}
 
 
-def ranked_units(results: list[Any], refs: dict[str, TurnRef]) -> tuple[list[str], int]:
-    """Unique units in result order, each result expanded to its turns in message order; and how
-    many cited message ids are not bench turns."""
+def ranked_units(results: list[Any], refs: dict[str, TurnRef]) -> tuple[list[str], list[str], int]:
+    """Unique units in result order, each result expanded to its turns in message order; the
+    turns themselves (LoCoMo dia_id, LongMemEval session#turn index) in that order; and how many
+    cited message ids are not bench turns."""
     ranked: list[str] = []
     seen: set[str] = set()
+    turn_keys: dict[str, None] = {}
     unknown = 0
     for result in results:
         turns = []
@@ -705,10 +717,11 @@ def ranked_units(results: list[Any], refs: dict[str, TurnRef]) -> tuple[list[str
             else:
                 turns.append(ref)
         for ref in sorted(turns, key=lambda turn: turn.order):
+            turn_keys.setdefault(ref.turn_key)
             if ref.unit not in seen:
                 seen.add(ref.unit)
                 ranked.append(ref.unit)
-    return ranked, unknown
+    return ranked, list(turn_keys), unknown
 
 
 def question_scores(ranked: Sequence[str], gold: frozenset[str]) -> dict[str, float]:
@@ -747,6 +760,8 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 
 @dataclass
 class MethodRun:
+    """Every question of a dataset asked with one search_method."""
+
     method: str
     answers: list[Answer]
     unknown_source_ids: int
@@ -832,12 +847,13 @@ def _search(
     if status != 200 or not isinstance(results, list):
         code = payload.get("code") if isinstance(payload, dict) else None
         return Answer(question, [], elapsed, error=f"{status} {code or ''}".strip()), 0
-    ranked, unknown = ranked_units(results, refs)
+    ranked, turns, unknown = ranked_units(results, refs)
     gates: dict[str, int] = {}
     for result in results:
         gate = str(result.get("gate")) if isinstance(result, dict) else "?"
         gates[gate] = gates.get(gate, 0) + 1
-    return Answer(question, ranked, elapsed, results=len(results), gates=gates), unknown
+    answer = Answer(question, ranked, elapsed, results=len(results), turns=turns, gates=gates)
+    return answer, unknown
 
 
 def _run_method(
@@ -905,6 +921,8 @@ def _table(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
 
 @dataclass
 class DatasetRun:
+    """One dataset's ingest and its runs, one per search_method."""
+
     dataset: Dataset
     ingest: IngestReport
     runs: list[MethodRun]
@@ -959,6 +977,7 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
                 "category": answer.question.category,
                 "gold": sorted(answer.question.gold),
                 "ranked": answer.ranked[: max(CUTOFFS)],
+                "turns": answer.turns[: 2 * max(CUTOFFS)],
                 "error": answer.error,
                 "latency_ms": round(answer.latency_ms, 2),
             }

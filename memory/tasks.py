@@ -10,7 +10,12 @@ from celery.exceptions import MaxRetriesExceededError
 
 from memory.providers.embeddings import EmbeddingTransientError
 from memory.providers.llm import LLMTransientError
-from memory.services import extraction_job_requeue, extraction_job_run, extraction_jobs_recover
+from memory.services import (
+    extraction_job_requeue,
+    extraction_job_run,
+    extraction_jobs_recover,
+    retrieval_logs_purge,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,3 +61,8 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
 @shared_task
 def recover_extraction_jobs() -> int:
     return extraction_jobs_recover()
+
+
+@shared_task
+def purge_retrieval_logs() -> int:
+    return retrieval_logs_purge()

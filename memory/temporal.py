@@ -29,11 +29,13 @@ The rules where English is ambiguous, each one a decision pinned by tests/memory
   yesterday" over "yesterday", "earlier this week" over "this week"); among the rest the last one
   mentioned wins, because in a conversation the newest words carry the question being asked.
 - Precision over recall. A month name alone counts only after "in", "during", "since", "from",
-  "until", "through", "between" or "of", or with a qualifier ("early", "mid", "late", "last",
-  "this"). "may", "march" and the month abbreviations are ordinary words when written in lower case
-  unless such a preposition (or "on" / "by" before a day) precedes them, abbreviations need a day or
-  a year, and "May" followed by a pronoun ("May I ask") is the verb. Future phrases ("tomorrow",
-  "next week") are not read: memories have not happened yet.
+  "until", "through", "between" or "of", with a qualifier ("early", "mid", "late", "last", "this"),
+  or capitalized after "and" / "to" / a dash ("from March to May"). "may", "march" and the month
+  abbreviations are ordinary words when written in lower case unless such a preposition (or "on" /
+  "by" before a day) precedes them; abbreviations need a day or a year; "May" followed by a pronoun
+  ("May I ask") is the verb. A year alone needs the same prepositions and must not be followed by
+  a plural noun ("in 2000 words"). Future phrases ("tomorrow", "next week") are not read: memories
+  have not happened yet.
 """
 
 from __future__ import annotations
@@ -91,8 +93,12 @@ class _Context:
         # Through UTC, so that "past 24 hours" across a DST change is 24 real hours, not wall hours.
         return (self.now.astimezone(UTC) - timedelta(hours=hours)).astimezone(self.now.tzinfo)
 
-    def before(self, match: re.Match[str]) -> str:
-        return self.text[max(0, match.start() - 60) : match.start()]
+    def before(self, position: int) -> str:
+        """The few words before ``position``: enough to see the preposition leading a phrase."""
+        start = max(0, position - 60)
+        window = self.text[start:position]
+        # Drop a word cut in half, so that "within " never reads as "in ".
+        return re.sub(r"^\S*", "", window) if start > 0 else window
 
 
 _NUMBER_WORDS = {
@@ -227,7 +233,7 @@ def _month_word_is_ordinary(match: re.Match[str], context: _Context, *, with_day
     if word not in _ORDINARY_WORDS or not _is_lowercase_word(match, "month"):
         return False
     preposition = _DAY_PREPOSITION_BEFORE if with_day else _PREPOSITION_BEFORE
-    return not preposition.search(context.before(match))
+    return not preposition.search(context.before(match.start()))
 
 
 def _most_recent_date(month: int, day: int, today: date) -> date | None:
@@ -327,7 +333,9 @@ def _weekend(match: re.Match[str], context: _Context) -> Span:
 
 def _weekday(match: re.Match[str], context: _Context) -> Span | None:
     if not match.group("prefix") and re.search(
-        r"\b(?:next|coming|every|each|this|following)\s+$", context.before(match), re.IGNORECASE
+        r"\b(?:next|coming|every|each|this|following)\s+$",
+        context.before(match.start()),
+        re.IGNORECASE,
     ):
         return None
     wanted = _WEEKDAYS.index(match.group("weekday").lower())
@@ -356,7 +364,7 @@ def _month(match: re.Match[str], context: _Context) -> Span | None:
     word = match.group("month").lower().rstrip(".")
     qualifier = (match.group("qualifier") or "").lower()
     year_text = match.group("year")
-    before = context.before(match)
+    before = context.before(match.start())
     after_preposition = bool(_PREPOSITION_BEFORE.search(before))
     if word in _ABBREVIATIONS and not year_text:
         return None
@@ -392,7 +400,7 @@ def _month(match: re.Match[str], context: _Context) -> Span | None:
 
 
 def _year(match: re.Match[str], context: _Context) -> Span | None:
-    before = context.before(match)
+    before = context.before(match.start())
     if not (
         _PREPOSITION_BEFORE.search(before)
         or re.search(
@@ -496,10 +504,12 @@ def _find_all(text: str, now: datetime) -> list[_Found]:
 
 
 def _apply_since(found: _Found, context: _Context) -> _Found:
-    since = _SINCE_BEFORE.search(context.text, max(0, found.first - 20), found.first)
+    before = context.before(found.first)
+    since = _SINCE_BEFORE.search(before)
     if since is None or found.span[0] > context.now:
         return found
-    return _Found(first=since.start(), last=found.last, span=(found.span[0], context.now))
+    first = found.first - len(before) + since.start()
+    return _Found(first=first, last=found.last, span=(found.span[0], context.now))
 
 
 def _join_ranges(found: list[_Found], context: _Context) -> list[_Found]:
@@ -513,7 +523,7 @@ def _join_ranges(found: list[_Found], context: _Context) -> list[_Found]:
             joined.append(current)
             index += 1
             continue
-        before = context.text[max(0, current.first - 20) : current.first]
+        before = context.before(current.first)
         opener = _BETWEEN_BEFORE.search(before) or _FROM_BEFORE.search(before)
         joined.append(
             _Found(
@@ -532,7 +542,7 @@ def _reads_as_range(current: _Found, following: _Found, context: _Context) -> bo
         return False
     # "yesterday and last month" names two times; only "between ... and ..." names a range.
     return gap.group("word").lower() != "and" or bool(
-        _BETWEEN_BEFORE.search(context.text, max(0, current.first - 20), current.first)
+        _BETWEEN_BEFORE.search(context.before(current.first))
     )
 
 

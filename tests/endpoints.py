@@ -76,6 +76,12 @@ ENDPOINTS = [
         params={"user_id": "{user_id}", "topic": "draft"},
         route="memory/retrieve/topic",
     ),
+    Endpoint(
+        "POST",
+        "/memory/retrieve/conversation",
+        {"user_id": "{user_id}", "messages": [{"role": "user", "content": "the draft?"}]},
+        route="memory/retrieve/conversation",
+    ),
     Endpoint("GET", "/sessions", params={"user_id": "{user_id}"}, route="sessions"),
     Endpoint(
         "GET",

@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -22,10 +24,13 @@ from memory.api.memories import MemorySerializer
 from memory.models import CoreMemoryBlock
 from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval.bm25 import Scope
+from memory.retrieval.conversation import conversation_query
 from memory.retrieval.engine import METHODS, SearchOutcome, SearchRequest, memories_search
 from memory.retrieval.log import retrieval_log_write
 from memory.selectors import memory_list
+from memory.topics import topics_query
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType, memory_type_resolve
+from sessions.content import message_normalize
 
 MAX_LIMIT = 100
 
@@ -314,6 +319,106 @@ class RetrieveTopicApi(_RetrievalApi):
             {
                 "success": True,
                 "topic": data["topic"],
+                "memories": memories_grouped(outcome, core, include_secrets=False),
+            }
+        )
+
+
+class RetrieveConversationInputSerializer(serializers.Serializer):
+    user_id = UserIdField()
+    messages = serializers.ListField(child=serializers.JSONField(), max_length=1000)
+    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    # Sent by the MIRIX client; accepted and ignored.
+    use_cache = serializers.BooleanField(required=False)
+    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return _filter_tags(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        roles = ("user", "assistant", "tool", "system")
+        try:
+            messages = [
+                message_normalize(raw, roles=roles, where=f"messages.{index}")
+                for index, raw in enumerate(attrs["messages"])
+            ]
+        except DjangoValidationError as error:
+            raise serializers.ValidationError(error.message_dict) from None
+        if not any(
+            message.text.strip()
+            or message.image_urls
+            or any(part["type"] == "image" for part in message.parts)
+            for message in messages
+        ):
+            raise serializers.ValidationError(
+                {"messages": ["The messages hold no text and no image: nothing to retrieve for."]}
+            )
+        return attrs | {"messages": messages}
+
+
+class RetrieveConversationApi(_RetrievalApi):
+    endpoint = "memory/retrieve/conversation"
+
+    @extend_schema(
+        request=RetrieveConversationInputSerializer,
+        responses=inline_serializer(
+            "RetrievedByConversation",
+            {
+                "success": serializers.BooleanField(),
+                "topics": serializers.ListField(child=serializers.CharField()),
+                "temporal_expression": serializers.CharField(allow_null=True),
+                "date_range": serializers.DictField(allow_null=True),
+                "memories": serializers.DictField(child=SearchResultSerializer(many=True)),
+            },
+        ),
+        summary="Memories relevant to a conversation's last user turns (topics, dates)",
+    )
+    def post(self, request: Request) -> Response:
+        body = RetrieveConversationInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
+        user_texts = [m.text for m in data["messages"] if m.role == "user" and m.text.strip()]
+        found = conversation_query(user_texts, now=timezone.now())
+        start = data.get("start_date") or (found.date_range.start if found.date_range else None)
+        end = data.get("end_date") or (found.date_range.end if found.date_range else None)
+        query = topics_query(found.topics) or " ".join(user_texts[-1:])
+        core = list(memory_list(tenant=self.tenant, kind=MEMORY_TYPES["core"], end_user=end_user))
+        outcome = SearchOutcome(hits=[], embedding_model=None, gate_thresholds=None)
+        if query.strip():
+            outcome = self.run(
+                SearchRequest(
+                    scope=self.scope(end_user),
+                    kinds=[MEMORY_TYPES[name] for name in SEARCHABLE_TYPES],
+                    query=query,
+                    limit=data["limit"],
+                    filter_tags=data.get("filter_tags") or {},
+                    start=start,
+                    end=end,
+                ),
+                end_user=end_user,
+                extra={"topics": found.topics},
+            )
+        else:
+            retrieval_log_write(
+                tenant=self.tenant,
+                end_user=end_user,
+                endpoint=self.endpoint,
+                query="",
+                method="hybrid",
+                memory_types=list(SEARCHABLE_TYPES),
+                outcome=outcome,
+                latency_ms=0.0,
+            )
+        return Response(
+            {
+                "success": True,
+                "topics": found.topics,
+                "temporal_expression": found.date_range.expression if found.date_range else None,
+                "date_range": _date_range(start, end),
                 "memories": memories_grouped(outcome, core, include_secrets=False),
             }
         )

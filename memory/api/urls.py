@@ -25,6 +25,11 @@ urlpatterns = [
         "memory/retrieve/topic", retrieval.RetrieveTopicApi.as_view(), name="memory-retrieve-topic"
     ),
     path(
+        "memory/retrieve/conversation",
+        retrieval.RetrieveConversationApi.as_view(),
+        name="memory-retrieve-conversation",
+    ),
+    path(
         "memory/<str:memory_type>/<str:memory_id>",
         views.MemoryDetailApi.as_view(),
         name="memory-detail",

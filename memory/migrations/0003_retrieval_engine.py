@@ -5,96 +5,252 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0002_end_user_list_index'),
-        ('memory', '0002_memory_types'),
+        ("accounts", "0002_end_user_list_index"),
+        ("memory", "0002_memory_types"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='GateCalibration',
+            name="GateCalibration",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=100, unique=True)),
-                ('min_similarity', models.FloatField(help_text='Below it a result is dropped, unless BM25 ranked it in its top 3.')),
-                ('strong_similarity', models.FloatField(help_text='At or above it a result ranks first.')),
-                ('related_pairs', models.PositiveIntegerField(default=0)),
-                ('unrelated_pairs', models.PositiveIntegerField(default=0)),
-                ('related_mean', models.FloatField(default=0)),
-                ('unrelated_mean', models.FloatField(default=0)),
-                ('measured_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=100, unique=True)),
+                (
+                    "min_similarity",
+                    models.FloatField(
+                        help_text="Below it a result is dropped, unless BM25 ranked it in its top 3."
+                    ),
+                ),
+                (
+                    "strong_similarity",
+                    models.FloatField(help_text="At or above it a result ranks first."),
+                ),
+                ("related_pairs", models.PositiveIntegerField(default=0)),
+                ("unrelated_pairs", models.PositiveIntegerField(default=0)),
+                ("related_mean", models.FloatField(default=0)),
+                ("unrelated_mean", models.FloatField(default=0)),
+                ("measured_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='DocumentStats',
+            name="DocumentStats",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('memory_type', models.PositiveSmallIntegerField()),
-                ('doc_count', models.IntegerField(default=0)),
-                ('total_length', models.BigIntegerField(default=0)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("memory_type", models.PositiveSmallIntegerField()),
+                ("doc_count", models.IntegerField(default=0)),
+                ("total_length", models.BigIntegerField(default=0)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['organization', 'memory_type'], name='document_stats_org')],
-                'constraints': [models.UniqueConstraint(fields=('end_user', 'client', 'memory_type'), name='document_stats_unique')],
+                "indexes": [
+                    models.Index(fields=["organization", "memory_type"], name="document_stats_org")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("end_user", "client", "memory_type"), name="document_stats_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='MemoryPosting',
+            name="MemoryPosting",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('memory_type', models.PositiveSmallIntegerField()),
-                ('lexeme', models.TextField()),
-                ('memory_id', models.BigIntegerField()),
-                ('tf', models.PositiveIntegerField()),
-                ('doc_length', models.PositiveIntegerField()),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("memory_type", models.PositiveSmallIntegerField()),
+                ("lexeme", models.TextField()),
+                ("memory_id", models.BigIntegerField()),
+                ("tf", models.PositiveIntegerField()),
+                ("doc_length", models.PositiveIntegerField()),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['end_user', 'memory_type', 'lexeme', 'memory_id'], include=('client', 'tf', 'doc_length'), name='posting_user_term'), models.Index(fields=['organization', 'memory_type', 'lexeme'], include=('client', 'end_user', 'memory_id', 'tf', 'doc_length'), name='posting_org_term'), models.Index(fields=['memory_type', 'memory_id'], name='posting_memory')],
+                "indexes": [
+                    models.Index(
+                        fields=["end_user", "memory_type", "lexeme", "memory_id"],
+                        include=("client", "tf", "doc_length"),
+                        name="posting_user_term",
+                    ),
+                    models.Index(
+                        fields=["organization", "memory_type", "lexeme"],
+                        include=("client", "end_user", "memory_id", "tf", "doc_length"),
+                        name="posting_org_term",
+                    ),
+                    models.Index(fields=["memory_type", "memory_id"], name="posting_memory"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RetrievalLog',
+            name="RetrievalLog",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('endpoint', models.CharField(max_length=64)),
-                ('query', models.TextField(blank=True)),
-                ('method', models.CharField(max_length=16)),
-                ('memory_types', models.JSONField(default=list)),
-                ('results', models.JSONField(default=list)),
-                ('gate', models.JSONField(default=dict)),
-                ('latency_ms', models.FloatField()),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("endpoint", models.CharField(max_length=64)),
+                ("query", models.TextField(blank=True)),
+                ("method", models.CharField(max_length=16)),
+                ("memory_types", models.JSONField(default=list)),
+                ("results", models.JSONField(default=list)),
+                ("gate", models.JSONField(default=dict)),
+                ("latency_ms", models.FloatField()),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['organization', 'client', '-created_at'], name='retrieval_log_client')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(
+                        fields=["organization", "client", "-created_at"],
+                        name="retrieval_log_client",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='TermStats',
+            name="TermStats",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('memory_type', models.PositiveSmallIntegerField()),
-                ('lexeme', models.TextField()),
-                ('doc_frequency', models.IntegerField(default=0)),
-                ('max_tf', models.IntegerField(default=0)),
-                ('client', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.client')),
-                ('end_user', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.enduser')),
-                ('organization', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("memory_type", models.PositiveSmallIntegerField()),
+                ("lexeme", models.TextField()),
+                ("doc_frequency", models.IntegerField(default=0)),
+                ("max_tf", models.IntegerField(default=0)),
+                (
+                    "client",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "end_user",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.enduser",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['organization', 'memory_type', 'lexeme'], name='term_stats_org')],
-                'constraints': [models.UniqueConstraint(fields=('end_user', 'client', 'memory_type', 'lexeme'), name='term_stats_unique')],
+                "indexes": [
+                    models.Index(
+                        fields=["organization", "memory_type", "lexeme"], name="term_stats_org"
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("end_user", "client", "memory_type", "lexeme"),
+                        name="term_stats_unique",
+                    )
+                ],
             },
         ),
     ]

@@ -9,6 +9,7 @@ from memory.services.extraction import (
     extraction_jobs_recover,
 )
 from memory.services.ingest import IngestResult, memory_add
+from memory.services.maintenance import retrieval_logs_purge
 from memory.services.records import (
     memories_clear,
     memories_store,
@@ -27,4 +28,5 @@ __all__ = [
     "memory_delete",
     "memory_update",
     "meta_agent_initialize",
+    "retrieval_logs_purge",
 ]

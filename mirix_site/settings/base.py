@@ -266,6 +266,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
     "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
+    "memory.tasks.purge_retrieval_logs": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
@@ -276,6 +277,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # The safety net of ingestion: turns stored while the broker was down, jobs a dead worker
     # held, jobs the broker lost. Every minute, acting on work older than 2 minutes.
     "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
+    # Retrieval-log rows older than RETRIEVAL_LOG_RETENTION_DAYS go. Hourly: the table grows by
+    # one row per retrieval, and small batches keep each delete short.
+    "purge-retrieval-logs": {"task": "memory.tasks.purge_retrieval_logs", "schedule": 3600.0},
 }
 
 LOGGING = {

@@ -1,0 +1,72 @@
+"""From a conversation's last user turns to a search: topics and a date range.
+
+With an LLM configured, one structured call names the topics and the temporal expression;
+without one (or when that call fails) keyword topics come from ``memory.topics`` and the date
+range from ``memory.temporal``. An explicit start or end date from the caller wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory.providers.llm import LLMError, llm_provider_from_settings
+from memory.temporal import DateRange, temporal_range
+from memory.topics import topics_extract
+
+logger = logging.getLogger(__name__)
+
+LAST_USER_TURNS = 3
+TOPICS_SCHEMA = {
+    "type": "object",
+    "required": ["topics", "temporal_expression"],
+    "properties": {
+        "topics": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        "temporal_expression": {"type": ["string", "null"]},
+    },
+}
+TOPICS_SYSTEM = (
+    "You turn the last turns of a conversation into a memory search. List up to 8 short "
+    "topics (names, things, activities) the user is asking or talking about, most important "
+    "first, and copy the phrase that says when (e.g. 'last week', 'in March'), or null."
+)
+
+
+@dataclass(frozen=True)
+class ConversationQuery:
+    topics: list[str]
+    date_range: DateRange | None
+
+
+def _with_llm(texts: list[str]) -> tuple[list[str], str | None] | None:
+    provider = llm_provider_from_settings()
+    if provider is None:
+        return None
+    try:
+        result = provider.structured(
+            system=TOPICS_SYSTEM,
+            prompt="\n".join(f"user: {text}" for text in texts),
+            schema=TOPICS_SCHEMA,
+            schema_name="conversation_topics",
+        )
+    except LLMError:
+        logger.warning("topic extraction by LLM failed; using keyword topics", exc_info=True)
+        return None
+    topics = [str(topic).strip() for topic in result.data.get("topics") or [] if str(topic).strip()]
+    expression = result.data.get("temporal_expression")
+    return topics[:8], expression if isinstance(expression, str) and expression.strip() else None
+
+
+def conversation_query(user_texts: list[str], *, now: datetime) -> ConversationQuery:
+    """Topics and date range of the last user turns (oldest first)."""
+    texts = [text for text in user_texts if text.strip()][-LAST_USER_TURNS:]
+    if not texts:
+        return ConversationQuery([], None)
+    by_llm = _with_llm(texts)
+    if by_llm is not None:
+        topics, expression = by_llm
+        # The LLM names the phrase; the parser decides what dates it means.
+        date_range = temporal_range(expression, now=now) if expression else None
+        return ConversationQuery(topics or topics_extract(texts), date_range)
+    return ConversationQuery(topics_extract(texts), temporal_range(" ".join(texts), now=now))

@@ -1,0 +1,346 @@
+"""The search endpoints: fusion, gate, the similarity threshold, tenancy, the retrieval log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from accounts.services import client_read_scopes_set, end_user_create_or_get
+from memory.extractors import Proposal
+from memory.models import GateCalibration, RetrievalLog
+from memory.providers.embeddings import embedding_provider_from_settings
+from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse
+from memory.services import memories_store, retrieval_logs_purge
+from memory.services.records import Owner
+from tests.factories import TenantFixture, chat_turns
+
+FACTS = [
+    "Sam's sister Ana is a doctor at the city hospital",
+    "The budget meeting moved to Friday afternoon",
+    "Sam prefers green tea over coffee in the morning",
+    "Our team hiked the ridge trail in the Alps last summer",
+    "The guitar needs new strings before the concert",
+    "Leo is allergic to peanuts and carries an epinephrine pen",
+]
+
+
+def store(owner: TenantFixture, user_id: str = "sam", facts: list[str] = FACTS) -> None:
+    user, _ = end_user_create_or_get(tenant=owner.tenant, user_id=user_id, name=None)
+    memories_store(
+        owner=Owner(owner.organization.pk, owner.client.pk, user.pk),
+        proposals=[
+            Proposal("semantic", {"name": text.split()[0], "summary": text}, [index])
+            for index, text in enumerate(facts)
+        ],
+        embedder=embedding_provider_from_settings(),
+        enabled_types={"semantic"},
+    )
+
+
+def search(owner: TenantFixture, **params: object) -> dict:
+    params = {"user_id": "sam", "memory_type": "semantic", **params}
+    response = owner.api.get("/memory/search", params)
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def test_rrf_puts_an_item_both_lanes_found_above_either_lanes_top() -> None:
+    fused = rrf_fuse([(1, 9.0), (2, 5.0), (3, 1.0)], [(4, 0.1), (2, 0.2), (5, 0.3)])
+    assert [c.memory_id for c in fused][:3] == [2, 4, 1]  # 1/62 + 1/61 beats 1/61
+    both = fused[0]
+    assert (both.bm25_rank, both.vector_rank) == (2, 2)
+    assert both.score == pytest.approx(1 / 62 + 1 / 62)
+
+
+def test_gate_drops_keeps_and_promotes() -> None:
+    fused = rrf_fuse([(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)], [(5, 0.05), (1, 0.7)])
+    similarities = {1: 0.3, 2: 0.2, 3: 0.5, 4: 0.1, 5: 0.95}
+    for candidate in fused:
+        candidate.similarity = similarities[candidate.memory_id]
+    kept = gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9))
+    decisions = {c.memory_id: c.gate for c in fused}
+    assert decisions == {
+        5: "strong",  # ranks first however it fused
+        1: "kept_bm25_top3",  # below min, rescued by its BM25 rank 1
+        2: "kept_bm25_top3",
+        3: "kept",
+        4: "dropped",  # below min and BM25 rank 4
+    }
+    assert kept[0].memory_id == 5
+    assert 4 not in {c.memory_id for c in kept}
+    assert gate_apply(fused, None) == fused and {c.gate for c in fused} == {"off"}
+
+
+def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
+    store(org)
+    body = search(org, query="what does Sam drink in the morning")
+    assert body["search_method"] == "hybrid"
+    assert body["count"] == len(body["results"]) > 0
+    top = body["results"][0]
+    assert "tea" in top["summary"]
+    assert set(top) >= {
+        "id",
+        "memory_type",
+        "score",
+        "ranks",
+        "similarity",
+        "gate",
+        "source_message_ids",
+    }
+    assert top["ranks"]["bm25"] is not None and top["ranks"]["embedding"] is not None
+
+
+def test_uncalibrated_model_runs_with_the_gate_off(org: TenantFixture, caplog) -> None:
+    store(org)
+    GateCalibration.objects.all().delete()
+    body = search(org, query="peanut allergy")
+    assert {result["gate"] for result in body["results"]} == {"off"}
+
+
+def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) -> None:
+    store(org)
+    GateCalibration.objects.update_or_create(
+        model="all-MiniLM-L6-v2", defaults={"min_similarity": 0.99, "strong_similarity": 1.5}
+    )
+    body = search(org, query="peanut allergy epinephrine", limit=10)
+    # Nothing is similar enough: only BM25's top 3 survive, rescued by their keyword ranks.
+    assert {r["gate"] for r in body["results"]} == {"kept_bm25_top3"}
+    assert all(r["ranks"]["bm25"] <= 3 for r in body["results"])
+    GateCalibration.objects.filter(model="all-MiniLM-L6-v2").update(
+        min_similarity=-1.0, strong_similarity=0.5
+    )
+    body = search(org, query="peanut allergy epinephrine", limit=10)
+    assert body["results"][0]["gate"] == "strong"
+    assert "peanuts" in body["results"][0]["summary"]
+
+
+def test_call_calibrate_gate_stores_thresholds(db) -> None:
+    out = StringIO()
+    call_command("calibrate_gate", stdout=out)
+    calibration = GateCalibration.objects.get(model="all-MiniLM-L6-v2")
+    assert calibration.related_mean > calibration.unrelated_mean
+    assert -1 <= calibration.min_similarity < calibration.strong_similarity <= 1
+    assert "min_similarity" in out.getvalue()
+
+
+def test_similarity_threshold_applies_to_the_vector_lane_only(org: TenantFixture) -> None:
+    store(org)
+    query = {"query": "green tea", "similarity_threshold": 0.01}
+    assert search(org, search_method="embedding", **query)["results"] == []
+    assert search(org, search_method="bm25", **query)["results"]
+    hybrid = search(org, search_method="hybrid", **query)["results"]
+    assert hybrid and all(r["ranks"]["embedding"] is None for r in hybrid)
+    assert search(org, search_method="embedding", query="green tea", similarity_threshold=1.9)[
+        "results"
+    ]
+
+
+def test_other_tenants_and_clients_memories_never_appear(
+    org: TenantFixture, other_org: TenantFixture
+) -> None:
+    store(org, facts=["Sam owns a red kayak"])
+    store(other_org, facts=["Sam owns a blue kayak"])
+    sibling = org.another_client("sibling")
+    store(sibling, facts=["Sam owns a green kayak"])
+    for method in ("bm25", "embedding", "hybrid"):
+        summaries = {
+            r["summary"] for r in search(org, query="kayak", search_method=method)["results"]
+        }
+        assert summaries == {"Sam owns a red kayak"}, method
+        across = org.api.get(
+            "/memory/search_all_users", {"query": "kayak", "search_method": method}
+        ).json()
+        assert {r["summary"] for r in across["results"]} == {"Sam owns a red kayak"}
+    client_read_scopes_set(client=org.client, scopes=[sibling.client])
+    summaries = {r["summary"] for r in search(org, query="kayak")["results"]}
+    assert summaries == {"Sam owns a red kayak", "Sam owns a green kayak"}
+    assert (
+        other_org.api.get("/memory/search", {"user_id": "nobody", "query": "x"}).status_code == 404
+    )
+
+
+def test_filter_tags_and_dates(org: TenantFixture) -> None:
+    for project, when in (("apollo", "2025-01-10T10:00:00Z"), ("gemini", "2025-03-10T10:00:00Z")):
+        org.api.post(
+            "/memory/add",
+            {
+                "user_id": "sam",
+                "messages": chat_turns(f"Launch review for {project} went well", "ok"),
+                "filter_tags": {"project": project},
+                "occurred_at": when,
+            },
+            format="json",
+        )
+    from memory.models import ExtractionJob
+    from memory.services import extraction_job_run
+
+    for job in ExtractionJob.objects.filter(status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    tagged = search(
+        org, memory_type="episodic", query="launch review", filter_tags='{"project": "gemini"}'
+    )
+    assert [r["filter_tags"]["project"] for r in tagged["results"]] == ["gemini"]
+    dated = search(
+        org,
+        memory_type="episodic",
+        query="launch review",
+        start_date="2025-01-01T00:00:00Z",
+        end_date="2025-01-31T23:59:59Z",
+    )
+    assert [r["filter_tags"]["project"] for r in dated["results"]] == ["apollo"]
+    assert dated["date_range"]["start"].startswith("2025-01-01")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"query": ""},
+        {"query": "x", "search_method": "telepathy"},
+        {"query": "x", "memory_type": "dreams"},
+        {"query": "x", "limit": 0},
+        {"query": "x", "filter_tags": "{not json"},
+        {"query": "x", "similarity_threshold": 3},
+        {"query": "x", "memory_type": "semantic", "search_field": "nonsense"},
+    ],
+)
+def test_bad_search_parameters_are_422(org: TenantFixture, params: dict) -> None:
+    org.api.post("/users/create_or_get", {"user_id": "sam"}, format="json")
+    response = org.api.get("/memory/search", {"user_id": "sam", **params})
+    assert response.status_code == 422, response.json()
+
+
+def test_search_field_narrows_the_keyword_lane(org: TenantFixture) -> None:
+    user, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
+    memories_store(
+        owner=Owner(org.organization.pk, org.client.pk, user.pk),
+        proposals=[
+            Proposal("semantic", {"name": "Drinks", "summary": "green tea in the morning"}, [1]),
+            Proposal("semantic", {"name": "Tea ceremony", "summary": "a Kyoto visit"}, [2]),
+        ],
+        embedder=None,
+        enabled_types={"semantic"},
+    )
+    names = search(org, query="tea", search_method="bm25", search_field="name")["results"]
+    summaries = search(org, query="tea", search_method="bm25", search_field="summary")["results"]
+    assert [r["name"] for r in names] == ["Tea ceremony"]
+    assert [r["name"] for r in summaries] == ["Drinks"]
+
+
+def test_every_retrieval_writes_one_log_row(org: TenantFixture, settings) -> None:
+    store(org)
+    calls = [
+        lambda: org.api.get("/memory/search", {"user_id": "sam", "query": "tea"}),
+        lambda: org.api.get("/memory/search_all_users", {"query": "tea"}),
+        lambda: org.api.get("/memory/retrieve/topic", {"user_id": "sam", "topic": "tea"}),
+        lambda: org.api.post(
+            "/memory/retrieve/conversation",
+            {"user_id": "sam", "messages": chat_turns("what do I drink?")},
+            format="json",
+        ),
+    ]
+    for call in calls:
+        before = RetrievalLog.objects.count()
+        assert call().status_code == 200
+        assert RetrievalLog.objects.count() == before + 1
+    row = RetrievalLog.objects.filter(endpoint="memory/search").get()
+    assert row.client == org.client and row.end_user.user_id == "sam"
+    assert row.results and {"id", "bm25_rank", "vector_rank", "score", "gate"} <= set(
+        row.results[0]
+    )
+    assert row.latency_ms > 0
+    settings.RETRIEVAL_LOG_ENABLED = False
+    before = RetrievalLog.objects.count()
+    for call in calls:
+        call()
+    assert RetrievalLog.objects.count() == before
+
+
+def test_purge_removes_only_old_log_rows(org: TenantFixture) -> None:
+    store(org)
+    for _ in range(3):
+        org.api.get("/memory/search", {"user_id": "sam", "query": "tea"})
+    old = RetrievalLog.objects.order_by("id")[:2]
+    RetrievalLog.objects.filter(pk__in=[row.pk for row in old]).update(
+        created_at=timezone.now() - timedelta(days=31)
+    )
+    assert retrieval_logs_purge() == 2
+    assert RetrievalLog.objects.count() == 1
+
+
+def test_conversation_retrieval_finds_topics_and_dates(org: TenantFixture) -> None:
+    from memory.models import ExtractionJob
+    from memory.services import extraction_job_run
+
+    now = timezone.now()
+    for text, when in (
+        ("We talked about the kayak trip to the fjord", now - timedelta(days=1)),
+        ("We talked about the kayak repair shop", now - timedelta(days=40)),
+    ):
+        org.api.post(
+            "/memory/add",
+            {
+                "user_id": "sam",
+                "messages": chat_turns(text, "noted"),
+                "occurred_at": when.isoformat(),
+            },
+            format="json",
+        )
+    for job in ExtractionJob.objects.filter(status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    store(org, facts=["Sam owns a red kayak"])
+    response = org.api.post(
+        "/memory/retrieve/conversation",
+        {"user_id": "sam", "messages": chat_turns("What did we say about the kayak yesterday?")},
+        format="json",
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert "kayak" in body["topics"]
+    assert body["temporal_expression"] == "yesterday"
+    assert body["date_range"]["start"] and body["date_range"]["end"]
+    episodes = [m["summary"] for m in body["memories"]["episodic"]]
+    assert episodes == ["user: We talked about the kayak trip to the fjord"]
+    assert [m["summary"] for m in body["memories"]["semantic"]] == ["Sam owns a red kayak"]
+    assert set(body["memories"]) == {
+        "core",
+        "episodic",
+        "semantic",
+        "procedural",
+        "resource",
+        "knowledge_vault",
+    }
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [{"role": "user", "content": ""}],
+        [
+            {"role": "user", "content": [{"type": "text", "text": "   "}]},
+            {"role": "assistant", "content": ""},
+        ],
+    ],
+)
+def test_a_conversation_without_text_or_image_is_422(org: TenantFixture, messages: list) -> None:
+    org.api.post("/users/create_or_get", {"user_id": "sam"}, format="json")
+    response = org.api.post(
+        "/memory/retrieve/conversation", {"user_id": "sam", "messages": messages}, format="json"
+    )
+    assert response.status_code == 422
+    assert "messages" in response.json()["fields"]
+
+
+def test_core_memory_is_returned_whole(org: TenantFixture) -> None:
+    from tests.factories import memories_create
+
+    memories_create(org, user_id="sam")
+    body = org.api.get(
+        "/memory/retrieve/topic", {"user_id": "sam", "topic": "unrelated words"}
+    ).json()
+    assert [block["label"] for block in body["memories"]["core"]] == ["human"]
+    assert body["memories"]["core"][0]["value"] == "Sam likes tea."
