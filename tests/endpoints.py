@@ -19,10 +19,11 @@ class Endpoint:
     body: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
     route: str = ""  # the Django URL pattern, to check that every route is covered
+    reads_only: bool = False  # a POST that only reads (retrieval with a body)
 
     @property
     def writes(self) -> bool:
-        return self.method in {"POST", "PUT", "PATCH", "DELETE"}
+        return not self.reads_only and self.method in {"POST", "PUT", "PATCH", "DELETE"}
 
 
 ENDPOINTS = [
@@ -81,6 +82,7 @@ ENDPOINTS = [
         "/memory/retrieve/conversation",
         {"user_id": "{user_id}", "messages": [{"role": "user", "content": "the draft?"}]},
         route="memory/retrieve/conversation",
+        reads_only=True,
     ),
     Endpoint("GET", "/sessions", params={"user_id": "{user_id}"}, route="sessions"),
     Endpoint(
