@@ -123,8 +123,21 @@ def _date_range(start: datetime | None, end: datetime | None) -> dict[str, str] 
 
 
 class _RetrievalApi(TenantAPIView):
+    """Answers carry a ``Server-Timing`` header (embed, search) so clients and benchmarks can
+    see where the time of a retrieval went."""
+
     writes = False  # a read, even over POST (conversation retrieval sends a body)
     endpoint = ""
+    timings: tuple[float, float] | None = None
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if self.timings is not None:
+            embed_ms, search_ms = self.timings
+            response["Server-Timing"] = f"embed;dur={embed_ms:.2f}, search;dur={search_ms:.2f}"
+        return response
 
     def scope(self, end_user: EndUser | None) -> Scope:
         return Scope(
@@ -142,6 +155,7 @@ class _RetrievalApi(TenantAPIView):
     ) -> SearchOutcome:
         began = time.perf_counter()
         outcome = memories_search(request, embedder=embedding_provider_from_settings())
+        self.timings = (outcome.embed_ms, outcome.search_ms)
         retrieval_log_write(
             tenant=self.tenant,
             end_user=end_user,

@@ -4,6 +4,7 @@ search, topic and conversation retrieval) and later skills and experiences call 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -53,6 +54,8 @@ class SearchOutcome:
     embedding_model: str | None
     gate_thresholds: Thresholds | None
     gate_counts: dict[str, int] = field(default_factory=dict)
+    embed_ms: float = 0.0  # the query's embedding (0 when cached or not needed)
+    search_ms: float = 0.0  # lanes, fusion, gate and rows
 
 
 @cache
@@ -180,10 +183,12 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
     """Search each requested type; the best ``limit`` of each, all of them ordered by score."""
     if request.method not in METHODS:
         raise ValueError(request.method)
+    began = time.perf_counter()
     wants_vectors = request.method in ("embedding", "hybrid") and embedder is not None
     vector = (
         query_vector(request.query, embedder) if wants_vectors and request.query.strip() else None
     )
+    embedded = time.perf_counter()
     thresholds = (
         gate_thresholds(embedder.model_name)
         if request.method == "hybrid" and embedder is not None
@@ -216,4 +221,6 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
         embedding_model=embedder.model_name if embedder is not None else None,
         gate_thresholds=thresholds,
         gate_counts=gate_counts,
+        embed_ms=(embedded - began) * 1000,
+        search_ms=(time.perf_counter() - embedded) * 1000,
     )

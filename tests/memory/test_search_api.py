@@ -82,6 +82,8 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     assert body["count"] == len(body["results"]) > 0
     top = body["results"][0]
     assert "tea" in top["summary"]
+    response = org.api.get("/memory/search", {"user_id": "sam", "query": "green tea"})
+    assert response["Server-Timing"].startswith("embed;dur=")
     assert set(top) >= {
         "id",
         "memory_type",
