@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from memory.embedding_spaces import write_embedders
 from memory.models import (
     CoreMemoryBlock,
     EpisodicMemory,
@@ -17,7 +18,6 @@ from memory.models import (
     ResourceMemory,
     SemanticMemory,
 )
-from memory.providers.embeddings import embedding_provider_from_settings
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 
@@ -71,9 +71,7 @@ class MemoryAdmin(admin.ModelAdmin):
             for name in form.changed_data
             if name in kind.editable_fields
         }
-        memory_admin_update(
-            kind=kind, row=obj, changes=changes, embedder=embedding_provider_from_settings()
-        )
+        memory_admin_update(kind=kind, row=obj, changes=changes, embedders=write_embedders())
         self.message_user(
             request, f"Saved; {len(changes)} field(s) changed.", level=messages.SUCCESS
         )

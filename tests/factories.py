@@ -121,7 +121,7 @@ def memories_create(owner: TenantFixture, *, user_id: str) -> None:
             Proposal("semantic", {"name": "Tea", "summary": "Sam likes tea."}, []),
             Proposal("procedural", {"summary": "Brew tea", "steps": ["boil", "steep"]}, []),
         ],
-        embedder=embedding_provider_from_settings(),
+        embedders=[embedding_provider_from_settings()],
         enabled_types={"core", "semantic", "procedural"},
     )
     # A retrieval, so that the retrieval log has a row too.

@@ -21,8 +21,8 @@ from accounts.api.serializers import UserIdField
 from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from memory.api.memories import MemorySerializer
+from memory.embedding_spaces import read_embedder
 from memory.models import CoreMemoryBlock
-from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval.bm25 import Scope
 from memory.retrieval.conversation import conversation_query
 from memory.retrieval.engine import METHODS, SearchOutcome, SearchRequest, memories_search
@@ -154,7 +154,7 @@ class _RetrievalApi(TenantAPIView):
         extra: dict[str, Any] | None = None,
     ) -> SearchOutcome:
         began = time.perf_counter()
-        outcome = memories_search(request, embedder=embedding_provider_from_settings())
+        outcome = memories_search(request, embedder=read_embedder())
         self.timings = (outcome.embed_ms, outcome.search_ms)
         retrieval_log_write(
             tenant=self.tenant,

@@ -24,7 +24,7 @@ from memory.api.serializers import (
     MetaAgentInitializeInputSerializer,
     agent_view,
 )
-from memory.providers.embeddings import embedding_provider_from_settings
+from memory.embedding_spaces import write_embedders
 from memory.selectors import memory_get, memory_list, meta_agent_get, meta_agent_list
 from memory.services import (
     memories_clear,
@@ -264,7 +264,7 @@ class MemoryDetailApi(TenantAPIView):
                 kind=kind,
                 row=row,
                 changes=serializer.validated_data,
-                embedder=embedding_provider_from_settings(),
+                embedders=write_embedders(),
             )
         except MemoryReadOnlyError:
             raise PermissionDenied(

@@ -19,6 +19,7 @@ from memory.models.records import (
 )
 from memory.models.search import (
     DocumentStats,
+    EmbeddingSpace,
     GateCalibration,
     MemoryPosting,
     RetrievalLog,
@@ -28,6 +29,7 @@ from memory.models.search import (
 __all__ = [
     "CoreMemoryBlock",
     "DocumentStats",
+    "EmbeddingSpace",
     "EpisodicEmbedding",
     "EpisodicMemory",
     "ExtractionJob",

@@ -155,3 +155,24 @@ class RetrievalLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.query[:40]!r}"
+
+
+class EmbeddingSpace(models.Model):
+    """One embedding model the server has vectors of. ``building`` while ``manage.py
+    reembed`` fills it, ``ready`` once every memory has its vectors; searches read the
+    configured model only once its space is ready, the last ready one until then."""
+
+    class Status(models.TextChoices):
+        BUILDING = "building"
+        READY = "ready"
+
+    model = models.CharField(max_length=100, unique=True)
+    provider = models.CharField(max_length=16)
+    dimensions = models.PositiveIntegerField()
+    api_base = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.BUILDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.status})"

@@ -585,8 +585,8 @@ def embedding_provider(settings: EmbeddingSettings) -> EmbeddingProvider:
 
 
 def embedding_provider_from_settings() -> EmbeddingProvider:
-    """The provider configured by EMBEDDING_PROVIDER, EMBEDDING_MODEL, EMBEDDING_API_BASE and
-    EMBEDDING_API_KEY."""
+    """The provider configured by EMBEDDING_PROVIDER, EMBEDDING_MODEL, EMBEDDING_DIMENSIONS,
+    EMBEDDING_API_BASE and EMBEDDING_API_KEY."""
     from django.conf import settings
 
     return embedding_provider(
@@ -595,5 +595,6 @@ def embedding_provider_from_settings() -> EmbeddingProvider:
             model=settings.EMBEDDING_MODEL,
             api_base=settings.EMBEDDING_API_BASE or None,
             api_key=settings.EMBEDDING_API_KEY or None,
+            dimensions=settings.EMBEDDING_DIMENSIONS,
         )
     )

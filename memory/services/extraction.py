@@ -16,10 +16,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from memory.embedding_spaces import write_embedders
 from memory.extractors import ExtractionOutcome, extract_deterministic, extract_with_llm
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
-from memory.providers.embeddings import embedding_provider_from_settings
 from memory.providers.llm import LLMProvider, llm_provider_from_settings
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from sessions.models import Message
@@ -185,7 +185,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
             )
             for job, outcome in zip(jobs, outcomes, strict=True)
         ],
-        embedder=embedding_provider_from_settings(),
+        embedders=write_embedders(),
     )
     now = timezone.now()
     Message.objects.filter(pk__in=[m.pk for batch in batches for m in batch]).update(

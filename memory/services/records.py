@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +68,20 @@ def search_vector_refresh(kind: MemoryType, ids: list[int]) -> None:
 
 
 def embeddings_write(
-    *, rows: list[tuple[MemoryType, models.Model]], embedder: EmbeddingProvider | None
+    *, rows: list[tuple[MemoryType, models.Model]], embedders: Sequence[EmbeddingProvider]
 ) -> None:
-    """Embed each row's text (in chunks that fit the model) and store one vector per chunk,
-    replacing this model's earlier vectors of those rows. All rows, of any types, go through
-    one embedding call: the model's fixed cost per call dwarfs a few short texts."""
-    if embedder is None or not rows:
+    """Embed each row's text with each model (in chunks that fit it) and store one vector per
+    chunk, replacing that model's earlier vectors of those rows."""
+    for embedder in embedders:
+        _embeddings_write_one(rows, embedder)
+
+
+def _embeddings_write_one(
+    rows: list[tuple[MemoryType, models.Model]], embedder: EmbeddingProvider
+) -> None:
+    # All rows, of any types, go through one embedding call: the model's fixed cost per call
+    # dwarfs a few short texts.
+    if not rows:
         return
     chunks: list[tuple[MemoryType, models.Model, int, str]] = []
     for kind, row in rows:
@@ -156,7 +165,7 @@ class StoreRequest:
 
 @transaction.atomic
 def memories_store_many(
-    *, requests: list[StoreRequest], embedder: EmbeddingProvider | None
+    *, requests: list[StoreRequest], embedders: Sequence[EmbeddingProvider]
 ) -> list[dict[str, int]]:
     """Store what is new among each request's proposals (one already stored, same owner, type,
     fields and sources, is skipped: re-running extraction never duplicates). Several owners'
@@ -194,7 +203,7 @@ def memories_store_many(
             written.append((kind, row))
         search_vector_refresh(kind, [row.pk for row in rows])
     postings_add(written)
-    embeddings_write(rows=written, embedder=embedder)
+    embeddings_write(rows=written, embedders=embedders)
     return [dict(entry) for entry in counts]
 
 
@@ -202,12 +211,12 @@ def memories_store(
     *,
     owner: Owner,
     proposals: list[Proposal],
-    embedder: EmbeddingProvider | None,
+    embedders: Sequence[EmbeddingProvider],
     enabled_types: set[str],
 ) -> dict[str, int]:
     """``memories_store_many`` for one owner."""
     [counts] = memories_store_many(
-        requests=[StoreRequest(owner, proposals, enabled_types)], embedder=embedder
+        requests=[StoreRequest(owner, proposals, enabled_types)], embedders=embedders
     )
     return counts
 
@@ -224,11 +233,11 @@ def memory_update(
     kind: MemoryType,
     row: models.Model,
     changes: dict[str, Any],
-    embedder: EmbeddingProvider | None,
+    embedders: Sequence[EmbeddingProvider],
 ) -> models.Model:
     """Edit a memory the caller's client wrote; its search vector and embeddings follow."""
     _writable(tenant, row)
-    return memory_admin_update(kind=kind, row=row, changes=changes, embedder=embedder)
+    return memory_admin_update(kind=kind, row=row, changes=changes, embedders=embedders)
 
 
 @transaction.atomic
@@ -237,7 +246,7 @@ def memory_admin_update(
     kind: MemoryType,
     row: models.Model,
     changes: dict[str, Any],
-    embedder: EmbeddingProvider | None,
+    embedders: Sequence[EmbeddingProvider],
 ) -> models.Model:
     """Edit a memory (an operator may edit any); its search vector and embeddings follow."""
     changes = dict(changes)
@@ -250,7 +259,7 @@ def memory_admin_update(
         search_vector_refresh(kind, [row.pk])
         postings_remove(kind, [row.pk])
         postings_add([(kind, row)])
-        embeddings_write(rows=[(kind, row)], embedder=embedder)
+        embeddings_write(rows=[(kind, row)], embedders=embedders)
     return row
 
 

@@ -203,6 +203,8 @@ SPECTACULAR_SETTINGS = {
 # --- Providers (DESIGN.md section 7) ---------------------------------------------------------
 EMBEDDING_PROVIDER = env_choice("EMBEDDING_PROVIDER", "local", ["local", "openai", "gemini"])
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+# Needed only for a remote model whose size the server does not know.
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 0, minimum=0) or None
 EMBEDDING_API_BASE = env_url("EMBEDDING_API_BASE", None, schemes=["http", "https"])
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY")
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ["none", "openai", "anthropic", "gemini"])

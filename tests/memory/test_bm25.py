@@ -34,7 +34,7 @@ def store(owner: TenantFixture, user_id: str, texts: list[str]) -> None:
             Proposal("semantic", {"name": f"fact {index}", "summary": text}, [index])
             for index, text in enumerate(texts)
         ],
-        embedder=None,
+        embedders=[],
         enabled_types={"semantic"},
     )
 

@@ -36,7 +36,7 @@ def store(owner: TenantFixture, user_id: str = "sam", facts: list[str] = FACTS) 
             Proposal("semantic", {"name": text.split()[0], "summary": text}, [index])
             for index, text in enumerate(facts)
         ],
-        embedder=embedding_provider_from_settings(),
+        embedders=[embedding_provider_from_settings()],
         enabled_types={"semantic"},
     )
 
@@ -223,7 +223,7 @@ def test_search_field_narrows_the_keyword_lane(org: TenantFixture) -> None:
             Proposal("semantic", {"name": "Drinks", "summary": "green tea in the morning"}, [1]),
             Proposal("semantic", {"name": "Tea ceremony", "summary": "a Kyoto visit"}, [2]),
         ],
-        embedder=None,
+        embedders=[],
         enabled_types={"semantic"},
     )
     names = search(org, query="tea", search_method="bm25", search_field="name")["results"]

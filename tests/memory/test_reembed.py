@@ -1,0 +1,95 @@
+"""manage.py reembed: a second model filled beside the first, resumably, then switched to."""
+
+from __future__ import annotations
+
+import hashlib
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from memory.embedding_spaces import read_embedder, write_embedders
+from memory.management.commands.reembed import index_name
+from memory.models import EmbeddingSpace, EpisodicEmbedding, EpisodicMemory
+from memory.types import MEMORY_TYPES
+from tests.factories import TenantFixture, memories_create
+from tests.loopback import LoopbackServer, Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+NEW_MODEL = "text-embedding-3-small-8d"
+
+
+def _vector(text: str) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    raw = [byte / 255 - 0.5 for byte in digest[:8]]
+    norm = sum(value * value for value in raw) ** 0.5
+    return [value / norm for value in raw]
+
+
+@pytest.fixture
+def embeddings_api(loopback: LoopbackServer) -> LoopbackServer:
+    def answer(request) -> Reply:
+        texts = request.json["input"]
+        return Reply(
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": _vector(text)}
+                    for i, text in enumerate(texts)
+                ],
+                "model": request.json["model"],
+            },
+        )
+
+    loopback.respond(answer)
+    return loopback
+
+
+def reembed(api: LoopbackServer, *extra: str) -> str:
+    out = StringIO()
+    call_command(
+        "reembed",
+        "--model", NEW_MODEL, "--provider", "openai", "--api-base", f"{api.url}/v1",
+        "--api-key", "sk-test", "--dimensions", "8", "--batch", "2", *extra,
+        stdout=out,
+    )  # fmt: skip
+    return out.getvalue()
+
+
+def test_reembed_resumes_indexes_and_switches_reads_only_when_complete(
+    org: TenantFixture, embeddings_api: LoopbackServer, settings
+) -> None:
+    for user in ("ana", "ben", "cy"):
+        memories_create(org, user_id=user)
+    episodes = EpisodicMemory.objects.count()
+    assert episodes == 3
+
+    output = reembed(embeddings_api, "--max-batches", "1")
+    assert "run again to resume" in output
+    assert EpisodicEmbedding.objects.filter(model=NEW_MODEL).count() == 2
+    assert EmbeddingSpace.objects.get(model=NEW_MODEL).status == "building"
+    # The server switched its settings too early: searches keep reading the complete model.
+    settings.EMBEDDING_PROVIDER = "openai"
+    settings.EMBEDDING_MODEL = NEW_MODEL
+    settings.EMBEDDING_API_BASE = f"{embeddings_api.url}/v1"
+    settings.EMBEDDING_DIMENSIONS = 8
+    assert read_embedder().model_name == "all-MiniLM-L6-v2"
+    assert [e.model_name for e in write_embedders()] == [NEW_MODEL, "all-MiniLM-L6-v2"]
+
+    output = reembed(embeddings_api)
+    assert f"{NEW_MODEL} is ready." in output
+    assert EpisodicEmbedding.objects.filter(model=NEW_MODEL).count() == episodes
+    assert EpisodicEmbedding.objects.filter(model="all-MiniLM-L6-v2").count() == episodes
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = %s",
+            [index_name(MEMORY_TYPES["episodic"], NEW_MODEL)],
+        )
+        assert "vector(8)" in cursor.fetchone()[0]
+    assert read_embedder().model_name == NEW_MODEL
+    body = org.api.get(
+        "/memory/search", {"user_id": "ana", "query": "draft", "search_method": "embedding"}
+    ).json()
+    assert body["results"] and body["results"][0]["memory_type"] in {"episodic", "resource"}
