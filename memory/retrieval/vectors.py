@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 # Below this many embeddings in scope an exact scan (an index lookup of the owner's rows and
 # a sort) is both exact and faster than an approximate index scan.
 EXACT_SCAN_MAX_ROWS = 5000
-HNSW_EF_SEARCH_MIN = 64
+HNSW_EF_SEARCH_MIN = 100
 HNSW_MAX_SCAN_TUPLES = 40_000
 
 
@@ -107,7 +107,7 @@ def vector_search(
             rows = cursor.fetchall()
     else:
         # Chunks of one memory can take several places: fetch more, keep each memory's best.
-        params["fetch"] = limit * 2
+        params["fetch"] = limit * 3
         sql = (
             f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
             f"WHERE {where} ORDER BY {distance} LIMIT %(fetch)s"

