@@ -1029,7 +1029,7 @@ def main() -> int:
         return 1
     api_key = arguments.api_key or key_file.read_text().strip()
     django_setup(database_url=database_url, redis_url=redis_url)
-    from memory.models import DEFAULT_EMBEDDING_MODEL
+    from memory.models.records import DEFAULT_EMBEDDING_MODEL
     from memory.providers.embeddings import embedding_provider_from_settings
 
     embedder = embedding_provider_from_settings()

@@ -310,7 +310,7 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
             entry for entry in json.load(handle) if not entry["question_id"].endswith("_abs")
         ]
     if limit is not None:
-        entries = entries[:limit]
+        entries = _round_robin(entries, key="question_type")[:limit]
     haystacks, questions, lenient, undated = [], [], [], 0
     without_gold: dict[str, int] = {}
     for entry in entries:
@@ -356,6 +356,18 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
         variants={"all answer_session_ids as gold": lenient},
         undated_sessions=undated,
     )
+
+
+def _round_robin(entries: list[dict[str, Any]], *, key: str) -> list[dict[str, Any]]:
+    """The first of each kind, then the second of each kind, ...: so that a few questions of a
+    smoke run cover every question type (the file holds them grouped by type)."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_kind.setdefault(entry[key], []).append(entry)
+    interleaved = []
+    for rank in range(max((len(group) for group in by_kind.values()), default=0)):
+        interleaved.extend(group[rank] for group in by_kind.values() if rank < len(group))
+    return interleaved
 
 
 def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
@@ -1129,7 +1141,8 @@ def _arguments() -> argparse.Namespace:
         "--limit-questions",
         type=int,
         default=None,
-        help="per dataset, the first N questions (and only the haystacks they need)",
+        help="smoke runs: N questions per dataset, and only the haystacks they need (LoCoMo: "
+        "the first N; LongMemEval: taken in turn from each question_type)",
     )
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     parser.add_argument("--memory-type", default="episodic", help="memory_type of the searches")

@@ -10,12 +10,15 @@ from django.http import HttpRequest
 from memory.embedding_spaces import write_embedders
 from memory.models import (
     CoreMemoryBlock,
+    EmbeddingSpace,
     EpisodicMemory,
     ExtractionJob,
+    GateCalibration,
     KnowledgeVaultItem,
     MetaAgent,
     ProceduralMemory,
     ResourceMemory,
+    RetrievalLog,
     SemanticMemory,
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
@@ -175,4 +178,109 @@ class ExtractionJobAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class LatencyFilter(admin.SimpleListFilter):
+    title = "latency"
+    parameter_name = "latency"
+    BUCKETS = {"fast": (0, 30), "medium": (30, 100), "slow": (100, 1000), "very-slow": (1000, None)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("fast", "under 30 ms"),
+            ("medium", "30-100 ms"),
+            ("slow", "100 ms-1 s"),
+            ("very-slow", "over 1 s"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        bounds = self.BUCKETS.get(self.value() or "")
+        if bounds is None:
+            return queryset
+        low, high = bounds
+        queryset = queryset.filter(latency_ms__gte=low)
+        return queryset.filter(latency_ms__lt=high) if high is not None else queryset
+
+
+@admin.register(RetrievalLog)
+class RetrievalLogAdmin(admin.ModelAdmin):
+    """Every retrieval, for audit: who asked what, what came back, what the gate decided."""
+
+    list_display = ["created_at", "endpoint", "query", "method", "end_user", "client", "latency_ms"]
+    list_filter = ["endpoint", "method", "client", "created_at", LatencyFilter]
+    search_fields = ["query", "end_user__user_id"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "endpoint",
+        "query",
+        "method",
+        "memory_types",
+        "results",
+        "gate",
+        "latency_ms",
+        "created_at",
+    ]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(GateCalibration)
+class GateCalibrationAdmin(admin.ModelAdmin):
+    """Written by `manage.py calibrate_gate`; shown, not edited."""
+
+    list_display = [
+        "model",
+        "min_similarity",
+        "strong_similarity",
+        "related_mean",
+        "unrelated_mean",
+        "measured_at",
+    ]
+    list_filter = ["measured_at"]
+    search_fields = ["model"]
+    readonly_fields = [
+        "model",
+        "min_similarity",
+        "strong_similarity",
+        "related_pairs",
+        "unrelated_pairs",
+        "related_mean",
+        "unrelated_mean",
+        "measured_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(EmbeddingSpace)
+class EmbeddingSpaceAdmin(admin.ModelAdmin):
+    """Embedding models with vectors on file; `manage.py reembed` fills and marks them."""
+
+    list_display = ["model", "provider", "dimensions", "status", "created_at", "completed_at"]
+    list_filter = ["status", "provider"]
+    search_fields = ["model"]
+    readonly_fields = [
+        "model",
+        "provider",
+        "dimensions",
+        "api_base",
+        "status",
+        "created_at",
+        "completed_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

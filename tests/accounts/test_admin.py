@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounts.models import ApiKey
-from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob
+from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob, RetrievalLog
 from sessions.models import Message
 from tests.factories import TenantFixture, api_client_with, tenant_rows_create
 
@@ -68,6 +68,10 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/memory/proceduralmemory/",
         "/admin/memory/resourcememory/",
         "/admin/memory/knowledgevaultitem/",
+        "/admin/memory/retrievallog/",
+        "/admin/memory/retrievallog/?latency=fast",
+        "/admin/memory/gatecalibration/",
+        "/admin/memory/embeddingspace/",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:
@@ -110,6 +114,11 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
     assert operator.get("/admin/memory/extractionjob/add/").status_code == 403
     assert (
         operator.post(f"/admin/memory/extractionjob/{job.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    log = RetrievalLog.objects.filter(client=org.client).first()
+    assert (
+        operator.post(f"/admin/memory/retrievallog/{log.pk}/delete/", {"post": "yes"}).status_code
         == 403
     )
     message = Message.objects.filter(client=org.client).first()
