@@ -13,8 +13,12 @@ evidence, and every memory names the messages it came from (``source_message_ids
 2. Wait until the Celery worker has processed everything: every message of every bench session,
    read back with ``GET /sessions/{id}/messages``, is no longer ``pending``. Then count the turns
    that some memory cites (a turn no memory cites can never be found).
-3. Ask every question with ``GET /memory/search?memory_type=episodic&limit=20`` once per
-   ``--methods`` lane (bm25, embedding, hybrid), all against the same ingest.
+3. Ask every question with ``GET /memory/search?memory_type=episodic`` once per ``--methods``
+   lane (bm25, embedding, hybrid), all against the same ingest; ``limit`` 20 for LoCoMo and 100
+   for LongMemEval, so that every list reaches 20 units (see SEARCH_LIMITS). Episodic memories
+   hold every turn; ``--memory-type all`` adds the resource and knowledge-vault items, which
+   cite single turns and, on LongMemEval, pushed episodic hits down (hybrid nDCG@10 0.95 ->
+   0.88 on 12 questions) while their per-type limit made the lists longer.
 4. Score. A question's results become a ranked list of unique units (LoCoMo: turns; LongMemEval:
    sessions): walk the results best first, expand each to the turns its ``source_message_ids``
    name (in message order), append the units not seen yet. Per question, with G the gold units:
@@ -25,10 +29,13 @@ evidence, and every memory names the messages it came from (``source_message_ids
    - LoCoMo gold: the ``evidence`` dia_ids, split on ``;`` and white space, stray colons dropped,
      leading zeros stripped; refs naming no turn of the conversation are skipped (counted).
      Category 5 (adversarial) is included, and the overall figures are also shown without it.
-   - LongMemEval gold (official retrieval rules): abstention questions (``_abs``) are dropped;
-     a gold session none of whose user turns is marked ``has_answer`` is not gold, and a question
-     left with no gold session is not scored (counted; one more line scores all
-     ``answer_session_ids`` as gold, to show what that rule leaves out).
+   - LongMemEval gold (the README's rules, from the official retrieval script): abstention
+     questions (``_abs``) are dropped; a gold session none of whose user turns is marked
+     ``has_answer`` is not gold. A question left with no gold session (most single-session-
+     assistant ones: their evidence is in assistant turns) is not scored and is counted; the
+     official script would score it recall_any 0 whatever was retrieved. One more line scores
+     all ``answer_session_ids`` as gold, to show what the rule leaves out. A haystack that holds
+     one session twice gets two server sessions, both scored as that session.
 
 Goals: LoCoMo turn-level recall_any@10 >= 0.75 (BM25 over raw turns: 0.599); LongMemEval-S
 session recall_any@5 >= 0.97. Search latency p50/p95 is measured by the client under
@@ -93,6 +100,13 @@ RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.@:+-]{1,100}$")
 IDLE_RECONNECT_SECONDS = 1.0
 PROGRESS_EVERY_SECONDS = 10.0
 WARMUP_SEARCHES = 2  # per thread and lane
+# Memories asked per search. recall@k counts the first k distinct units, so a search must return
+# at least 20 of them (LongMemEval's own turn-to-session scoring likewise reads on until it has
+# k distinct sessions). A LoCoMo episodic memory is one exchange, so 20 memories hold about 40
+# turns; a LongMemEval session holds about 10 exchanges, and 20 memories measured 8-10 distinct
+# sessions, so those searches ask for the API's maximum. The first results do not depend on the
+# limit, except through hybrid's over-fetch (each lane fetches 4 x limit before fusion).
+SEARCH_LIMITS = {"locomo": 20, "longmemeval": 100}
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
@@ -147,6 +161,8 @@ class Dataset:
     questions: list[Question]
     goal: tuple[str, float]
     per_category_metric: str
+    # Memories per search: enough for max(CUTOFFS) units (see SEARCH_LIMITS).
+    search_limit: int
     notes: list[str] = field(default_factory=list)
     # Extra scorings of the same answers under another gold (label -> questions).
     variants: dict[str, list[Question]] = field(default_factory=dict)
@@ -263,6 +279,7 @@ def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
         questions=questions,
         goal=LOCOMO_GOAL,
         per_category_metric="recall_any@10",
+        search_limit=SEARCH_LIMITS["locomo"],
         notes=[
             f"evidence refs skipped as unresolvable: {unresolved}; "
             f"questions with no resolvable evidence (not scored): {unanswerable}"
@@ -348,6 +365,7 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
         questions=questions,
         goal=LONGMEMEVAL_GOAL,
         per_category_metric="recall_any@5",
+        search_limit=SEARCH_LIMITS["longmemeval"],
         notes=[
             f"{len(entries)} questions without _abs; not scored, no answer session has a user "
             f"turn marked has_answer: {sum(without_gold.values())}"
@@ -803,6 +821,8 @@ class MethodRun:
             "mean_ranked_units": round(statistics.fmean(len(a.ranked) for a in answered), 1)
             if answered
             else 0.0,
+            # Fewer units than the deepest cutoff: recall@20 (or less) is capped by the limit.
+            "short_lists": sum(1 for answer in answered if len(answer.ranked) < max(CUTOFFS)),
             "gates": gates,
         }
 
@@ -957,6 +977,7 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
         "users": len(dataset.haystacks),
         "questions_scored": len(dataset.questions),
         "unit": dataset.unit,
+        "search_limit": dataset.search_limit,
         "goal": {"metric": dataset.goal[0], "value": dataset.goal[1]},
         "notes": dataset.notes,
         "ingest": asdict(result.ingest),
@@ -1009,7 +1030,8 @@ def _search_summary(method: dict[str, Any]) -> str:
     shape = method["results"]
     summary += (
         f"; per search {shape['mean_results']:.1f} memories -> "
-        f"{shape['mean_ranked_units']:.1f} units; gate {shape['gates']}"
+        f"{shape['mean_ranked_units']:.1f} units, fewer than {max(CUTOFFS)} units "
+        f"{shape['short_lists']}; gate {shape['gates']}"
     )
     if method["uncited_source_message_ids"]:
         summary += f"  source ids not bench turns: {method['uncited_source_message_ids']}"
@@ -1055,6 +1077,11 @@ def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str)
     print("  searches (latency with --threads searches in flight):")
     for name, method in methods.items():
         print(f"    {name:<11}{_search_summary(method)}")
+    if "hybrid" in methods and set(methods["hybrid"]["results"]["gates"]) == {"off"}:
+        print(
+            "    note: hybrid ran with the similarity gate off (no calibration for the server's "
+            "embedding model: manage.py calibrate_gate)"
+        )
     metric, goal = dataset.goal
     reference = (
         f", reference BM25 over raw turns {LOCOMO_REFERENCE_BM25}"
@@ -1087,6 +1114,17 @@ def _report_ingest(report: IngestReport) -> None:
         f"{report.turns_cited_by_episodic} of {report.messages}, by any memory "
         f"{report.turns_cited_by_any}"
     )
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN (a mean over no questions, a percentile of no searches) as null: strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 # --- The run -------------------------------------------------------------------------------------
@@ -1146,7 +1184,12 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     parser.add_argument("--memory-type", default="episodic", help="memory_type of the searches")
-    parser.add_argument("--search-limit", type=int, default=20, help="memories per search")
+    parser.add_argument(
+        "--search-limit",
+        type=int,
+        default=None,
+        help="memories per search (1-100); default LoCoMo 20, LongMemEval 100",
+    )
     parser.add_argument("--skip-ingest", action="store_true", help="reuse --run-id's users")
     parser.add_argument("--run-id", default=None, help="default: the UTC time")
     parser.add_argument("--json-out", type=Path, default=None)
@@ -1165,13 +1208,15 @@ def _arguments() -> argparse.Namespace:
         parser.error("--skip-ingest needs the --run-id of the run whose users to reuse")
     if arguments.run_id and not RUN_ID_PATTERN.match(arguments.run_id):
         parser.error("--run-id: letters, digits and _.@:+- only")
+    if arguments.search_limit is not None and not 1 <= arguments.search_limit <= 100:
+        parser.error("--search-limit: 1 to 100 (the API's maximum)")
     if arguments.limit_questions is not None and arguments.limit_questions < 1:
         parser.error("--limit-questions must be at least 1")
     return arguments
 
 
 def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
-    datasets = []
+    datasets: list[Dataset] = []
     if arguments.dataset in ("locomo", "both"):
         datasets.append(
             locomo_load(
@@ -1186,6 +1231,9 @@ def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
                 limit=arguments.limit_questions,
             )
         )
+    if arguments.search_limit is not None:
+        for dataset in datasets:
+            dataset.search_limit = arguments.search_limit
     return datasets
 
 
@@ -1208,7 +1256,7 @@ def main() -> int:
     print(
         f"run {run_id} against {arguments.base_url}: users rq-{run_id}-*, methods "
         f"{','.join(arguments.methods)}, memory_type={arguments.memory_type}, "
-        f"limit={arguments.search_limit}, {arguments.threads} threads",
+        f"{arguments.threads} threads",
         flush=True,
     )
     results: list[DatasetRun] = []
@@ -1247,7 +1295,7 @@ def main() -> int:
                         provenance=provenance,
                         method=method,
                         memory_type=arguments.memory_type,
-                        limit=arguments.search_limit,
+                        limit=dataset.search_limit,
                     )
                     for method in arguments.methods
                 ]
@@ -1262,20 +1310,19 @@ def main() -> int:
         print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
         return 1
 
-    search = f"memory_type={arguments.memory_type}, limit={arguments.search_limit}"
     figures = {result.dataset.name: _figures(result) for result in results}
     for result in results:
+        search = f"memory_type={arguments.memory_type}, limit={result.dataset.search_limit}"
         _report_dataset(result, figures[result.dataset.name], search=search)
     if arguments.json_out is not None:
         document = {
             "run_id": run_id,
             "base_url": arguments.base_url,
             "memory_type": arguments.memory_type,
-            "search_limit": arguments.search_limit,
             "threads": arguments.threads,
             "datasets": figures,
         }
-        arguments.json_out.write_text(json.dumps(document, indent=1) + "\n")
+        arguments.json_out.write_text(json.dumps(_json_safe(document), indent=1) + "\n")
         print(f"\nfigures written to {arguments.json_out}")
     return 0
 
