@@ -10,6 +10,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models
 
 from memory.models import GateCalibration
@@ -104,8 +105,6 @@ def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
 
 def _field_matches(kind: MemoryType, field_name: str, query: str, ids: list[int]) -> set[int]:
     """Which of these memories hold one of the query's lexemes in that one field."""
-    from django.conf import settings
-
     lexemes = query_lexemes(query)
     if not ids or not lexemes:
         return set()
@@ -166,7 +165,12 @@ def _search_kind(
             Candidate(memory_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
             for rank, (memory_id, distance) in enumerate(nearest, start=1)
         ]
-    fused = rrf_fuse(bm25, nearest)
+    fused = rrf_fuse(
+        bm25,
+        nearest,
+        bm25_weight=settings.SEARCH_BM25_WEIGHT,
+        vector_weight=settings.SEARCH_VECTOR_WEIGHT,
+    )
     missing = [c.memory_id for c in fused if c.similarity is None]
     if vector is not None and embedder is not None and missing and thresholds is not None:
         distances = distances_of(

@@ -37,18 +37,24 @@ class Thresholds:
 
 
 def rrf_fuse(
-    bm25: list[tuple[int, float]], vector: list[tuple[int, float]], *, k: int = RRF_K
+    bm25: list[tuple[int, float]],
+    vector: list[tuple[int, float]],
+    *,
+    k: int = RRF_K,
+    bm25_weight: float = 1.0,
+    vector_weight: float = 1.0,
 ) -> list[Candidate]:
-    """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first."""
+    """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first.
+    Each lane adds weight/(k + rank); equal weights are plain RRF."""
     candidates: dict[int, Candidate] = {}
     for rank, (memory_id, score) in enumerate(bm25, start=1):
         candidate = candidates.setdefault(memory_id, Candidate(memory_id))
         candidate.bm25_rank, candidate.bm25_score = rank, score
-        candidate.score += 1.0 / (k + rank)
+        candidate.score += bm25_weight / (k + rank)
     for rank, (memory_id, distance) in enumerate(vector, start=1):
         candidate = candidates.setdefault(memory_id, Candidate(memory_id))
         candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
-        candidate.score += 1.0 / (k + rank)
+        candidate.score += vector_weight / (k + rank)
     return sorted(candidates.values(), key=lambda c: (-c.score, -c.memory_id))
 
 

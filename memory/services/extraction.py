@@ -91,38 +91,49 @@ def _enabled_types(client_id: str) -> set[str]:
     return set(components if components is not None else MEMORY_COMPONENTS)
 
 
-# Claims the given job and up to (limit - 1) more queued jobs of the same organization,
-# oldest first; rows another worker holds are skipped, not waited for.
-_CLAIM_SQL = """
-WITH own AS (
-    SELECT id FROM memory_extractionjob
-     WHERE id = %(job_id)s AND organization_id = %(organization_id)s AND status = 'queued'
-       FOR UPDATE SKIP LOCKED
-), more AS (
-    SELECT id FROM memory_extractionjob
-     WHERE organization_id = %(organization_id)s AND status = 'queued' AND id <> %(job_id)s
-     ORDER BY id LIMIT %(more)s
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE memory_extractionjob
-   SET status = 'running', started_at = %(now)s, attempts = attempts + 1
- WHERE id IN (SELECT id FROM own UNION ALL SELECT id FROM more)
-RETURNING id
+# Queued jobs of the organization, the given one first, then the oldest; rows another worker
+# holds are skipped, not waited for.
+_CANDIDATES_SQL = """
+SELECT id, client_id, end_user_id FROM memory_extractionjob
+ WHERE organization_id = %(organization_id)s AND status = 'queued'
+ ORDER BY (id <> %(job_id)s), id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+"""
+_PENDING_SQL = """
+SELECT client_id, end_user_id, count(*) FROM conversations_message
+ WHERE extraction = 'pending' AND end_user_id = ANY(%(end_user_ids)s)
+ GROUP BY client_id, end_user_id
 """
 
 
+@transaction.atomic
 def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
+    """Claim the job and, while their pending turns fit in one batch
+    (``EXTRACTION_BATCH_MESSAGES``), more queued jobs of the organization: small jobs share a
+    run (and an embedding call), a large one runs alone and leaves the rest to other workers.
+    The given job is claimed only if it is still queued."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _CLAIM_SQL,
-            {
-                "now": timezone.now(),
-                "job_id": job_id,
-                "organization_id": organization_id,
-                "more": limit - 1,
-            },
+            _CANDIDATES_SQL,
+            {"organization_id": organization_id, "job_id": job_id, "limit": limit},
         )
-        return sorted(row[0] for row in cursor.fetchall())
+        candidates = cursor.fetchall()
+        if not candidates:
+            return []
+        cursor.execute(_PENDING_SQL, {"end_user_ids": [row[2] for row in candidates]})
+        pending = {(client_id, user_id): count for client_id, user_id, count in cursor.fetchall()}
+    chosen, budget = [], settings.EXTRACTION_BATCH_MESSAGES
+    for candidate_id, client_id, end_user_id in candidates:
+        size = pending.get((client_id, end_user_id), 0)
+        if chosen and size > budget:
+            break
+        chosen.append(candidate_id)
+        budget -= size
+    ExtractionJob.objects.filter(pk__in=chosen).update(
+        status=ExtractionJob.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+    )
+    return sorted(chosen)
 
 
 def _job_batch(job: ExtractionJob) -> list[Message]:

@@ -213,6 +213,11 @@ LLM_API_BASE = env_url("LLM_API_BASE", None, schemes=["http", "https"])
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 
+# --- Retrieval -------------------------------------------------------------------------------
+# Weights of the two lanes in reciprocal-rank fusion (k = 60): each adds weight / (60 + rank).
+SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
+SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 1.0, minimum=0.0)
+
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
 TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")

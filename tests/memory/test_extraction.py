@@ -151,6 +151,22 @@ def test_one_run_takes_several_users_queued_jobs(
     assert ExtractionJob.objects.get(organization=other_org.organization).status == "queued"
 
 
+def test_a_large_job_runs_alone_and_leaves_the_rest_to_other_workers(
+    org: TenantFixture, settings
+) -> None:
+    settings.EXTRACTION_BATCH_MESSAGES = 4
+    for user_id in ("ana", "ben"):
+        org.api.post(
+            "/memory/add",
+            {"user_id": user_id, "messages": chat_turns("a", "b", "c", "d")},
+            format="json",
+        )
+    first = ExtractionJob.objects.order_by("id").first()
+    ran = extraction_job_run(organization_id=first.organization_id, job_id=first.pk)
+    assert [job.pk for job in ran] == [first.pk]
+    assert ExtractionJob.objects.filter(status="queued").count() == 1
+
+
 def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
     config = {"meta_agent_config": {"agents": ["episodic_memory_agent"]}}
     org.api.post("/agents/meta/initialize", {"config": config}, format="json")
