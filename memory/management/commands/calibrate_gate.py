@@ -3,8 +3,8 @@ store the similarity gate's thresholds for it.
 
 - ``min_similarity``: 95 % of related pairs score at or above it (the gate keeps what is
   related, and drops what scores lower than almost every related pair);
-- ``strong_similarity``: above every unrelated pair measured (and at least the related median):
-  a result there is ranked first.
+- ``strong_similarity``: above every unrelated pair measured and at least the related pairs'
+  90th percentile: a result there is ranked first, so it must be rare and sure.
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ def _percentile(values: list[float], fraction: float) -> float:
     position = fraction * (len(ordered) - 1)
     lower, upper = int(position), min(int(position) + 1, len(ordered) - 1)
     return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def _passages(memory: str) -> list[str]:
+    """As ``memory.types.embedding_passages`` splits an episode: whole, then turn by turn."""
+    turns = [line for line in memory.splitlines() if line.strip()]
+    return [memory, *turns] if len(turns) > 1 else [memory]
 
 
 def _cosine(left: list[float], right: list[float]) -> float:
@@ -54,16 +60,25 @@ class Command(BaseCommand):
             raise CommandError("At least 10 related pairs are needed.")
         embedder = embedding_provider_from_settings()
         questions = embedder.embed([question for question, _ in related_pairs])
-        answers = embedder.embed([answer for _, answer in related_pairs])
-        related = [_cosine(q, a) for q, a in zip(questions, answers, strict=True)]
+        # A memory is compared through its nearest passage, as searches compare it.
+        passages = [_passages(memory) for _, memory in related_pairs]
+        vectors = embedder.embed([passage for group in passages for passage in group])
+        memories, start = [], 0
+        for group in passages:
+            memories.append(vectors[start : start + len(group)])
+            start += len(group)
+        related = [
+            max(_cosine(q, v) for v in memory)
+            for q, memory in zip(questions, memories, strict=True)
+        ]
         unrelated = [
-            _cosine(question, answer)
+            max(_cosine(question, v) for v in memory)
             for i, question in enumerate(questions)
-            for j, answer in enumerate(answers)
+            for j, memory in enumerate(memories)
             if i != j
         ]
         minimum = _percentile(related, 0.05)
-        strong = max(*unrelated, statistics.median(related))
+        strong = max(*unrelated, _percentile(related, 0.9))
         calibration, _ = GateCalibration.objects.update_or_create(
             model=embedder.model_name,
             defaults={
