@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from io import StringIO
 
@@ -120,12 +121,46 @@ def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) 
     assert "peanuts" in body["results"][0]["summary"]
 
 
-def test_call_calibrate_gate_stores_thresholds(db) -> None:
+def _cosine(left: list[float], right: list[float]) -> float:
+    dot = sum(a * b for a, b in zip(left, right, strict=True))
+    return dot / (sum(a * a for a in left) * sum(b * b for b in right)) ** 0.5
+
+
+def test_call_calibrate_gate_stores_thresholds_that_split_related_from_unrelated(
+    db, tmp_path
+) -> None:
+    pairs = [
+        ("Where is my passport?", "Sam left the passport in the hallway desk drawer."),
+        ("What is Ana's job?", "Ana works as a doctor at the city hospital."),
+        ("When is the dentist?", "The dentist appointment moved to Thursday at 3 pm."),
+        ("Which tea do I like?", "Sam prefers green tea over coffee in the morning."),
+        ("What breed is the dog?", "Our dog Biscuit is a beagle who loves long walks."),
+        ("Where did we hike?", "The team hiked the ridge trail in the Alps last summer."),
+        ("What does the guitar need?", "The guitar needs new strings before the concert."),
+        ("Who is allergic to peanuts?", "Leo is allergic to peanuts and carries an epipen."),
+        ("What car do I drive?", "Sam drives a blue hatchback bought second-hand in May."),
+        ("What is the wifi password?", "The office wifi password changed to lantern-42."),
+    ]
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps({"related": pairs}))
     out = StringIO()
-    call_command("calibrate_gate", stdout=out)
+    call_command("calibrate_gate", pairs=path, stdout=out)
+
     calibration = GateCalibration.objects.get(model="all-MiniLM-L6-v2")
-    assert calibration.related_mean > calibration.unrelated_mean
-    assert -1 <= calibration.min_similarity < calibration.strong_similarity <= 1
+    embedder = embedding_provider_from_settings()
+    questions = embedder.embed([question for question, _ in pairs])
+    memories = embedder.embed([memory for _, memory in pairs])
+    related = [_cosine(q, m) for q, m in zip(questions, memories, strict=True)]
+    unrelated = [
+        _cosine(q, m) for i, q in enumerate(questions) for j, m in enumerate(memories) if i != j
+    ]
+    kept_related = sum(s >= calibration.min_similarity - 1e-4 for s in related) / len(related)
+    passed_unrelated = sum(s >= calibration.min_similarity + 1e-4 for s in unrelated)
+    assert kept_related >= 0.9  # the 5th percentile of 10 pairs interpolates below the 2nd
+    assert passed_unrelated <= 0.05 * len(unrelated) + 1
+    assert calibration.strong_similarity > max(unrelated) - 1e-4
+    assert calibration.min_similarity < calibration.strong_similarity <= 1
+    assert (calibration.related_pairs, calibration.unrelated_pairs) == (10, 90)
     assert "min_similarity" in out.getvalue()
 
 

@@ -1,10 +1,14 @@
 """``manage.py calibrate_gate``: measure the embedding model on related and unrelated pairs and
 store the similarity gate's thresholds for it.
 
-- ``min_similarity``: 95 % of related pairs score at or above it (the gate keeps what is
-  related, and drops what scores lower than almost every related pair);
+- ``min_similarity``: the unrelated pairs' 95th percentile (a result scoring lower looks like
+  an unrelated pair, and is dropped), but never above the related pairs' 5th percentile (where
+  the model separates the two poorly, keep what is related rather than drop it);
 - ``strong_similarity``: above every unrelated pair measured and at least the related pairs'
   90th percentile: a result there is ranked first, so it must be rare and sure.
+
+Each memory is embedded as the store embeds it (the chunks that fit the model) and compared
+through its nearest chunk, as the vector lane compares it.
 """
 
 from __future__ import annotations
@@ -27,12 +31,6 @@ def _percentile(values: list[float], fraction: float) -> float:
     position = fraction * (len(ordered) - 1)
     lower, upper = int(position), min(int(position) + 1, len(ordered) - 1)
     return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
-
-
-def _passages(memory: str) -> list[str]:
-    """As ``memory.types.embedding_passages`` splits an episode: whole, then turn by turn."""
-    turns = [line for line in memory.splitlines() if line.strip()]
-    return [memory, *turns] if len(turns) > 1 else [memory]
 
 
 def _cosine(left: list[float], right: list[float]) -> float:
@@ -60,8 +58,9 @@ class Command(BaseCommand):
             raise CommandError("At least 10 related pairs are needed.")
         embedder = embedding_provider_from_settings()
         questions = embedder.embed([question for question, _ in related_pairs])
-        # A memory is compared through its nearest passage, as searches compare it.
-        passages = [_passages(memory) for _, memory in related_pairs]
+        # A memory is stored as the chunks that fit the model and searched by its nearest
+        # chunk: compare it here the same way.
+        passages = [embedder.chunk(memory) for _, memory in related_pairs]
         vectors = embedder.embed([passage for group in passages for passage in group])
         memories, start = [], 0
         for group in passages:
@@ -77,7 +76,7 @@ class Command(BaseCommand):
             for j, memory in enumerate(memories)
             if i != j
         ]
-        minimum = _percentile(related, 0.05)
+        minimum = min(_percentile(unrelated, 0.95), _percentile(related, 0.05))
         strong = max(*unrelated, _percentile(related, 0.9))
         calibration, _ = GateCalibration.objects.update_or_create(
             model=embedder.model_name,
