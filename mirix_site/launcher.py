@@ -88,9 +88,14 @@ def _postgres_configure(base_uri: str) -> bool:
     """Write ``_postgres_settings`` with ALTER SYSTEM; whether one waits for a restart."""
     with psycopg.connect(base_uri, autocommit=True) as connection:
         for name, value in _postgres_settings().items():
-            connection.execute(
-                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
-            )
+            try:
+                connection.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)
+                    )
+                )
+            except psycopg.errors.DataError as error:
+                raise SystemExit(f"MIRIX_PG_SHARED_BUFFERS: {error}") from None
         # pg_file_settings reads the files now: a value that needs a restart has an error.
         pending = connection.execute(
             "SELECT count(*) FROM pg_file_settings WHERE error IS NOT NULL"
