@@ -202,6 +202,15 @@ class MemoryEmbedding(models.Model):
             ),
             models.Index(fields=["end_user", "client", "model"], name="%(class)s_owner"),
         ]
+        # ``memory`` is each subclass's foreign key to its own memory type.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "model", "chunk_index"], name="%(class)s_unique_chunk"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"
 
 
 class EpisodicEmbedding(MemoryEmbedding):
@@ -209,31 +218,11 @@ class EpisodicEmbedding(MemoryEmbedding):
 
     memory = models.ForeignKey(EpisodicMemory, on_delete=models.CASCADE, related_name="embeddings")
 
-    class Meta(MemoryEmbedding.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["memory", "model", "chunk_index"], name="episodicembedding_unique_chunk"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"
-
 
 class SemanticEmbedding(MemoryEmbedding):
     """Embeddings of semantic memories, per model and chunk."""
 
     memory = models.ForeignKey(SemanticMemory, on_delete=models.CASCADE, related_name="embeddings")
-
-    class Meta(MemoryEmbedding.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["memory", "model", "chunk_index"], name="semanticembedding_unique_chunk"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"
 
 
 class ProceduralEmbedding(MemoryEmbedding):
@@ -243,31 +232,11 @@ class ProceduralEmbedding(MemoryEmbedding):
         ProceduralMemory, on_delete=models.CASCADE, related_name="embeddings"
     )
 
-    class Meta(MemoryEmbedding.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["memory", "model", "chunk_index"], name="proceduralembedding_unique_chunk"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"
-
 
 class ResourceEmbedding(MemoryEmbedding):
     """Embeddings of resource memories, per model and chunk."""
 
     memory = models.ForeignKey(ResourceMemory, on_delete=models.CASCADE, related_name="embeddings")
-
-    class Meta(MemoryEmbedding.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["memory", "model", "chunk_index"], name="resourceembedding_unique_chunk"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"
 
 
 class VaultEmbedding(MemoryEmbedding):
@@ -276,14 +245,3 @@ class VaultEmbedding(MemoryEmbedding):
     memory = models.ForeignKey(
         KnowledgeVaultItem, on_delete=models.CASCADE, related_name="embeddings"
     )
-
-    class Meta(MemoryEmbedding.Meta):
-        constraints = [
-            models.UniqueConstraint(
-                fields=["memory", "model", "chunk_index"],
-                name="vaultembedding_unique_chunk",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model} chunk {self.chunk_index} of #{self.memory_id}"

@@ -8,12 +8,11 @@ from django.db import models
 from accounts.models import Client, EndUser, Organization
 
 
-class MemoryPosting(models.Model):
-    """One lexeme of one memory's text: how often it occurs there (``tf``) and the text's
-    length in lexemes. BM25 reads these through index-only scans, never the memories."""
+class IndexOwned(models.Model):
+    """The owner of a row of BM25's index and statistics: (organization, client, end user).
+    No single-column indexes on the owners: each table's composite indexes lead with them, and
+    a competing one only tempts the planner away from the index-only scans."""
 
-    # No single-column indexes on the owners: the composite indexes below lead with them,
-    # and a competing one only tempts the planner away from the index-only scans.
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="+", db_index=False
     )
@@ -21,6 +20,15 @@ class MemoryPosting(models.Model):
     end_user = models.ForeignKey(
         EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
     )
+
+    class Meta:
+        abstract = True
+
+
+class MemoryPosting(IndexOwned):
+    """One lexeme of one memory's text: how often it occurs there (``tf``) and the text's
+    length in lexemes. BM25 reads these through index-only scans, never the memories."""
+
     memory_type = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
     memory_id = models.BigIntegerField()
@@ -46,20 +54,11 @@ class MemoryPosting(models.Model):
         return f"{self.lexeme} x{self.tf} in {self.memory_type}#{self.memory_id}"
 
 
-class TermStats(models.Model):
+class TermStats(IndexOwned):
     """For one (user, client, memory type): how many memories hold a lexeme, and the most
     times one memory holds it (an upper bound: it is not lowered on delete). IDF and the
     scoring bounds that let BM25 skip common terms come from here."""
 
-    # No single-column indexes on the owners: the composite indexes below lead with them,
-    # and a competing one only tempts the planner away from the index-only scans.
-    organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(
-        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
     memory_type = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
     doc_frequency = models.IntegerField(default=0)
@@ -79,19 +78,10 @@ class TermStats(models.Model):
         return f"{self.lexeme}: df {self.doc_frequency}"
 
 
-class DocumentStats(models.Model):
+class DocumentStats(IndexOwned):
     """For one (user, client, memory type): how many memories are indexed and their total
     length, for BM25's N and average document length."""
 
-    # No single-column indexes on the owners: the composite indexes below lead with them,
-    # and a competing one only tempts the planner away from the index-only scans.
-    organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(
-        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
     memory_type = models.PositiveSmallIntegerField()
     doc_count = models.IntegerField(default=0)
     total_length = models.BigIntegerField(default=0)
