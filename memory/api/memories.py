@@ -14,7 +14,7 @@ from rest_framework import serializers
 from accounts.api.serializers import UserIdField
 from memory.crypto import secret_decrypt
 from memory.types import MemoryType
-from sessions.content import message_normalize
+from sessions.content import MessageInput, message_normalize
 from sessions.models import Message, Session
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -22,14 +22,28 @@ MAX_MESSAGES_PER_ADD = 1000
 MAX_FILTER_TAGS_BYTES = 8192
 
 
-def _filter_tags_check(value: Any) -> dict[str, Any]:
+def filter_tags_check(value: Any) -> dict[str, Any]:
+    """``filter_tags`` as every endpoint takes it: an object of tag names to values."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise serializers.ValidationError("An object of tag names to values.")
+        raise serializers.ValidationError("A JSON object of tag names to values.")
     if len(json.dumps(value)) > MAX_FILTER_TAGS_BYTES:
         raise serializers.ValidationError(f"At most {MAX_FILTER_TAGS_BYTES} bytes of JSON.")
     return value
+
+
+def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
+    """Conversation turns as every endpoint takes them, each checked and normalized; errors
+    name the message (``messages.3.role``)."""
+    roles = tuple(role.value for role in Message.Role)
+    try:
+        return [
+            message_normalize(raw, roles=roles, where=f"messages.{index}")
+            for index, raw in enumerate(raw_messages)
+        ]
+    except DjangoValidationError as error:
+        raise serializers.ValidationError(error.message_dict) from None
 
 
 class MemoryAddInputSerializer(serializers.Serializer):
@@ -54,7 +68,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
     local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return _filter_tags_check(value)
+        return filter_tags_check(value)
 
     def validate_session_id(self, value: str | None) -> str | None:
         if value is None:
@@ -91,14 +105,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
                     ]
                 }
             )
-        roles = tuple(role.value for role in Message.Role)
-        try:
-            messages = [
-                message_normalize(raw, roles=roles, where=f"messages.{index}")
-                for index, raw in enumerate(attrs["messages"])
-            ]
-        except DjangoValidationError as error:
-            raise serializers.ValidationError(error.message_dict) from None
+        messages = messages_check(attrs["messages"])
         return {
             "user_id": attrs.get("user_id") or "default",
             "meta_agent_id": attrs.get("meta_agent_id"),

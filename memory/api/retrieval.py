@@ -8,7 +8,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -20,7 +19,7 @@ from accounts.api.errors import UnprocessableEntity
 from accounts.api.serializers import UserIdField
 from accounts.models import EndUser
 from accounts.selectors import end_user_get
-from memory.api.memories import MemorySerializer
+from memory.api.memories import MemorySerializer, filter_tags_check, messages_check
 from memory.embedding_spaces import read_embedder
 from memory.models import CoreMemoryBlock
 from memory.retrieval.bm25 import Scope
@@ -30,22 +29,20 @@ from memory.retrieval.log import retrieval_log_write
 from memory.selectors import memory_list
 from memory.topics import topics_query
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType, memory_type_resolve
-from sessions.content import message_normalize
 
 MAX_LIMIT = 100
 
 
 def _filter_tags(raw: Any) -> dict[str, Any]:
-    if raw in (None, "", {}):
+    """``filter_tags`` of a query string arrive as JSON text."""
+    if raw == "":
         return {}
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError:
             raise serializers.ValidationError("A JSON object of tag names to values.") from None
-    if not isinstance(raw, dict):
-        raise serializers.ValidationError("A JSON object of tag names to values.")
-    return raw
+    return filter_tags_check(raw)
 
 
 class SearchParamsSerializer(serializers.Serializer):
@@ -353,14 +350,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
         return _filter_tags(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        roles = ("user", "assistant", "tool", "system")
-        try:
-            messages = [
-                message_normalize(raw, roles=roles, where=f"messages.{index}")
-                for index, raw in enumerate(attrs["messages"])
-            ]
-        except DjangoValidationError as error:
-            raise serializers.ValidationError(error.message_dict) from None
+        messages = messages_check(attrs["messages"])
         if not any(
             message.text.strip()
             or message.image_urls
