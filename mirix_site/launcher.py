@@ -77,25 +77,24 @@ def _postgres_running(directory: Path) -> bool:
     return info is not None and info.is_running()
 
 
-def _postgres_settings() -> dict[str, str]:
-    """Server settings of the embedded PostgreSQL. initdb's 128 MB of shared buffers hold less
-    than one HNSW index of 100,000 384-dimension vectors: every search then copied index pages
-    in from the OS cache (a vector search at 100,000 rows took 30-60 ms; 5-12 ms at 1 GB)."""
-    return {"shared_buffers": os.environ.get("MIRIX_PG_SHARED_BUFFERS") or "1GB"}
+# Server settings of the embedded PostgreSQL: name -> (environment variable, default).
+# initdb's 128 MB of shared buffers hold less than one HNSW index of 100,000 384-dimension
+# vectors: every search then copied index pages in from the OS cache (a vector search at
+# 100,000 rows took 30-60 ms; 5-12 ms at 1 GB).
+POSTGRES_SETTINGS = {"shared_buffers": ("MIRIX_PG_SHARED_BUFFERS", "1GB")}
 
 
 def _postgres_configure(base_uri: str) -> bool:
-    """Write ``_postgres_settings`` with ALTER SYSTEM; whether one waits for a restart."""
+    """Write ``POSTGRES_SETTINGS`` with ALTER SYSTEM; whether one waits for a restart."""
     with psycopg.connect(base_uri, autocommit=True) as connection:
-        for name, value in _postgres_settings().items():
+        for name, (variable, default) in POSTGRES_SETTINGS.items():
+            statement = sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                sql.Identifier(name), sql.Literal(os.environ.get(variable) or default)
+            )
             try:
-                connection.execute(
-                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                        sql.Identifier(name), sql.Literal(value)
-                    )
-                )
+                connection.execute(statement)
             except psycopg.errors.DataError as error:
-                raise SystemExit(f"MIRIX_PG_SHARED_BUFFERS: {error}") from None
+                raise SystemExit(f"{variable}: {error}") from None
         # pg_file_settings reads the files now: a value that needs a restart has an error.
         pending = connection.execute(
             "SELECT count(*) FROM pg_file_settings WHERE error IS NOT NULL"

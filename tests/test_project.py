@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from rest_framework.test import APIClient
 
 import mirix_site
@@ -132,3 +133,17 @@ def test_demo_tenant_reuses_a_working_key(db: None, tmp_path: Path) -> None:
     api = APIClient()
     api.credentials(HTTP_X_API_KEY=replacement)
     assert api.get("/users").status_code == 200
+
+
+def test_embedded_postgres_runs_with_the_launchers_settings(db: None) -> None:
+    from mirix_site.launcher import POSTGRES_SETTINGS, data_dir
+
+    if str(data_dir() / "pg") not in (connection.settings_dict["HOST"] or ""):
+        pytest.skip("an external PostgreSQL (DATABASE_URL): the launcher configured nothing")
+    with connection.cursor() as cursor:
+        for name, (variable, default) in POSTGRES_SETTINGS.items():
+            cursor.execute(
+                "SELECT pg_size_bytes(current_setting(%s)) = pg_size_bytes(%s)",
+                [name, os.environ.get(variable) or default],
+            )
+            assert cursor.fetchone() == (True,), name
