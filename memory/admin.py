@@ -23,6 +23,7 @@ from memory.models import (
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
+from sessions.admin import ReadOnlyAdmin
 
 
 @admin.register(MetaAgent)
@@ -136,7 +137,7 @@ class KnowledgeVaultItemAdmin(MemoryAdmin):
 
 
 @admin.register(ExtractionJob)
-class ExtractionJobAdmin(admin.ModelAdmin):
+class ExtractionJobAdmin(ReadOnlyAdmin):
     """The durable record of each extraction batch: status, attempts, counts, last error."""
 
     list_display = [
@@ -171,15 +172,6 @@ class ExtractionJobAdmin(admin.ModelAdmin):
         "finished_at",
     ]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 class LatencyFilter(admin.SimpleListFilter):
     title = "latency"
@@ -204,7 +196,7 @@ class LatencyFilter(admin.SimpleListFilter):
 
 
 @admin.register(RetrievalLog)
-class RetrievalLogAdmin(admin.ModelAdmin):
+class RetrievalLogAdmin(ReadOnlyAdmin):
     """Every retrieval, for audit: who asked what, what came back, what the gate decided."""
 
     list_display = ["created_at", "endpoint", "query", "method", "end_user", "client", "latency_ms"]
@@ -225,15 +217,6 @@ class RetrievalLogAdmin(admin.ModelAdmin):
         "created_at",
     ]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(GateCalibration)

@@ -9,6 +9,8 @@ from sessions.models import Message, Session
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """Browse, never add, change or delete: for records kept as they were written."""
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -121,6 +121,7 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
         operator.post(f"/admin/memory/retrievallog/{log.pk}/delete/", {"post": "yes"}).status_code
         == 403
     )
+    assert operator.get("/admin/memory/retrievallog/add/").status_code == 403
     message = Message.objects.filter(client=org.client).first()
     assert (
         operator.post(
@@ -128,3 +129,6 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
         ).status_code
         == 403
     )
+    assert ExtractionJob.objects.filter(pk=job.pk).exists()
+    assert RetrievalLog.objects.filter(pk=log.pk).exists()
+    assert Message.objects.filter(pk=message.pk).exists()
