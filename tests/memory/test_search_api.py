@@ -240,6 +240,8 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
         {"query": "x", "memory_type": "dreams"},
         {"query": "x", "limit": 0},
         {"query": "x", "filter_tags": "{not json"},
+        {"query": "x", "filter_tags": "[1, 2]"},
+        {"query": "x", "filter_tags": json.dumps({"note": "x" * 9000})},
         {"query": "x", "similarity_threshold": 3},
         {"query": "x", "memory_type": "semantic", "search_field": "nonsense"},
     ],
@@ -370,6 +372,17 @@ def test_a_conversation_without_text_or_image_is_422(org: TenantFixture, message
     )
     assert response.status_code == 422
     assert "messages" in response.json()["fields"]
+
+
+def test_a_conversation_turn_with_an_unknown_role_is_422_naming_it(org: TenantFixture) -> None:
+    org.api.post("/users/create_or_get", {"user_id": "sam"}, format="json")
+    response = org.api.post(
+        "/memory/retrieve/conversation",
+        {"user_id": "sam", "messages": [{"role": "user", "content": "hi"}, {"role": "robot"}]},
+        format="json",
+    )
+    assert response.status_code == 422
+    assert "messages.1.role" in response.json()["fields"]
 
 
 def test_core_memory_is_returned_whole(org: TenantFixture) -> None:
