@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from memory.models import GateCalibration
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import Scope, bm25_search, query_lexemes
 from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.lanes import Lane
 from memory.retrieval.query_vectors import query_vector
 from memory.retrieval.vectors import distances_of, vector_search
 from memory.types import MemoryType
@@ -131,7 +132,22 @@ def _search_kind(
     allowed = _allowed_ids(kind, request)
     fetch = request.limit * OVERFETCH if request.method == "hybrid" else request.limit
     bm25: list[tuple[int, float]] = []
-    nearest: list[tuple[int, float]] = []
+    nearest: Lane[list[tuple[int, float]]] | None = None
+    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
+        # Started first: in a hybrid search it runs on its own connection beside BM25.
+        nearest = Lane(
+            partial(
+                vector_search,
+                scope=request.scope,
+                kind=kind,
+                vector=vector,
+                model=embedder.model_name,
+                limit=fetch,
+                allowed_ids=allowed,
+                max_distance=request.similarity_threshold,
+            ),
+            beside=request.method == "hybrid",
+        )
     if request.method in ("bm25", "hybrid"):
         bm25 = bm25_search(
             scope=request.scope,
@@ -145,16 +161,7 @@ def _search_kind(
                 kind, request.search_field, request.query, [i for i, _ in bm25]
             )
             bm25 = [(memory_id, score) for memory_id, score in bm25 if memory_id in matching]
-    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
-        nearest = vector_search(
-            scope=request.scope,
-            kind=kind,
-            vector=vector,
-            model=embedder.model_name,
-            limit=fetch,
-            allowed_ids=allowed,
-            max_distance=request.similarity_threshold,
-        )
+    nearest_rows = nearest.result() if nearest is not None else []
     if request.method == "bm25":
         return [
             Candidate(memory_id, bm25_rank=rank, bm25_score=score, score=score)
@@ -163,11 +170,11 @@ def _search_kind(
     if request.method == "embedding":
         return [
             Candidate(memory_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
-            for rank, (memory_id, distance) in enumerate(nearest, start=1)
+            for rank, (memory_id, distance) in enumerate(nearest_rows, start=1)
         ]
     fused = rrf_fuse(
         bm25,
-        nearest,
+        nearest_rows,
         bm25_weight=settings.SEARCH_BM25_WEIGHT,
         vector_weight=settings.SEARCH_VECTOR_WEIGHT,
     )

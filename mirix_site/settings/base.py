@@ -221,6 +221,9 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 # stronger embedding model.
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
+# Threads per process that run a hybrid search's vector lane on their own database connection
+# beside its BM25 lane (0: one lane after the other). Each holds one more connection.
+SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)
 
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.

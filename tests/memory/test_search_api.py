@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 
 from accounts.services import client_read_scopes_set, end_user_create_or_get
 from memory.extractors import Proposal
 from memory.models import GateCalibration, RetrievalLog
 from memory.providers.embeddings import embedding_provider_from_settings
+from memory.retrieval import engine
 from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.vectors import vector_search
 from memory.services import memories_store, retrieval_logs_purge
 from memory.services.records import Owner
 from tests.factories import TenantFixture, chat_turns
@@ -174,6 +178,39 @@ def test_similarity_threshold_applies_to_the_vector_lane_only(org: TenantFixture
     assert search(org, search_method="embedding", query="green tea", similarity_threshold=1.9)[
         "results"
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hybrid_runs_the_vector_lane_on_its_own_connection_with_the_same_answer(
+    org: TenantFixture, settings, monkeypatch
+) -> None:
+    """Outside a transaction the vector lane runs in the lane pool beside BM25; the answer is
+    the one the two lanes give in turn (SEARCH_LANE_THREADS=0, or inside a transaction)."""
+    store(org)
+    threads: list[str] = []
+
+    def recorded(**kwargs: object) -> list[tuple[int, float]]:
+        threads.append(threading.current_thread().name)
+        return vector_search(**kwargs)
+
+    monkeypatch.setattr(engine, "vector_search", recorded)
+    query = {"query": "what does Sam drink in the morning"}
+
+    beside = search(org, **query)["results"]
+    settings.SEARCH_LANE_THREADS = 0
+    in_turn = search(org, **query)["results"]
+    settings.SEARCH_LANE_THREADS = 2
+    with transaction.atomic():
+        in_transaction = search(org, **query)["results"]
+
+    assert threads[0].startswith("search-lane")
+    assert not threads[1].startswith("search-lane") and not threads[2].startswith("search-lane")
+    assert beside and "tea" in beside[0]["summary"]
+    answers = [
+        [(r["id"], r["ranks"], r["gate"]) for r in results]
+        for results in (beside, in_turn, in_transaction)
+    ]
+    assert answers[0] == answers[1] == answers[2]
 
 
 def test_other_tenants_and_clients_memories_never_appear(
