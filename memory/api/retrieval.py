@@ -27,6 +27,7 @@ from memory.retrieval.conversation import conversation_query
 from memory.retrieval.engine import METHODS, SearchOutcome, SearchRequest, memories_search
 from memory.retrieval.log import retrieval_log_write
 from memory.selectors import memory_list
+from memory.temporal import temporal_range
 from memory.topics import topics_query
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType, memory_type_resolve
 
@@ -58,6 +59,8 @@ class SearchParamsSerializer(serializers.Serializer):
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     include_secrets = serializers.BooleanField(required=False, default=False)
+    temporal = serializers.BooleanField(required=False, default=False)
+    as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
 
     def validate_filter_tags(self, value: str) -> dict[str, Any]:
         return _filter_tags(value)
@@ -191,6 +194,15 @@ SEARCH_PARAMETERS = [
     OpenApiParameter("start_date", str, description="ISO 8601; episodic memories only"),
     OpenApiParameter("end_date", str, description="ISO 8601; episodic memories only"),
     OpenApiParameter("include_secrets", bool, description="show knowledge-vault values"),
+    OpenApiParameter(
+        "temporal",
+        bool,
+        description="read a time phrase in the query ('a week ago', 'in March') as the episodic "
+        "date range; start_date/end_date win",
+    ),
+    OpenApiParameter(
+        "as_of", str, description="ISO 8601; the moment temporal phrases are read from (now)"
+    ),
 ]
 SEARCH_RESPONSE = inline_serializer(
     "MemorySearch",
@@ -201,6 +213,7 @@ SEARCH_RESPONSE = inline_serializer(
         "search_field": serializers.CharField(allow_null=True),
         "search_method": serializers.CharField(),
         "date_range": serializers.DictField(allow_null=True),
+        "temporal_expression": serializers.CharField(allow_null=True),
         "results": SearchResultSerializer(many=True),
         "count": serializers.IntegerField(),
     },
@@ -215,6 +228,14 @@ class MemorySearchApi(_RetrievalApi):
         params.is_valid(raise_exception=True)
         data = params.validated_data
         end_user = None if all_users else self.end_user_from(request.query_params.get("user_id"))
+        start, end = data.get("start_date"), data.get("end_date")
+        found = (
+            temporal_range(data["query"], now=data.get("as_of") or timezone.now())
+            if data["temporal"]
+            else None
+        )
+        if found is not None:
+            start, end = start or found.start, end or found.end
         search = SearchRequest(
             scope=self.scope(end_user),
             kinds=data["kinds"],
@@ -222,8 +243,8 @@ class MemorySearchApi(_RetrievalApi):
             method=data["search_method"],
             limit=data["limit"],
             filter_tags=data["filter_tags"],
-            start=data.get("start_date"),
-            end=data.get("end_date"),
+            start=start,
+            end=end,
             similarity_threshold=data.get("similarity_threshold"),
             search_field=data["search_field"],
         )
@@ -237,6 +258,7 @@ class MemorySearchApi(_RetrievalApi):
             "search_field": search.search_field,
             "search_method": search.method,
             "date_range": _date_range(search.start, search.end),
+            "temporal_expression": found.expression if found is not None else None,
             "results": results,
             "count": len(results),
         }
@@ -342,6 +364,8 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
     filter_tags = serializers.JSONField(required=False, allow_null=True)
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    # The moment time phrases are read from ("yesterday" of which day); now by default.
+    as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; accepted and ignored.
     use_cache = serializers.BooleanField(required=False)
     local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
@@ -386,7 +410,7 @@ class RetrieveConversationApi(_RetrievalApi):
         data = body.validated_data
         end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         user_texts = [m.text for m in data["messages"] if m.role == "user" and m.text.strip()]
-        found = conversation_query(user_texts, now=timezone.now())
+        found = conversation_query(user_texts, now=data.get("as_of") or timezone.now())
         start = data.get("start_date") or (found.date_range.start if found.date_range else None)
         end = data.get("end_date") or (found.date_range.end if found.date_range else None)
         query = topics_query(found.topics) or " ".join(user_texts[-1:])

@@ -268,6 +268,24 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
     assert [r["filter_tags"]["project"] for r in dated["results"]] == ["apollo"]
     assert dated["date_range"]["start"].startswith("2025-01-01")
 
+    def projects(**params: object) -> tuple[list[str], dict | None, str | None]:
+        body = search(org, memory_type="episodic", **params)
+        found = [r["filter_tags"]["project"] for r in body["results"]]
+        return found, body["date_range"], body["temporal_expression"]
+
+    spoken = {"query": "the launch review in March", "as_of": "2025-06-01T09:00:00Z"}
+    assert sorted(projects(**spoken)[0]) == ["apollo", "gemini"]  # without `temporal`: words
+    found, date_range, expression = projects(**spoken, temporal="true")
+    assert (found, expression) == (["gemini"], "March")
+    assert date_range == {"start": "2025-03-01T00:00:00+00:00", "end": date_range["end"]}
+    assert date_range["end"].startswith("2025-03-31T23:59:59")
+    # An explicit bound wins over the phrase's; the other bound still comes from the phrase.
+    found, date_range, _ = projects(**spoken, temporal="true", start_date="2025-01-01T00:00:00Z")
+    assert sorted(found) == ["apollo", "gemini"] and date_range["end"].startswith("2025-03-31")
+    # Read from today (2026 or later), "in March" is a March without these launches.
+    assert projects(query="the launch review in March", temporal="true")[0] == []
+    assert projects(query="the launch review", temporal="true")[1:] == (None, None)
+
 
 @pytest.mark.parametrize(
     "params",
@@ -380,6 +398,18 @@ def test_conversation_retrieval_finds_topics_and_dates(org: TenantFixture) -> No
     assert body["date_range"]["start"] and body["date_range"]["end"]
     episodes = [m["summary"] for m in body["memories"]["episodic"]]
     assert episodes == ["user: We talked about the kayak trip to the fjord"]
+    # Asked as of 39 days ago, "yesterday" is the day of the older talk.
+    response = org.api.post(
+        "/memory/retrieve/conversation",
+        {
+            "user_id": "sam",
+            "messages": chat_turns("What did we say about the kayak yesterday?"),
+            "as_of": (now - timedelta(days=39)).isoformat(),
+        },
+        format="json",
+    )
+    episodes = [m["summary"] for m in response.json()["memories"]["episodic"]]
+    assert episodes == ["user: We talked about the kayak repair shop"]
     assert [m["summary"] for m in body["memories"]["semantic"]] == ["Sam owns a red kayak"]
     assert set(body["memories"]) == {
         "core",
