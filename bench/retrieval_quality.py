@@ -14,8 +14,11 @@ evidence, and every memory names the messages it came from (``source_message_ids
    read back with ``GET /sessions/{id}/messages``, is no longer ``pending``. Then count the turns
    that some memory cites (a turn no memory cites can never be found).
 3. Ask every question with ``GET /memory/search?memory_type=episodic`` once per ``--methods``
-   lane (bm25, embedding, hybrid), all against the same ingest; ``limit`` 20 for LoCoMo and 100
-   for LongMemEval, so that every list reaches 20 units (see SEARCH_LIMITS). Episodic memories
+   lane (bm25, embedding, hybrid), all against the same ingest; a LongMemEval question also
+   sends ``temporal=true`` and its ``question_date`` as ``as_of``, so that a time phrase in it
+   ("a week ago") limits the search to the episodes of that time, read from the day it is
+   asked; ``limit`` 20 for LoCoMo and 100 for LongMemEval, so that every list reaches 20 units
+   (see SEARCH_LIMITS). Episodic memories
    hold every turn; ``--memory-type all`` adds the resource and knowledge-vault items, which
    cite single turns and, on LongMemEval, pushed episodic hits down (hybrid nDCG@10 0.95 ->
    0.88 on 12 questions) while their per-type limit made the lists longer.
@@ -148,6 +151,9 @@ class Question:
     text: str
     category: str
     gold: frozenset[str]
+    # When the question is asked (LongMemEval's question_date): the search then reads a time
+    # phrase in it ("a week ago") from that moment (``temporal=true&as_of=``). LoCoMo names none.
+    asked_at: str | None = None
 
 
 @dataclass
@@ -348,6 +354,7 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
             "user_id": haystack.user_id,
             "text": entry["question"],
             "category": entry["question_type"],
+            "asked_at": longmemeval_date_parse(entry.get("question_date") or ""),
         }
         lenient.append(
             Question(**common, gold=frozenset(entry["answer_session_ids"]) & by_id.keys())
@@ -856,15 +863,16 @@ def _search(
     limit: int,
     refs: dict[str, TurnRef],
 ) -> tuple[Answer, int]:
-    query = urlencode(
-        {
-            "user_id": question.user_id,
-            "query": question.text,
-            "memory_type": memory_type,
-            "search_method": method,
-            "limit": limit,
-        }
-    )
+    params: dict[str, object] = {
+        "user_id": question.user_id,
+        "query": question.text,
+        "memory_type": memory_type,
+        "search_method": method,
+        "limit": limit,
+    }
+    if question.asked_at:
+        params |= {"temporal": "true", "as_of": question.asked_at}
+    query = urlencode(params)
     began = time.perf_counter()
     try:
         status, payload = client.request("GET", f"/memory/search?{query}")

@@ -16,6 +16,7 @@ from memory.services import (
     extraction_jobs_recover,
     retrieval_logs_purge,
 )
+from memory.services.vector_indexes import vector_indexes_sync
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +67,10 @@ def recover_extraction_jobs() -> int:
 @shared_task
 def purge_retrieval_logs() -> int:
     return retrieval_logs_purge()
+
+
+@shared_task
+def sync_vector_indexes() -> int:
+    """Large users' own HNSW indexes; returns how many were built or dropped."""
+    outcome = vector_indexes_sync()
+    return len(outcome.built) + len(outcome.dropped)

@@ -5,7 +5,9 @@ cast to its dimension, and queries name the model and cast the same way, so vect
 different models or sizes are never compared. Many users share an index, and filtering by
 owner after an index scan can leave a small user with nothing, so each query picks its path:
 an exact scan of the user's own rows when they are few, otherwise the HNSW index with
-pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter.
+pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter. A user
+with more rows than the exact scan takes gets an index of their own
+(``memory.services.vector_indexes``); the planner picks it, the smaller one, for the same query.
 """
 
 from __future__ import annotations

@@ -224,6 +224,9 @@ SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
 SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)
+# How often beat gives users with many embeddings an HNSW index of their own (and drops those
+# no longer needed); `manage.py vector_indexes` does it at once.
+VECTOR_INDEX_SYNC_SECONDS = env_float("VECTOR_INDEX_SYNC_SECONDS", 600.0, minimum=10.0)
 
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
@@ -281,6 +284,7 @@ CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
     "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
     "memory.tasks.purge_retrieval_logs": {"queue": "maintenance"},
+    "memory.tasks.sync_vector_indexes": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
@@ -294,6 +298,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Retrieval-log rows older than RETRIEVAL_LOG_RETENTION_DAYS go. Hourly: the table grows by
     # one row per retrieval, and small batches keep each delete short.
     "purge-retrieval-logs": {"task": "memory.tasks.purge_retrieval_logs", "schedule": 3600.0},
+    # Users past EXACT_SCAN_MAX_ROWS embeddings get an HNSW index of their own (searching the
+    # shared one costs them ~5x). Until it runs they are served by the shared index.
+    "sync-vector-indexes": {
+        "task": "memory.tasks.sync_vector_indexes",
+        "schedule": VECTOR_INDEX_SYNC_SECONDS,
+    },
 }
 
 LOGGING = {

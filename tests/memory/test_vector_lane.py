@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from io import StringIO
 
 import pytest
-from django.db import connection
+from django.core.management import call_command
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import EndUser
@@ -13,6 +15,7 @@ from memory.models import EpisodicMemory
 from memory.retrieval.bm25 import Scope, bm25_search
 from memory.retrieval.index import postings_add
 from memory.retrieval.vectors import vector_search
+from memory.services.vector_indexes import _SYNC_LOCK, own_index_name, vector_indexes_sync
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture
 
@@ -157,3 +160,51 @@ def test_lanes_read_indexes_never_a_scan_of_the_memories(org: TenantFixture, cor
         assert "posting_user_term" in plan, plan
         assert "Seq Scan" not in plan, plan
     assert not _plans(captured.captured_queries, "memory_episodicmemory")
+
+
+def _vector_plan(scope: Scope, *, exact: bool | None = None) -> str:
+    with CaptureQueriesContext(connection) as captured:
+        vector_search(
+            scope=scope,
+            kind=EPISODIC,
+            vector=_query_vector(2),
+            model=MODEL,
+            limit=10,
+            exact=exact,
+        )
+    return _plans(captured.captured_queries, "memory_episodicembedding")[-1]
+
+
+def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus) -> None:
+    large = Scope(org.organization.pk, (org.client.pk,), corpus["large"].pk)
+    small = Scope(org.organization.pk, (org.client.pk,), corpus["small"].pk)
+    own = own_index_name(EPISODIC, MODEL, corpus["large"].pk)
+    assert "episodicembedding_hnsw" in _vector_plan(large)
+
+    out = StringIO()
+    call_command("vector_indexes", stdout=out)
+    assert f"building {own}: episodic, {MODEL}, 6,000 embeddings" in out.getvalue()
+    assert "1 built, 0 dropped." in out.getvalue()  # 6,000 > 5,000; the others hold 50 or 30
+    assert f"Index Scan using {own}" in _vector_plan(large)
+    assert own not in _vector_plan(small, exact=False)  # another user's index never answers
+    recalls = [_recall(large, _query_vector(seed), exact_for_search=None) for seed in range(10)]
+    assert sum(recalls) / len(recalls) >= 0.95, recalls
+    assert vector_indexes_sync().built == []  # nothing left to do
+
+    # While another sync holds the lock, a second one does nothing.
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [_SYNC_LOCK])
+        assert vector_indexes_sync().skipped
+    finally:
+        other.close()
+
+    # Down to 4,000 rows the index stays (no rebuilds for a user hovering at the line); at half
+    # the line, 2,500, it goes.
+    rows = EpisodicMemory.objects.filter(end_user=corpus["large"]).order_by("pk")
+    EpisodicMemory.objects.filter(pk__in=list(rows.values_list("pk", flat=True)[:2000])).delete()
+    assert vector_indexes_sync().dropped == []
+    EpisodicMemory.objects.filter(pk__in=list(rows.values_list("pk", flat=True)[:1500])).delete()
+    assert vector_indexes_sync().dropped == [own]
+    assert own not in _vector_plan(large, exact=False)

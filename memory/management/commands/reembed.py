@@ -11,13 +11,12 @@ and if they name it earlier, they read the last ready model).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from memory.models import EmbeddingSpace
@@ -29,31 +28,13 @@ from memory.providers.embeddings import (
     embedding_provider_from_settings,
 )
 from memory.services.records import embeddings_write
-from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType
-
-
-def index_name(kind: MemoryType, model: str) -> str:
-    digest = hashlib.sha1(model.encode(), usedforsecurity=False).hexdigest()[:8]
-    return f"{kind.embedding_model._meta.db_table}_{digest}_hnsw"
-
-
-def _index_exists(name: str) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [name])
-        return cursor.fetchone() is not None
-
-
-def _index_create(kind: MemoryType, model: str, dimensions: int) -> None:
-    table = kind.embedding_model._meta.db_table
-    name = index_name(kind, model)
-    quoted_model = model.replace("'", "''")
-    with connection.cursor() as cursor:
-        # Concurrently: the table keeps taking writes while the index builds.
-        cursor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING hnsw "
-            f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
-            f"WITH (m = 16, ef_construction = 64) WHERE model = '{quoted_model}'"
-        )
+from memory.services.vector_indexes import (
+    hnsw_index_create,
+    index_exists,
+    shared_index_name,
+    vector_indexes_sync,
+)
+from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES
 
 
 class Command(BaseCommand):
@@ -146,11 +127,12 @@ class Command(BaseCommand):
         if target.model_name != DEFAULT_EMBEDDING_MODEL:  # the default's indexes are migrations'
             for type_name in SEARCHABLE_TYPES:
                 kind = MEMORY_TYPES[type_name]
-                if not _index_exists(index_name(kind, target.model_name)):
+                if not index_exists(shared_index_name(kind, target.model_name)):
                     self.stdout.write(
                         f"building the HNSW index of {type_name} for {target.model_name}"
                     )
-                    _index_create(kind, target.model_name, target.dimensions)
+                    hnsw_index_create(kind, target.model_name, target.dimensions)
+        vector_indexes_sync(progress=self.stdout.write)  # large users' own, for this model too
         space.status = EmbeddingSpace.Status.READY
         space.completed_at = timezone.now()
         space.save(update_fields=["status", "completed_at"])

@@ -1,0 +1,165 @@
+"""The HNSW indexes of the vector lane: one per memory type and model that every user shares,
+and one of their own for each user with many embeddings.
+
+A search for one user walks the shared index and skips the other users' rows (pgvector's
+iterative scan). A user with at most ``EXACT_SCAN_MAX_ROWS`` embeddings is scanned exactly
+instead; above that, the skipping is what a search costs, and it grows with everyone else's
+rows: for a user owning 13,000 of 190,000 vectors, p50 37 / p95 182 ms (bench/RESULTS.md).
+Such a user gets a partial index of their own (``WHERE model = M AND end_user_id = U``), which
+the planner picks for their searches since it is the smaller index that answers them: p50 5.5 /
+p95 8.3 ms for the same user. The lane's query needs no change; the index only has to exist.
+
+``vector_indexes_sync`` builds the indexes the tables call for and drops those no longer needed
+(a user whose rows fell to half the line, or who is gone). Beat runs it every
+``VECTOR_INDEX_SYNC_SECONDS``; ``manage.py vector_indexes`` runs it on demand (after a bulk
+load). Until then a user who crossed the line is served by the shared index, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS
+from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType
+
+logger = logging.getLogger(__name__)
+
+# Any constant works: it only keeps two syncs (two beat runs, or beat and the command) from
+# building the same index side by side.
+_SYNC_LOCK = 7_304_211
+
+
+def _digest(model: str) -> str:
+    return hashlib.sha1(model.encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def shared_index_name(kind: MemoryType, model: str) -> str:
+    """The shared index of a model other than the default (the default's is the migrations')."""
+    return f"{kind.embedding_model._meta.db_table}_{_digest(model)}_hnsw"
+
+
+def own_index_name(kind: MemoryType, model: str, end_user_id: int) -> str:
+    return f"{kind.embedding_model._meta.db_table}_{_digest(model)}_u{int(end_user_id)}"
+
+
+def _own_index_pattern(kind: MemoryType) -> re.Pattern[str]:
+    return re.compile(rf"^{kind.embedding_model._meta.db_table}_[0-9a-f]{{8}}_u(\d+)$")
+
+
+def index_exists(name: str) -> bool:
+    """Whether a usable index of that name exists (a build that was interrupted leaves an
+    invalid one behind, which counts as missing)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE c.relname = %s",
+            [name],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _concurrently() -> str:
+    """CONCURRENTLY keeps the table taking writes during a build or drop, but cannot run in a
+    transaction; inside one (a caller's atomic block, a test) the statement runs plainly."""
+    return "" if connection.in_atomic_block else "CONCURRENTLY "
+
+
+def hnsw_index_create(
+    kind: MemoryType, model: str, dimensions: int, *, end_user_id: int | None = None
+) -> str:
+    """Build the shared index of ``model`` (or, with ``end_user_id``, that user's own),
+    without blocking writes when outside a transaction. Returns its name."""
+    table = kind.embedding_model._meta.db_table
+    quoted_model = model.replace("'", "''")
+    if end_user_id is None:
+        name, where = shared_index_name(kind, model), f"model = '{quoted_model}'"
+    else:
+        name = own_index_name(kind, model, end_user_id)
+        where = f"model = '{quoted_model}' AND end_user_id = {int(end_user_id)}"
+    with connection.cursor() as cursor:
+        # An interrupted concurrent build leaves an invalid index that IF NOT EXISTS would keep.
+        if not index_exists(name):
+            cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
+        cursor.execute(
+            f"CREATE INDEX {_concurrently()}IF NOT EXISTS {name} ON {table} USING hnsw "
+            f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
+            f"WITH (m = 16, ef_construction = 64) WHERE {where}"
+        )
+    return name
+
+
+@dataclass
+class VectorIndexSync:
+    built: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    skipped: bool = False  # another sync held the lock
+
+
+def _owners_counted(kind: MemoryType) -> dict[tuple[str, int], tuple[int, int]]:
+    """(model, end user) -> (embeddings, dimensions) for every owner above half the line."""
+    table = kind.embedding_model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT model, end_user_id, count(*) FROM {table} "  # noqa: S608
+            "GROUP BY model, end_user_id HAVING count(*) > %s",
+            [EXACT_SCAN_MAX_ROWS // 2],
+        )
+        counted = cursor.fetchall()
+        dimensions: dict[str, int] = {}
+        for model in {model for model, _, _ in counted}:
+            cursor.execute(
+                f"SELECT vector_dims(embedding) FROM {table} WHERE model = %s LIMIT 1",  # noqa: S608
+                [model],
+            )
+            dimensions[model] = cursor.fetchone()[0]
+    return {(model, user): (rows, dimensions[model]) for model, user, rows in counted}
+
+
+def _own_indexes(kind: MemoryType) -> set[str]:
+    table = kind.embedding_model._meta.db_table
+    pattern = _own_index_pattern(kind)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", [table])
+        return {name for (name,) in cursor.fetchall() if pattern.match(name)}
+
+
+def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> VectorIndexSync:
+    """Give every user above ``EXACT_SCAN_MAX_ROWS`` embeddings (of one type and model) an
+    HNSW index of their own; drop the own indexes of users now at or below half that, or gone.
+    A second sync started meanwhile returns at once."""
+    outcome = VectorIndexSync()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_SYNC_LOCK])
+        if not cursor.fetchone()[0]:
+            outcome.skipped = True
+            return outcome
+    try:
+        for type_name in SEARCHABLE_TYPES:
+            kind = MEMORY_TYPES[type_name]
+            owners = _owners_counted(kind)
+            kept = {own_index_name(kind, model, user) for model, user in owners}
+            for name in sorted(_own_indexes(kind) - kept):
+                with connection.cursor() as cursor:
+                    cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
+                outcome.dropped.append(name)
+            for (model, user), (rows, dimensions) in sorted(owners.items()):
+                name = own_index_name(kind, model, user)
+                if rows <= EXACT_SCAN_MAX_ROWS or index_exists(name):
+                    continue
+                if progress is not None:
+                    progress(f"building {name}: {type_name}, {model}, {rows:,} embeddings")
+                hnsw_index_create(kind, model, dimensions, end_user_id=user)
+                outcome.built.append(name)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_SYNC_LOCK])
+    if outcome.built or outcome.dropped:
+        logger.info("vector indexes: built %s, dropped %s", outcome.built, outcome.dropped)
+    return outcome
