@@ -32,7 +32,9 @@ directory (its key's client), as end users ``lat-<run id>-single-0`` and
 server's own ``memory.retrieval.index.postings_add``, in batches of 2,000. The HNSW index
 ``episodicembedding_hnsw`` is dropped for the load and rebuilt from its own definition after it
 (a bulk build is several times faster than inserting into the graph), then the tables are
-vacuumed and analysed (steady state: visibility map set for BM25's index-only scans). The
+vacuumed and analysed (steady state: visibility map set for BM25's index-only scans), and the
+server's ``vector_indexes_sync`` gives each user past 5,000 rows their own HNSW index, as beat
+would. The
 previous layout's rows are deleted before the next layout is loaded, and every user this run
 created is deleted at the end unless ``--keep`` (which also keeps the first layout's rows beside
 the second while it is measured; ``--delete-run RUN`` deletes them later).
@@ -485,6 +487,20 @@ def hnsw_dropped() -> Iterator[None]:
             cursor.execute("RESET max_parallel_maintenance_workers")
         seconds = time.perf_counter() - began
         print(f"  HNSW index built over {vectors:,} embeddings in {seconds:.0f} s", flush=True)
+
+
+def own_indexes_sync() -> None:
+    """What beat does on the server: an HNSW index of their own for each user past the exact
+    scan's 5,000 rows (and none for users gone)."""
+    from memory.services.vector_indexes import vector_indexes_sync
+
+    began = time.perf_counter()
+    outcome = vector_indexes_sync()
+    print(
+        f"  own HNSW indexes: {len(outcome.built)} built, {len(outcome.dropped)} dropped "
+        f"in {time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
 
 
 def tables_vacuum() -> None:
@@ -955,6 +971,7 @@ def layout_run(
                 )
             rows_load(context.tenant, layout, context.texts, vectors, context.embedder.model_name)
             tables_vacuum()
+        own_indexes_sync()
         everyone = [item for _label, items in plan for item in items]
         client.close()  # a fresh connection after the load's long pause, warmed up below
         measure(
@@ -987,6 +1004,7 @@ def run_delete(pks: Sequence[int], run: str) -> None:
         tables_vacuum()
     else:
         users_delete(pks)
+    own_indexes_sync()
     print(f"deleted {len(pks):,} users lat-{run}-* in {time.perf_counter() - began:.0f} s")
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection
 
 from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS
@@ -72,10 +74,17 @@ def _concurrently() -> str:
 
 
 def hnsw_index_create(
-    kind: MemoryType, model: str, dimensions: int, *, end_user_id: int | None = None
+    kind: MemoryType,
+    model: str,
+    dimensions: int,
+    *,
+    end_user_id: int | None = None,
+    rows: int | None = None,
 ) -> str:
     """Build the shared index of ``model`` (or, with ``end_user_id``, that user's own),
-    without blocking writes when outside a transaction. Returns its name."""
+    without blocking writes when outside a transaction. ``rows``, when known, sizes the build's
+    memory: a graph that outgrows maintenance_work_mem is finished on disk, several times
+    slower. Returns its name."""
     table = kind.embedding_model._meta.db_table
     quoted_model = model.replace("'", "''")
     if end_user_id is None:
@@ -87,11 +96,20 @@ def hnsw_index_create(
         # An interrupted concurrent build leaves an invalid index that IF NOT EXISTS would keep.
         if not index_exists(name):
             cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
-        cursor.execute(
-            f"CREATE INDEX {_concurrently()}IF NOT EXISTS {name} ON {table} USING hnsw "
-            f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
-            f"WITH (m = 16, ef_construction = 64) WHERE {where}"
-        )
+        if rows:
+            # The vector plus about 1 kB of neighbour lists (m = 16) per row.
+            needed_mb = math.ceil(rows * (4 * dimensions + 1024) / 1_000_000)
+            memory_mb = max(64, min(needed_mb, settings.VECTOR_INDEX_BUILD_MEMORY_MB))
+            cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
+        try:
+            cursor.execute(
+                f"CREATE INDEX {_concurrently()}IF NOT EXISTS {name} ON {table} USING hnsw "
+                f"((embedding::vector({int(dimensions)})) vector_cosine_ops) "
+                f"WITH (m = 16, ef_construction = 64) WHERE {where}"
+            )
+        finally:
+            if rows:
+                cursor.execute("RESET maintenance_work_mem")
     return name
 
 
@@ -155,7 +173,7 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                     continue
                 if progress is not None:
                     progress(f"building {name}: {type_name}, {model}, {rows:,} embeddings")
-                hnsw_index_create(kind, model, dimensions, end_user_id=user)
+                hnsw_index_create(kind, model, dimensions, end_user_id=user, rows=rows)
                 outcome.built.append(name)
     finally:
         with connection.cursor() as cursor:

@@ -227,6 +227,9 @@ SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)
 # How often beat gives users with many embeddings an HNSW index of their own (and drops those
 # no longer needed); `manage.py vector_indexes` does it at once.
 VECTOR_INDEX_SYNC_SECONDS = env_float("VECTOR_INDEX_SYNC_SECONDS", 600.0, minimum=10.0)
+# The most memory (MB, PostgreSQL's maintenance_work_mem) one such build may take; a build
+# needs ~2.6 kB per 384-dimension vector to stay in memory (256 MB: 100,000 vectors).
+VECTOR_INDEX_BUILD_MEMORY_MB = env_int("VECTOR_INDEX_BUILD_MEMORY_MB", 512, minimum=64)
 
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
