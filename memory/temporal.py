@@ -560,15 +560,36 @@ def _range_between(earlier: _Found, later: _Found, context: _Context) -> Span:
     return min(earlier_span[0], later.span[0]), max(earlier_span[1], later.span[1])
 
 
-def temporal_range(text: str, *, now: datetime) -> DateRange | None:
-    """The date range of the last temporal phrase in ``text``, or None when it names no time."""
+_VAGUE = (_recently, _the_other_day)
+
+
+def _names_a_past_time(found: _Found, text: str) -> bool:
+    """Whether a phrase pins a time something happened, as a search must read it: not a vague
+    one ("lately", "recently", "the other day": how things stand, not when), not a bare
+    weekday ("my Sunday rides": a habit; "on Sunday", "last Sunday" are dates), not one wholly
+    ahead ("this weekend" said on a Thursday: a plan)."""
+    if found.resolver in _VAGUE:
+        return False
+    if found.resolver is _weekday and found.match is not None and not found.match["prefix"]:
+        return bool(re.search(r"\bon\s+$", text[: found.first], re.IGNORECASE))
+    return True
+
+
+def temporal_range(text: str, *, now: datetime, precise: bool = False) -> DateRange | None:
+    """The date range of the last temporal phrase in ``text``, or None when it names no time.
+
+    ``precise``, for a search query (where a wrong range hides every answer): only phrases that
+    pin a past time count (see ``_names_a_past_time``), and a range is cut off at ``now``."""
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("temporal_range needs a timezone-aware `now`")
     found = _find_all(text, now)
+    if precise:
+        found = [item for item in found if _names_a_past_time(item, text) and item.span[0] <= now]
     if not found:
         return None
     last = found[-1]
-    return DateRange(start=last.span[0], end=last.span[1], expression=text[last.first : last.last])
+    end = min(last.span[1], now) if precise else last.span[1]
+    return DateRange(start=last.span[0], end=end, expression=text[last.first : last.last])
 
 
 # Where a phrase is does not depend on the day it is read on, so any fixed moment will do.

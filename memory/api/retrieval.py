@@ -197,8 +197,8 @@ SEARCH_PARAMETERS = [
     OpenApiParameter(
         "temporal",
         bool,
-        description="read a time phrase in the query ('a week ago', 'in March') as the episodic "
-        "date range; start_date/end_date win",
+        description="read a phrase pinning a past time in the query ('a week ago', 'in March') "
+        "as the episodic date range; start_date/end_date win",
     ),
     OpenApiParameter(
         "as_of", str, description="ISO 8601; the moment temporal phrases are read from (now)"
@@ -230,7 +230,7 @@ class MemorySearchApi(_RetrievalApi):
         end_user = None if all_users else self.end_user_from(request.query_params.get("user_id"))
         start, end = data.get("start_date"), data.get("end_date")
         found = (
-            temporal_range(data["query"], now=data.get("as_of") or timezone.now())
+            temporal_range(data["query"], now=data.get("as_of") or timezone.now(), precise=True)
             if data["temporal"]
             else None
         )

@@ -320,6 +320,43 @@ def test_this_weekend_on_a_sunday_is_the_one_under_way():
     assert found("last weekend", sunday).start == datetime(2026, 3, 14, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(
+    ("text", "expression"),
+    [
+        ("What did I do a week ago?", "a week ago"),
+        ("the concert last Sunday", "last Sunday"),
+        ("the call on Monday", "Monday"),
+        ("what did I buy this week", "this week"),
+        ("I've felt stuck lately; what did we plan yesterday?", "yesterday"),
+    ],
+)
+def test_precise_reading_keeps_phrases_that_pin_a_past_time(text: str, expression: str):
+    now = wednesday_afternoon(UTC)
+    assert temporal_range(text, now=now, precise=True).expression == expression
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I've been feeling a bit stuck with my paintings lately",  # a state, not a time
+        "Anything new with the garden recently?",
+        "I ran into Ana the other day",
+        "my bike is faster during my Sunday group rides",  # a habit
+        "rearranging the furniture this weekend",  # said on a Wednesday: a plan
+    ],
+)
+def test_precise_reading_leaves_vague_habitual_and_future_phrases(text: str):
+    now = wednesday_afternoon(UTC)
+    assert temporal_range(text, now=now) is not None  # read as times in a conversation
+    assert temporal_range(text, now=now, precise=True) is None
+
+
+def test_precise_reading_ends_a_period_at_now():
+    now = wednesday_afternoon(UTC)
+    this_week = temporal_range("what did I buy this week", now=now, precise=True)
+    assert (this_week.start, this_week.end) == (datetime(2026, 3, 16, tzinfo=UTC), now)
+
+
 def test_a_naive_now_is_refused():
     with pytest.raises(ValueError, match="timezone-aware"):
         temporal_range("yesterday", now=datetime(2026, 3, 18, 15))
