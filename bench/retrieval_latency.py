@@ -455,10 +455,15 @@ def rows_load(
 @contextmanager
 def hnsw_dropped() -> Iterator[None]:
     """Without the HNSW index while inside; rebuilt from its own definition on the way out,
-    with room to build the graph in memory and every core."""
+    with room to build the graph in memory and every core. Inside, the server's sync of
+    per-user indexes waits (its lock is held): beat would otherwise give a user who crossed
+    5,000 rows mid-load an index that every later row of the load is inserted into."""
     from django.db import connection
 
+    from memory.services.vector_indexes import SYNC_LOCK
+
     with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
         cursor.execute(
             "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
             "AND indexname = %s",
@@ -485,6 +490,7 @@ def hnsw_dropped() -> Iterator[None]:
             cursor.execute(definition)
             cursor.execute("RESET maintenance_work_mem")
             cursor.execute("RESET max_parallel_maintenance_workers")
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
         seconds = time.perf_counter() - began
         print(f"  HNSW index built over {vectors:,} embeddings in {seconds:.0f} s", flush=True)
 

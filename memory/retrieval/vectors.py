@@ -7,11 +7,15 @@ owner after an index scan can leave a small user with nothing, so each query pic
 an exact scan of the user's own rows when they are few, otherwise the HNSW index with
 pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter. A user
 with more rows than the exact scan takes gets an index of their own
-(``memory.services.vector_indexes``); the planner picks it, the smaller one, for the same query.
+(``memory.services.vector_indexes``), over half-precision vectors: its query orders by that
+expression, which only that index serves (the planner, left to choose between the shared index
+and a user's own over the same expression, took the shared one when the user owned half of it),
+and reports the full-precision distance.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Collection
 from functools import cache
@@ -52,19 +56,41 @@ def _owner(scope: Scope) -> tuple[str, dict[str, object]]:
     return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
 
 
-def embeddings_in_scope(*, scope: Scope, kind: MemoryType, model: str, up_to: int) -> int:
-    """How many embeddings of this model the scope holds, counted no further than ``up_to``:
-    the choice of path only needs to know whether there are more, and counting a large user's
-    rows in full costs more than the search."""
+def model_digest(model: str) -> str:
+    return hashlib.sha1(model.encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def own_index_name(kind: MemoryType, model: str, end_user_id: int) -> str:
+    """The name of one user's own index over one model's vectors of one memory type."""
+    return f"{kind.embedding_model._meta.db_table}_{model_digest(model)}_u{int(end_user_id)}"
+
+
+def _path(scope: Scope, kind: MemoryType, model: str) -> str:
+    """Which path a search takes: "exact" when the scope holds at most EXACT_SCAN_MAX_ROWS
+    embeddings of the model (counted no further: counting a large user's rows in full costs
+    more than the search), else "own" when the user has a usable index of their own, else
+    "shared". One query."""
     owner, params = _owner(scope)
     table = kind.embedding_model._meta.db_table
+    own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {owner} "  # noqa: S608
-            f"AND model = %(model)s AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows",
-            params | {"model": model, "client_ids": list(scope.client_ids), "up_to": up_to},
+            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {owner} "  # noqa: S608
+            "AND model = %(model)s AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows), "
+            "EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE c.relname = %(own)s AND i.indisvalid)",
+            params
+            | {
+                "model": model,
+                "client_ids": list(scope.client_ids),
+                "up_to": EXACT_SCAN_MAX_ROWS + 1,
+                "own": own,
+            },
         )
-        return int(cursor.fetchone()[0])
+        rows, has_own = cursor.fetchone()
+    if rows <= EXACT_SCAN_MAX_ROWS:
+        return "exact"
+    return "own" if has_own else "shared"
 
 
 def vector_search(
@@ -97,17 +123,14 @@ def vector_search(
     if allowed_ids is not None:
         restriction = "AND memory_id = ANY(%(allowed)s)"
         params["allowed"] = list(allowed_ids)
-    if exact is None:
-        exact = allowed_ids is not None and len(allowed_ids) <= EXACT_SCAN_MAX_ROWS
-        exact = (
-            exact
-            or embeddings_in_scope(
-                scope=scope, kind=kind, model=model, up_to=EXACT_SCAN_MAX_ROWS + 1
-            )
-            <= EXACT_SCAN_MAX_ROWS
-        )
+    if exact or (allowed_ids is not None and len(allowed_ids) <= EXACT_SCAN_MAX_ROWS):
+        path = "exact"
+    else:
+        path = _path(scope, kind, model)
+        if exact is False and path == "exact":
+            path = "shared"
     where = f"{owner} AND model = %(model)s AND client_id = ANY(%(client_ids)s) {restriction}"
-    if exact:
+    if path == "exact":
         # "+ 0" keeps the planner from walking the HNSW index for this ORDER BY: the owner's
         # rows come from the owner index and are ranked exactly.
         sql = (
@@ -125,9 +148,12 @@ def vector_search(
         # 25.9 ms, 0.89; 8x 24.4 / 28.9 ms, 0.95.
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
+        order = distance
+        if path == "own":  # the expression of the user's own index, and of no other
+            order = f"(embedding::halfvec({dimensions})) <=> %(query)s::halfvec({dimensions})"
         sql = (
             f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
-            f"WHERE {where} ORDER BY {distance} LIMIT %(fetch)s"
+            f"WHERE {where} ORDER BY {order} LIMIT %(fetch)s"
         )
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH_MIN, 4 * fetch)}")

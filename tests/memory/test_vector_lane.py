@@ -14,8 +14,8 @@ from accounts.models import EndUser
 from memory.models import EpisodicMemory
 from memory.retrieval.bm25 import Scope, bm25_search
 from memory.retrieval.index import postings_add
-from memory.retrieval.vectors import vector_search
-from memory.services.vector_indexes import _SYNC_LOCK, own_index_name, vector_indexes_sync
+from memory.retrieval.vectors import own_index_name, vector_search
+from memory.services.vector_indexes import SYNC_LOCK, vector_indexes_sync
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture
 
@@ -195,7 +195,7 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     other = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [_SYNC_LOCK])
+            cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
         assert vector_indexes_sync().skipped
     finally:
         other.close()
