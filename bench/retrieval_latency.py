@@ -636,6 +636,8 @@ class Measurement:
     client_ms: float = 0.0
     embed_ms: float = 0.0
     search_ms: float = 0.0
+    bm25_ms: float = 0.0  # the server's lanes, inside search (they overlap)
+    vector_ms: float = 0.0
     exact_vector_ms: float = 0.0
     exact_bm25_ms: float = 0.0
     vector_recall: float | None = None
@@ -733,6 +735,8 @@ def measure(
         item.client_ms = answer.client_ms
         item.embed_ms = answer.server_timing.get("embed", math.nan)
         item.search_ms = answer.server_timing.get("search", math.nan)
+        item.bm25_ms = answer.server_timing.get("bm25", math.nan)
+        item.vector_ms = answer.server_timing.get("vector", math.nan)
     print(f"  {len(plan)} hybrid searches in {time.perf_counter() - began:.1f} s", flush=True)
 
     began = time.perf_counter()
@@ -869,6 +873,15 @@ def report_line(row: ReportRow) -> str:
         f"{_pair([item.exact_bm25_ms for item in items])}   "
         f"{_mean([item.vector_recall for item in items])} / "
         f"{_mean([item.bm25_recall for item in items])}   {_verdict(row)}"
+    )
+
+
+def lanes_line(row: ReportRow) -> str:
+    items = row.items
+    return (
+        f"{row.label:<30} {_pair([item.search_ms for item in items])}   "
+        f"{_pair([item.bm25_ms for item in items])}   "
+        f"{_pair([item.vector_ms for item in items])}"
     )
 
 
@@ -1171,6 +1184,13 @@ def main() -> int:
             "vector, exact BM25: the lanes' exact scans of the same user, timed here; recall@10: "
             "the server's lanes against those scans"
         )
+        print(
+            f"\ninside search, the server's lanes (Server-Timing; they run at once)\n"
+            f"{'layout':<30} {'search':>15}   {'bm25':>15}   {'vector':>15}\n"
+            f"{'':<30} " + "   ".join(f"{'p50 /    p95':>15}" for _ in range(3))
+        )
+        for row in rows:
+            print(lanes_line(row))
         verdicts = [
             f"{row.label} {search_p95(row):.1f} ms {_verdict(row)}"
             for row in rows

@@ -123,20 +123,23 @@ def _date_range(start: datetime | None, end: datetime | None) -> dict[str, str] 
 
 
 class _RetrievalApi(TenantAPIView):
-    """Answers carry a ``Server-Timing`` header (embed, search) so clients and benchmarks can
-    see where the time of a retrieval went."""
+    """Answers carry a ``Server-Timing`` header (embed, search, and inside search each lane's
+    own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went."""
 
     writes = False  # a read, even over POST (conversation retrieval sends a body)
     endpoint = ""
-    timings: tuple[float, float] | None = None
+    outcome: SearchOutcome | None = None
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
     ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
-        if self.timings is not None:
-            embed_ms, search_ms = self.timings
-            response["Server-Timing"] = f"embed;dur={embed_ms:.2f}, search;dur={search_ms:.2f}"
+        if self.outcome is not None:
+            timings = {"embed": self.outcome.embed_ms, "search": self.outcome.search_ms}
+            timings |= self.outcome.lane_ms  # bm25, vector: inside search, overlapping
+            response["Server-Timing"] = ", ".join(
+                f"{name};dur={ms:.2f}" for name, ms in timings.items()
+            )
         return response
 
     def scope(self, end_user: EndUser | None) -> Scope:
@@ -155,7 +158,7 @@ class _RetrievalApi(TenantAPIView):
     ) -> SearchOutcome:
         began = time.perf_counter()
         outcome = memories_search(request, embedder=read_embedder())
-        self.timings = (outcome.embed_ms, outcome.search_ms)
+        self.outcome = outcome
         retrieval_log_write(
             tenant=self.tenant,
             end_user=end_user,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, partial
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import connection, models
@@ -23,6 +24,7 @@ from memory.retrieval.vectors import distances_of, vector_search
 from memory.types import MemoryType
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 METHODS = ("bm25", "embedding", "hybrid")
 # Each lane fetches this many times the results asked for, so fusion has room to reorder.
@@ -58,6 +60,8 @@ class SearchOutcome:
     gate_counts: dict[str, int] = field(default_factory=dict)
     embed_ms: float = 0.0  # the query's embedding (0 when cached or not needed)
     search_ms: float = 0.0  # lanes, fusion, gate and rows
+    # Each lane's own time, summed over the types searched; they overlap in a hybrid search.
+    lane_ms: dict[str, float] = field(default_factory=dict)
 
 
 @cache
@@ -122,12 +126,25 @@ def _field_matches(kind: MemoryType, field_name: str, query: str, ids: list[int]
         return {row[0] for row in cursor.fetchall()}
 
 
+def _timed(lane_ms: dict[str, float], lane: str, function: Callable[[], T]) -> Callable[[], T]:
+    def run() -> T:
+        began = time.perf_counter()
+        try:
+            return function()
+        finally:
+            lane_ms[lane] = lane_ms.get(lane, 0.0) + (time.perf_counter() - began) * 1000
+
+    return run
+
+
 def _search_kind(
     kind: MemoryType,
     request: SearchRequest,
     embedder: EmbeddingProvider | None,
     vector: list[float] | None,
     thresholds: Thresholds | None,
+    *,
+    lane_ms: dict[str, float],
 ) -> list[Candidate]:
     allowed = _allowed_ids(kind, request)
     fetch = request.limit * OVERFETCH if request.method == "hybrid" else request.limit
@@ -136,26 +153,35 @@ def _search_kind(
     if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
         # Started first: in a hybrid search it runs on its own connection beside BM25.
         nearest = Lane(
-            partial(
-                vector_search,
-                scope=request.scope,
-                kind=kind,
-                vector=vector,
-                model=embedder.model_name,
-                limit=fetch,
-                allowed_ids=allowed,
-                max_distance=request.similarity_threshold,
+            _timed(
+                lane_ms,
+                "vector",
+                partial(
+                    vector_search,
+                    scope=request.scope,
+                    kind=kind,
+                    vector=vector,
+                    model=embedder.model_name,
+                    limit=fetch,
+                    allowed_ids=allowed,
+                    max_distance=request.similarity_threshold,
+                ),
             ),
             beside=request.method == "hybrid",
         )
     if request.method in ("bm25", "hybrid"):
-        bm25 = bm25_search(
-            scope=request.scope,
-            memory_type=kind.code,
-            query=request.query,
-            limit=fetch,
-            allowed_ids=allowed,
-        )
+        bm25 = _timed(
+            lane_ms,
+            "bm25",
+            partial(
+                bm25_search,
+                scope=request.scope,
+                memory_type=kind.code,
+                query=request.query,
+                limit=fetch,
+                allowed_ids=allowed,
+            ),
+        )()
         if request.search_field:
             matching = _field_matches(
                 kind, request.search_field, request.query, [i for i, _ in bm25]
@@ -207,8 +233,9 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
     )
     hits: list[Hit] = []
     gate_counts: dict[str, int] = {}
+    lane_ms: dict[str, float] = {}
     for kind in request.kinds:
-        candidates = _search_kind(kind, request, embedder, vector, thresholds)
+        candidates = _search_kind(kind, request, embedder, vector, thresholds, lane_ms=lane_ms)
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
@@ -234,4 +261,5 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
         gate_counts=gate_counts,
         embed_ms=(embedded - began) * 1000,
         search_ms=(time.perf_counter() - embedded) * 1000,
+        lane_ms=lane_ms,
     )

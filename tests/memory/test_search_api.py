@@ -88,7 +88,9 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     top = body["results"][0]
     assert "tea" in top["summary"]
     response = org.api.get("/memory/search", {"user_id": "sam", "query": "green tea"})
-    assert response["Server-Timing"].startswith("embed;dur=")
+    timings = dict(part.split(";dur=") for part in response["Server-Timing"].split(", "))
+    assert set(timings) == {"embed", "search", "bm25", "vector"}
+    assert float(timings["search"]) >= max(float(timings["bm25"]), float(timings["vector"]))
     assert set(top) >= {
         "id",
         "memory_type",
