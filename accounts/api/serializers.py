@@ -5,6 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from accounts.models import EndUser
+from accounts.selectors import EndUserRow
 
 # user_id is also a URL path segment (/users/{user_id}): no slashes, spaces or control characters.
 USER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,255}$"
@@ -35,7 +36,7 @@ class UserOutputSerializer(serializers.Serializer):
     organization_id = serializers.CharField()
     created_at = serializers.DateTimeField()
 
-    def to_representation(self, instance: EndUser) -> dict[str, Any]:
+    def to_representation(self, instance: EndUser | EndUserRow) -> dict[str, Any]:
         # Built directly: lists render many users, and the per-field machinery of DRF costs
         # more than the query that loaded them (bench/auth.py). The fields above document it.
         return {

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -11,7 +13,7 @@ from accounts.api.serializers import (
     UserDeleteOutputSerializer,
     UserOutputSerializer,
 )
-from accounts.selectors import end_user_get, end_user_list
+from accounts.selectors import EndUserRow, end_user_get, end_users_page
 from accounts.services import end_user_create_or_get, end_user_delete
 
 
@@ -39,7 +41,10 @@ class UserListApi(TenantAPIView):
         responses=UserOutputSerializer(many=True), summary="List the organization's end users"
     )
     def get(self, request: Request) -> Response:
-        return self.paginate(end_user_list(tenant=self.tenant), UserOutputSerializer)
+        def fetch(after: list[Any] | None, count: int) -> list[EndUserRow]:
+            return end_users_page(tenant=self.tenant, after=after, count=count)
+
+        return self.paginate(fetch, UserOutputSerializer)
 
 
 class UserDetailApi(TenantAPIView):
