@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from rest_framework import serializers
+
+from accounts.api.serializers import datetime_text
 from accounts.models import EndUser
 from tests.factories import TenantFixture
 
@@ -115,3 +122,15 @@ def test_wrong_method_is_405_in_the_error_shape(org: TenantFixture) -> None:
     response = org.api.put("/users", {})
     assert response.status_code == 405
     assert response.json()["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 3, 18, 15, 0, 7, 123456, tzinfo=UTC),
+        datetime(2026, 3, 18, 15, 0, tzinfo=UTC),
+        datetime(2026, 3, 18, 11, 0, tzinfo=ZoneInfo("America/New_York")),
+    ],
+)
+def test_user_times_read_as_drf_writes_them(moment: datetime) -> None:
+    assert datetime_text(moment) == serializers.DateTimeField().to_representation(moment)
