@@ -155,11 +155,18 @@ def vector_search(
             f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
             f"WHERE {where} ORDER BY {order} LIMIT %(fetch)s"
         )
+        scan_settings = {"hnsw.ef_search": str(max(HNSW_EF_SEARCH_MIN, 4 * fetch))}
+        if _iterative_scan_supported():
+            scan_settings |= {
+                "hnsw.iterative_scan": "relaxed_order",
+                "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN_TUPLES),
+            }
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH_MIN, 4 * fetch)}")
-            if _iterative_scan_supported():
-                cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                cursor.execute(f"SET LOCAL hnsw.max_scan_tuples = {HNSW_MAX_SCAN_TUPLES}")
+            # Transaction-local, like SET LOCAL, in one round trip instead of three.
+            cursor.execute(
+                "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(scan_settings)),
+                [item for pair in scan_settings.items() for item in pair],
+            )
             cursor.execute(sql, params)
             rows = cursor.fetchall()
     best: dict[int, float] = {}
