@@ -142,7 +142,7 @@ def _search_kind(
     request: SearchRequest,
     embedder: EmbeddingProvider | None,
     vector: list[float] | None,
-    thresholds: Thresholds | None,
+    gate: Callable[[], Thresholds | None],
     *,
     lane_ms: dict[str, float],
 ) -> list[Candidate]:
@@ -169,6 +169,8 @@ def _search_kind(
             ),
             beside=request.method == "hybrid",
         )
+    # Read now, while the vector lane runs beside, rather than after it.
+    thresholds = gate()
     if request.method in ("bm25", "hybrid"):
         bm25 = _timed(
             lane_ms,
@@ -226,16 +228,19 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
         query_vector(request.query, embedder) if wants_vectors and request.query.strip() else None
     )
     embedded = time.perf_counter()
-    thresholds = (
-        gate_thresholds(embedder.model_name)
-        if request.method == "hybrid" and embedder is not None
-        else None
+    # The gate's thresholds, read once, at the first point a search can wait for them.
+    gate = cache(
+        lambda: (
+            gate_thresholds(embedder.model_name)
+            if request.method == "hybrid" and embedder is not None
+            else None
+        )
     )
     hits: list[Hit] = []
     gate_counts: dict[str, int] = {}
     lane_ms: dict[str, float] = {}
     for kind in request.kinds:
-        candidates = _search_kind(kind, request, embedder, vector, thresholds, lane_ms=lane_ms)
+        candidates = _search_kind(kind, request, embedder, vector, gate, lane_ms=lane_ms)
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
@@ -257,7 +262,7 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
     return SearchOutcome(
         hits=hits,
         embedding_model=embedder.model_name if embedder is not None else None,
-        gate_thresholds=thresholds,
+        gate_thresholds=gate(),
         gate_counts=gate_counts,
         embed_ms=(embedded - began) * 1000,
         search_ms=(time.perf_counter() - embedded) * 1000,
