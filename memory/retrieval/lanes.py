@@ -73,10 +73,6 @@ class Lane(Generic[T]):
         if beside and settings.SEARCH_LANE_THREADS > 0 and not connection.in_atomic_block:
             self._future = _lane_pool().submit(_on_pool_connection, function)
 
-    @property
-    def concurrent(self) -> bool:
-        return self._future is not None
-
     def result(self) -> T:
         if self._future is None:
             return self._function()
