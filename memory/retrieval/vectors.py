@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Collection
 from functools import cache
 
@@ -56,13 +57,52 @@ def _owner(scope: Scope) -> tuple[str, dict[str, object]]:
     return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
 
 
-def model_digest(model: str) -> str:
+# --- The indexes this lane reads. Their names, expressions and validity are decided here, and
+# memory.services.vector_indexes builds them from the same functions: an index whose expression
+# differs from the query's by a character is never used.
+
+
+def _model_digest(model: str) -> str:
     return hashlib.sha1(model.encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def shared_index_name(kind: MemoryType, model: str) -> str:
+    """The shared index of a model other than the default (the default's is the migrations')."""
+    return f"{kind.embedding_model._meta.db_table}_{_model_digest(model)}_hnsw"
 
 
 def own_index_name(kind: MemoryType, model: str, end_user_id: int) -> str:
     """The name of one user's own index over one model's vectors of one memory type."""
-    return f"{kind.embedding_model._meta.db_table}_{model_digest(model)}_u{int(end_user_id)}"
+    return f"{kind.embedding_model._meta.db_table}_{_model_digest(model)}_u{int(end_user_id)}"
+
+
+def own_index_pattern(kind: MemoryType) -> re.Pattern[str]:
+    """Matches the names ``own_index_name`` gives on that type's table (any model, any user)."""
+    return re.compile(rf"^{kind.embedding_model._meta.db_table}_[0-9a-f]{{8}}_u\d+$")
+
+
+def vector_type(*, own: bool) -> str:
+    """A user's own index holds half-precision vectors: half the pages to walk, the ranking all
+    but unchanged, and an expression no shared index has, so that only it serves that order."""
+    return "halfvec" if own else "vector"
+
+
+def indexed_expression(dimensions: int, *, own: bool) -> str:
+    """What an HNSW index holds and the lane orders by: the column cast to one model's size."""
+    return f"(embedding::{vector_type(own=own)}({int(dimensions)}))"
+
+
+def _cosine_distance(dimensions: int, *, own: bool = False) -> str:
+    cast = f"{vector_type(own=own)}({int(dimensions)})"
+    return f"{indexed_expression(dimensions, own=own)} <=> %(query)s::{cast}"
+
+
+# Whether the index named %(index)s exists and is usable (an interrupted concurrent build leaves
+# an invalid one behind).
+VALID_INDEX_SQL = (
+    "EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+    "WHERE c.relname = %(index)s AND i.indisvalid)"
+)
 
 
 def _path(scope: Scope, kind: MemoryType, model: str) -> str:
@@ -77,14 +117,13 @@ def _path(scope: Scope, kind: MemoryType, model: str) -> str:
         cursor.execute(
             f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {owner} "  # noqa: S608
             "AND model = %(model)s AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows), "
-            "EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            "WHERE c.relname = %(own)s AND i.indisvalid)",
+            f"{VALID_INDEX_SQL}",
             params
             | {
                 "model": model,
                 "client_ids": list(scope.client_ids),
                 "up_to": EXACT_SCAN_MAX_ROWS + 1,
-                "own": own,
+                "index": own,
             },
         )
         rows, has_own = cursor.fetchone()
@@ -112,7 +151,7 @@ def vector_search(
     table = kind.embedding_model._meta.db_table
     owner, params = _owner(scope)
     # The cast must read exactly like the index expression for the planner to use the index.
-    distance = f"(embedding::vector({dimensions})) <=> %(query)s::vector({dimensions})"
+    distance = _cosine_distance(dimensions)
     params |= {
         "query": _vector_literal(vector),
         "model": model,
@@ -148,9 +187,7 @@ def vector_search(
         # 25.9 ms, 0.89; 8x 24.4 / 28.9 ms, 0.95.
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
-        order = distance
-        if path == "own":  # the expression of the user's own index, and of no other
-            order = f"(embedding::halfvec({dimensions})) <=> %(query)s::halfvec({dimensions})"
+        order = _cosine_distance(dimensions, own=path == "own")
         sql = (
             f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
             f"WHERE {where} ORDER BY {order} LIMIT %(fetch)s"
@@ -189,7 +226,7 @@ def distances_of(
     table = kind.embedding_model._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT memory_id, min((embedding::vector({dimensions})) <=> %(query)s::vector({dimensions})) "  # noqa: S608, E501
+            f"SELECT memory_id, min({_cosine_distance(dimensions)}) "  # noqa: S608
             f"FROM {table} WHERE memory_id = ANY(%(ids)s) AND model = %(model)s GROUP BY memory_id",
             {"query": _vector_literal(vector), "ids": list(memory_ids), "model": model},
         )

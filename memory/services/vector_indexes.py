@@ -21,14 +21,21 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
 
-from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS, model_digest, own_index_name
+from memory.retrieval.vectors import (
+    EXACT_SCAN_MAX_ROWS,
+    VALID_INDEX_SQL,
+    indexed_expression,
+    own_index_name,
+    own_index_pattern,
+    shared_index_name,
+    vector_type,
+)
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType
 
 logger = logging.getLogger(__name__)
@@ -38,26 +45,11 @@ logger = logging.getLogger(__name__)
 SYNC_LOCK = 7_304_211
 
 
-def shared_index_name(kind: MemoryType, model: str) -> str:
-    """The shared index of a model other than the default (the default's is the migrations')."""
-    return f"{kind.embedding_model._meta.db_table}_{model_digest(model)}_hnsw"
-
-
-def _own_index_pattern(kind: MemoryType) -> re.Pattern[str]:
-    return re.compile(rf"^{kind.embedding_model._meta.db_table}_[0-9a-f]{{8}}_u(\d+)$")
-
-
 def index_exists(name: str) -> bool:
-    """Whether a usable index of that name exists (a build that was interrupted leaves an
-    invalid one behind, which counts as missing)."""
+    """Whether a usable index of that name exists (an invalid one counts as missing)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            "WHERE c.relname = %s",
-            [name],
-        )
-        row = cursor.fetchone()
-    return bool(row and row[0])
+        cursor.execute(f"SELECT {VALID_INDEX_SQL}", {"index": name})
+        return bool(cursor.fetchone()[0])
 
 
 def _concurrently() -> str:
@@ -80,15 +72,13 @@ def hnsw_index_create(
     slower. Returns its name."""
     table = kind.embedding_model._meta.db_table
     quoted_model = model.replace("'", "''")
-    if end_user_id is None:
-        name, where = shared_index_name(kind, model), f"model = '{quoted_model}'"
-        expression = f"(embedding::vector({int(dimensions)})) vector_cosine_ops"
-    else:
-        # Half precision: half the pages to walk, the ranking all but unchanged, and an
-        # expression no other index has, so the vector lane's query for this user reaches it.
+    own = end_user_id is not None
+    if own:
         name = own_index_name(kind, model, end_user_id)
         where = f"model = '{quoted_model}' AND end_user_id = {int(end_user_id)}"
-        expression = f"(embedding::halfvec({int(dimensions)})) halfvec_cosine_ops"
+    else:
+        name, where = shared_index_name(kind, model), f"model = '{quoted_model}'"
+    expression = f"{indexed_expression(dimensions, own=own)} {vector_type(own=own)}_cosine_ops"
     with connection.cursor() as cursor:
         # An interrupted concurrent build leaves an invalid index that IF NOT EXISTS would keep.
         if not index_exists(name):
@@ -138,7 +128,7 @@ def _owners_counted(kind: MemoryType) -> dict[tuple[str, int], tuple[int, int]]:
 
 def _own_indexes(kind: MemoryType) -> set[str]:
     table = kind.embedding_model._meta.db_table
-    pattern = _own_index_pattern(kind)
+    pattern = own_index_pattern(kind)
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", [table])
         return {name for (name,) in cursor.fetchall() if pattern.match(name)}

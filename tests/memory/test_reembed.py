@@ -11,7 +11,7 @@ from django.db import connection
 
 from memory.embedding_spaces import read_embedder, write_embedders
 from memory.models import EmbeddingSpace, EpisodicEmbedding, EpisodicMemory
-from memory.services.vector_indexes import shared_index_name
+from memory.retrieval.vectors import shared_index_name
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture, memories_create
 from tests.loopback import LoopbackServer, Reply

@@ -27,13 +27,9 @@ from memory.providers.embeddings import (
     embedding_provider,
     embedding_provider_from_settings,
 )
+from memory.retrieval.vectors import shared_index_name
 from memory.services.records import embeddings_write
-from memory.services.vector_indexes import (
-    hnsw_index_create,
-    index_exists,
-    shared_index_name,
-    vector_indexes_sync,
-)
+from memory.services.vector_indexes import hnsw_index_create, index_exists, vector_indexes_sync
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES
 
 
