@@ -27,7 +27,7 @@ from memory.retrieval.conversation import conversation_query
 from memory.retrieval.engine import METHODS, SearchOutcome, SearchRequest, memories_search
 from memory.retrieval.log import retrieval_log_write
 from memory.selectors import memory_list
-from memory.temporal import temporal_range
+from memory.temporal import DateRange, temporal_range
 from memory.topics import topics_query
 from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType, memory_type_resolve
 
@@ -111,6 +111,22 @@ class SearchResultSerializer(MemorySerializer):
         data["similarity"] = candidate.similarity
         data["gate"] = candidate.gate
         return data
+
+
+def _as_of(data: dict[str, Any]) -> datetime:
+    """The moment a request's time phrases are read from: its ``as_of``, or now."""
+    return data.get("as_of") or timezone.now()
+
+
+def _date_bounds(
+    data: dict[str, Any], found: DateRange | None
+) -> tuple[datetime | None, datetime | None]:
+    """A request's episodic date range: its own start_date and end_date, and for a bound it
+    left out, the bound of the time phrase read from it (if any)."""
+    return (
+        data.get("start_date") or (found.start if found else None),
+        data.get("end_date") or (found.end if found else None),
+    )
 
 
 def _date_range(start: datetime | None, end: datetime | None) -> dict[str, str] | None:
@@ -231,14 +247,12 @@ class MemorySearchApi(_RetrievalApi):
         params.is_valid(raise_exception=True)
         data = params.validated_data
         end_user = None if all_users else self.end_user_from(request.query_params.get("user_id"))
-        start, end = data.get("start_date"), data.get("end_date")
         found = (
-            temporal_range(data["query"], now=data.get("as_of") or timezone.now(), precise=True)
+            temporal_range(data["query"], now=_as_of(data), precise=True)
             if data["temporal"]
             else None
         )
-        if found is not None:
-            start, end = start or found.start, end or found.end
+        start, end = _date_bounds(data, found)
         search = SearchRequest(
             scope=self.scope(end_user),
             kinds=data["kinds"],
@@ -413,9 +427,8 @@ class RetrieveConversationApi(_RetrievalApi):
         data = body.validated_data
         end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         user_texts = [m.text for m in data["messages"] if m.role == "user" and m.text.strip()]
-        found = conversation_query(user_texts, now=data.get("as_of") or timezone.now())
-        start = data.get("start_date") or (found.date_range.start if found.date_range else None)
-        end = data.get("end_date") or (found.date_range.end if found.date_range else None)
+        found = conversation_query(user_texts, now=_as_of(data))
+        start, end = _date_bounds(data, found.date_range)
         query = topics_query(found.topics) or " ".join(user_texts[-1:])
         core = list(memory_list(tenant=self.tenant, kind=MEMORY_TYPES["core"], end_user=end_user))
         outcome = SearchOutcome(hits=[], embedding_model=None, gate_thresholds=None)
