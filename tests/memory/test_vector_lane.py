@@ -186,7 +186,9 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     assert f"building {own}: episodic, {MODEL}, 6,000 embeddings" in out.getvalue()
     assert "1 built, 0 dropped." in out.getvalue()  # 6,000 > 5,000; the others hold 50 or 30
     assert f"Index Scan using {own}" in _vector_plan(large)
-    assert own not in _vector_plan(small, exact=False)  # another user's index never answers
+    # Another user's searches, forced through the index path, still find their true top 10.
+    recalls = [_recall(small, _query_vector(seed), exact_for_search=False) for seed in range(10)]
+    assert sum(recalls) / len(recalls) >= 0.95, recalls
     recalls = [_recall(large, _query_vector(seed), exact_for_search=None) for seed in range(10)]
     assert sum(recalls) / len(recalls) >= 0.95, recalls
     assert vector_indexes_sync().built == []  # nothing left to do
