@@ -12,6 +12,7 @@ from django.db import connection
 from accounts.selectors import end_user_get
 from accounts.services import client_read_scopes_set, end_user_create_or_get
 from memory.extractors import Proposal
+from memory.retrieval import bm25
 from memory.retrieval.bm25 import Scope, bm25_search
 from memory.services import memories_store
 from memory.services.records import Owner
@@ -109,7 +110,12 @@ def test_scores_and_order_match_okapi_bm25(org: TenantFixture) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_pruned_top_k_equals_exhaustive_scoring(org: TenantFixture, seed: int) -> None:
+# 0: every pruned term's postings read whole; 1: looked up by id; the default: either, by df.
+@pytest.mark.parametrize("probe_fraction", [0.0, 1.0, bm25.PROBE_FRACTION])
+def test_pruned_top_k_equals_exhaustive_scoring(
+    org: TenantFixture, seed: int, probe_fraction: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bm25, "PROBE_FRACTION", probe_fraction)
     generator = random.Random(seed)
     texts = [" ".join(generator.choices(WORDS, k=generator.randint(3, 25))) for _ in range(400)]
     store(org, "big", texts)
@@ -125,6 +131,11 @@ def test_pruned_top_k_equals_exhaustive_scoring(org: TenantFixture, seed: int) -
         )
         # Equal scores are ordered by id on both sides.
         assert [doc for doc, _ in served] == [doc for doc, _ in expected]
+        # A filter keeps the statistics of the whole scope and drops the others' scores.
+        allowed = set(generator.sample(sorted(documents), 150))
+        served = bm25_search(scope=scope, memory_type=2, query=query, limit=10, allowed_ids=allowed)
+        expected = [item for item in python_bm25(documents, query) if item[0] in allowed][:10]
+        assert served == [(doc, pytest.approx(score, abs=1e-6)) for doc, score in expected]
 
 
 def test_statistics_cover_only_what_the_caller_may_read(org: TenantFixture) -> None:
