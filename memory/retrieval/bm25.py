@@ -69,28 +69,38 @@ def _owner_filter(scope: Scope) -> tuple[str, dict[str, object]]:
 
 
 def _statistics(
-    scope: Scope, memory_type: int, lexemes: list[str]
+    scope: Scope, memory_type: int, query: str
 ) -> tuple[int, float, dict[str, tuple[int, int]]]:
-    """N, avgdl and {lexeme: (df, max_tf)} over the scope."""
+    """N, avgdl and {lexeme: (df, max_tf)} over the scope, for each of the query's lexemes
+    (df 0 for a lexeme no memory holds). One query: the lexemes are analysed where they are
+    looked up."""
     owner, params = _owner_filter(scope)
-    params |= {"memory_type": memory_type, "client_ids": list(scope.client_ids), "lexemes": lexemes}
+    params |= {
+        "memory_type": memory_type,
+        "client_ids": list(scope.client_ids),
+        "config": settings.TEXT_SEARCH_CONFIG,
+        "query": query,
+    }
+    in_scope = f"{owner} AND memory_type = %(memory_type)s AND client_id = ANY(%(client_ids)s)"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT coalesce(sum(doc_count), 0), coalesce(sum(total_length), 0) "  # noqa: S608
-            f"FROM memory_documentstats WHERE {owner} AND memory_type = %(memory_type)s "
-            f"AND client_id = ANY(%(client_ids)s)",
+            f"SELECT q.lexeme, documents.n, documents.total, "  # noqa: S608
+            f"coalesce(term.df, 0), coalesce(term.max_tf, 0) "
+            f"FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s)) AS q "
+            f"CROSS JOIN (SELECT coalesce(sum(doc_count), 0) AS n, "
+            f"coalesce(sum(total_length), 0) AS total "
+            f"FROM memory_documentstats WHERE {in_scope}) AS documents "
+            f"CROSS JOIN LATERAL (SELECT sum(doc_frequency) AS df, max(max_tf) AS max_tf "
+            f"FROM memory_termstats WHERE {in_scope} AND lexeme = q.lexeme) AS term "
+            f"ORDER BY q.lexeme",
             params,
         )
-        documents, total_length = cursor.fetchone()
-        cursor.execute(
-            f"SELECT lexeme, sum(doc_frequency), max(max_tf) FROM memory_termstats "  # noqa: S608
-            f"WHERE {owner} AND memory_type = %(memory_type)s AND client_id = ANY(%(client_ids)s) "
-            f"AND lexeme = ANY(%(lexemes)s) GROUP BY lexeme",
-            params,
-        )
-        terms = {lexeme: (int(df), int(max_tf)) for lexeme, df, max_tf in cursor.fetchall()}
-    documents = int(documents)
-    average = float(total_length) / documents if documents else 0.0
+        rows = cursor.fetchall()
+    if not rows:
+        return 0, 0.0, {}
+    documents, total_length = int(rows[0][1]), float(rows[0][2])
+    terms = {lexeme: (int(df), int(max_tf)) for lexeme, _n, _total, df, max_tf in rows}
+    average = total_length / documents if documents else 0.0
     return documents, average, terms
 
 
@@ -136,15 +146,13 @@ def bm25_search(
 ) -> list[tuple[int, float]]:
     """The ``limit`` best (memory id, score) for the query, best first (ties: newer first).
     ``allowed_ids`` restricts the result (filters) without changing the statistics."""
-    lexemes = query_lexemes(query)
-    if not lexemes or limit <= 0 or (allowed_ids is not None and not allowed_ids):
+    if limit <= 0 or (allowed_ids is not None and not allowed_ids):
         return []
-    documents, average, statistics = _statistics(scope, memory_type, lexemes)
+    documents, average, statistics = _statistics(scope, memory_type, query)
     if not documents:
         return []
     terms = []
-    for lexeme in lexemes:
-        df, max_tf = statistics.get(lexeme, (0, 0))
+    for lexeme, (df, max_tf) in statistics.items():
         if df <= 0:
             continue
         weight = idf(documents, df)
