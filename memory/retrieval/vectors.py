@@ -106,18 +106,19 @@ VALID_INDEX_SQL = (
 
 
 def _path(scope: Scope, kind: MemoryType, model: str) -> str:
-    """Which path a search takes: "exact" when the scope holds at most EXACT_SCAN_MAX_ROWS
-    embeddings of the model (counted no further: counting a large user's rows in full costs
-    more than the search), else "own" when the user has a usable index of their own, else
-    "shared". One query."""
+    """Which path a search takes: "own" when the user has a usable index of their own (built
+    only past EXACT_SCAN_MAX_ROWS), else "exact" when the scope holds at most that many
+    embeddings of the model (counted no further, and not at all for a user with an own index:
+    counting 5,000 rows costs 0.7 ms), else "shared". One query."""
     owner, params = _owner(scope)
     table = kind.embedding_model._meta.db_table
     own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {owner} "  # noqa: S608
-            "AND model = %(model)s AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows), "
-            f"{VALID_INDEX_SQL}",
+            "SELECT own.usable, CASE WHEN own.usable THEN NULL ELSE (SELECT count(*) FROM "  # noqa: S608
+            f"(SELECT 1 FROM {table} WHERE {owner} AND model = %(model)s "
+            "AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows) END "
+            f"FROM (SELECT {VALID_INDEX_SQL} AS usable) AS own",
             params
             | {
                 "model": model,
@@ -126,10 +127,10 @@ def _path(scope: Scope, kind: MemoryType, model: str) -> str:
                 "index": own,
             },
         )
-        rows, has_own = cursor.fetchone()
-    if rows <= EXACT_SCAN_MAX_ROWS:
-        return "exact"
-    return "own" if has_own else "shared"
+        has_own, rows = cursor.fetchone()
+    if has_own:
+        return "own"
+    return "exact" if rows <= EXACT_SCAN_MAX_ROWS else "shared"
 
 
 def vector_search(
