@@ -189,6 +189,13 @@ def _search_kind(
                 kind, request.search_field, request.query, [i for i, _ in bm25]
             )
             bm25 = [(memory_id, score) for memory_id, score in bm25 if memory_id in matching]
+    bm25_distances: dict[int, float] = {}
+    if request.method == "hybrid" and thresholds is not None and nearest is not None and bm25:
+        # The gate needs the similarity of what only BM25 found; those are among its hits,
+        # whose distances are read here, while the vector lane may still run.
+        bm25_distances = distances_of(
+            kind=kind, vector=vector, model=embedder.model_name, memory_ids=[i for i, _ in bm25]
+        )
     nearest_rows = nearest.result() if nearest is not None else []
     if request.method == "bm25":
         return [
@@ -206,14 +213,9 @@ def _search_kind(
         bm25_weight=settings.SEARCH_BM25_WEIGHT,
         vector_weight=settings.SEARCH_VECTOR_WEIGHT,
     )
-    missing = [c.memory_id for c in fused if c.similarity is None]
-    if vector is not None and embedder is not None and missing and thresholds is not None:
-        distances = distances_of(
-            kind=kind, vector=vector, model=embedder.model_name, memory_ids=missing
-        )
-        for candidate in fused:
-            if candidate.memory_id in distances:
-                candidate.similarity = 1 - distances[candidate.memory_id]
+    for candidate in fused:
+        if candidate.similarity is None and candidate.memory_id in bm25_distances:
+            candidate.similarity = 1 - bm25_distances[candidate.memory_id]
     kept = gate_apply(fused, thresholds)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
 
