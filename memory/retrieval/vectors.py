@@ -21,7 +21,7 @@ import re
 from collections.abc import Collection
 from functools import cache
 
-from django.db import connection, transaction
+from django.db import connection
 
 from memory.retrieval.bm25 import Scope
 from memory.types import MemoryType
@@ -189,22 +189,26 @@ def vector_search(
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
         order = _cosine_distance(dimensions, own=path == "own")
-        sql = (
-            f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
-            f"WHERE {where} ORDER BY {order} LIMIT %(fetch)s"
-        )
         scan_settings = {"hnsw.ef_search": str(max(HNSW_EF_SEARCH_MIN, 4 * fetch))}
         if _iterative_scan_supported():
             scan_settings |= {
                 "hnsw.iterative_scan": "relaxed_order",
                 "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN_TUPLES),
             }
-        with transaction.atomic(), connection.cursor() as cursor:
-            # Transaction-local, like SET LOCAL, in one round trip instead of three.
-            cursor.execute(
-                "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(scan_settings)),
-                [item for pair in scan_settings.items() for item in pair],
-            )
+        # The statement sets its own scan settings, transaction-local: an uncorrelated
+        # subquery in WHERE becomes a one-time filter above the index scan, run before the scan
+        # reads its first tuple. One round trip, no transaction around it (BEGIN, the settings
+        # and COMMIT were three more), nothing left on the connection, whatever pools it.
+        configure = []
+        for number, (name, value) in enumerate(scan_settings.items()):
+            configure.append(f"set_config('{name}', %(setting_{number})s, true)")
+            params[f"setting_{number}"] = value
+        sql = (
+            f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
+            f"WHERE {where} AND (SELECT concat({', '.join(configure)})) IS NOT NULL "
+            f"ORDER BY {order} LIMIT %(fetch)s"
+        )
+        with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
     best: dict[int, float] = {}

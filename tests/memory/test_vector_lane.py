@@ -124,6 +124,11 @@ def corpus(org: TenantFixture) -> dict[str, EndUser]:
 
 
 def test_small_and_large_users_get_their_true_top_ten(org: TenantFixture, corpus) -> None:
+    # The connection's defaults at their worst (one candidate, no iterative scan: an index
+    # search would find one row): each search brings the settings it needs.
+    with connection.cursor() as cursor:
+        cursor.execute("SET hnsw.ef_search = 1")
+        cursor.execute("SET hnsw.iterative_scan = off")
     for name in ("small", "large"):
         scope = Scope(org.organization.pk, (org.client.pk,), corpus[name].pk)
         recalls = [_recall(scope, _query_vector(seed), exact_for_search=None) for seed in range(10)]
