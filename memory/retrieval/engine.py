@@ -3,6 +3,7 @@ search, topic and conversation retrieval) and later skills and experiences call 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -12,8 +13,9 @@ from functools import cache, partial
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, models
 
+from accounts.models import EndUser
 from memory.models import GateCalibration
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import Scope, bm25_search, query_lexemes
@@ -81,15 +83,23 @@ def gate_thresholds(model: str) -> Thresholds | None:
     return Thresholds(calibration.min_similarity, calibration.strong_similarity)
 
 
-def _rows_in_scope(kind: MemoryType, scope: Scope) -> models.QuerySet:
-    rows = kind.model.objects.filter(
-        organization_id=scope.organization_id,
-        client_id__in=scope.client_ids,
-        superseded_by__isnull=True,
+def _in_scope(scope: Scope) -> tuple[str, dict[str, Any]]:
+    """SQL for a type's rows (aliased ``m``) that the scope may read: its organization, the
+    clients it may read, not superseded, its end user (any, across users). Written in SQL
+    because every search reads rows by it, and building the same query through the ORM took
+    three times as long as running it."""
+    where = (
+        "m.organization_id = %(organization_id)s AND m.client_id = ANY(%(client_ids)s) "
+        "AND m.superseded_by_id IS NULL"
     )
+    params: dict[str, Any] = {
+        "organization_id": scope.organization_id,
+        "client_ids": list(scope.client_ids),
+    }
     if scope.end_user_id is not None:
-        rows = rows.filter(end_user_id=scope.end_user_id)
-    return rows
+        where += " AND m.end_user_id = %(end_user_id)s"
+        params["end_user_id"] = scope.end_user_id
+    return where, params
 
 
 def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
@@ -97,15 +107,65 @@ def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
     dated = kind.name == "episodic" and (request.start or request.end)
     if not request.filter_tags and not dated:
         return None
-    rows = _rows_in_scope(kind, request.scope)
+    where, params = _in_scope(request.scope)
     if request.filter_tags:
-        rows = rows.filter(filter_tags__contains=request.filter_tags)
+        where += " AND m.filter_tags @> %(filter_tags)s::jsonb"
+        params["filter_tags"] = json.dumps(request.filter_tags)
     if kind.name == "episodic":
         if request.start:
-            rows = rows.filter(occurred_at__gte=request.start)
+            where += " AND m.occurred_at >= %(start)s"
+            params["start"] = request.start
         if request.end:
-            rows = rows.filter(occurred_at__lte=request.end)
-    return set(rows.values_list("id", flat=True))
+            where += " AND m.occurred_at <= %(end)s"
+            params["end"] = request.end
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT m.id FROM {kind.model._meta.db_table} m WHERE {where}", params)  # noqa: S608
+        return {row[0] for row in cursor.fetchall()}
+
+
+@cache
+def _row_loading(model: type[models.Model]) -> tuple[list[str], list[tuple[int, list[Any]]]]:
+    """A model's columns in field order, and the converters of the fields that have them
+    (JSON arrives as text), by position."""
+    fields = model._meta.concrete_fields
+    converters = [
+        (index, field.get_db_converters(connection))
+        for index, field in enumerate(fields)
+        if field.get_db_converters(connection)
+    ]
+    return [field.column for field in fields], converters
+
+
+def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
+    """These memories, those the scope may read, each with its end user's id loaded."""
+    if not ids:
+        return {}
+    model = kind.model
+    columns, converters = _row_loading(model)
+    attributes = [field.attname for field in model._meta.concrete_fields]
+    where, params = _in_scope(scope)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join('m.' + column for column in columns)}, u.user_id "  # noqa: S608
+            f"FROM {model._meta.db_table} m JOIN {EndUser._meta.db_table} u "
+            f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s) AND {where}",
+            params | {"ids": ids},
+        )
+        fetched = cursor.fetchall()
+    rows: dict[int, models.Model] = {}
+    for record in fetched:
+        *values, user_id = record
+        for index, functions in converters:
+            for function in functions:
+                values[index] = function(values[index], None, connection)
+        row = model.from_db(DEFAULT_DB_ALIAS, attributes, values)
+        row.end_user = EndUser.from_db(
+            DEFAULT_DB_ALIAS,
+            ["id", "organization_id", "user_id"],
+            [row.end_user_id, row.organization_id, user_id],
+        )
+        rows[row.pk] = row
+    return rows
 
 
 def _field_matches(kind: MemoryType, field_name: str, query: str, ids: list[int]) -> set[int]:
@@ -246,11 +306,7 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
-        rows = (
-            _rows_in_scope(kind, request.scope)
-            .select_related("end_user")
-            .in_bulk([c.memory_id for c in chosen])
-        )
+        rows = _rows_by_id(kind, request.scope, [c.memory_id for c in chosen])
         hits.extend(Hit(kind, rows[c.memory_id], c) for c in chosen if c.memory_id in rows)
     if len(request.kinds) > 1:
         order = {kind.name: index for index, kind in enumerate(request.kinds)}

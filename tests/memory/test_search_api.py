@@ -21,6 +21,7 @@ from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse
 from memory.retrieval.vectors import vector_search
 from memory.services import memories_store, retrieval_logs_purge
 from memory.services.records import Owner
+from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture, chat_turns
 
 FACTS = [
@@ -293,6 +294,47 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
     # Read from today (2026 or later), "in March" is a March without these launches.
     assert projects(query="the launch review in March", temporal="true")[0] == []
     assert projects(query="the launch review", temporal="true")[1:] == (None, None)
+
+
+def test_results_carry_each_memory_as_the_memory_endpoints_do(org: TenantFixture) -> None:
+    """Search reads its rows in SQL of its own: each result's memory fields are those the
+    ORM-loaded memory serializes to (tags, provenance, times, user id, a masked secret)."""
+    from memory.api.memories import MemorySerializer
+    from memory.models import ExtractionJob
+    from memory.services import extraction_job_run
+
+    for user_id in ("sam", "ana"):
+        response = org.api.post(
+            "/memory/add",
+            {
+                "user_id": user_id,
+                "messages": chat_turns(
+                    "The launch review is in review.pdf and my wifi password is hunter22", "ok"
+                ),
+                "filter_tags": {"project": "apollo", "rank": 2},
+                "occurred_at": "2025-01-10T10:00:00Z",
+            },
+            format="json",
+        )
+        assert response.status_code in (200, 202), response.json()
+    for job in ExtractionJob.objects.filter(status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    answers = [
+        org.api.get("/memory/search", {"user_id": "sam", "query": "launch review password"}),
+        org.api.get("/memory/search_all_users", {"query": "launch review password"}),
+    ]
+    kinds_seen, users_seen = set(), set()
+    for response in answers:
+        assert response.status_code == 200, response.json()
+        for result in response.json()["results"]:
+            kind = MEMORY_TYPES[result["memory_type"]]
+            row = kind.model.objects.get(pk=result["id"])
+            expected = MemorySerializer(row, context={"kind": kind}).data
+            assert {key: result[key] for key in expected} == expected
+            kinds_seen.add(kind.name)
+            users_seen.add(result["user_id"])
+    assert {"episodic", "resource", "knowledge_vault"} <= kinds_seen
+    assert users_seen == {"sam", "ana"}
 
 
 @pytest.mark.parametrize(
