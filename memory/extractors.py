@@ -22,6 +22,8 @@ from sessions.models import Message
 logger = logging.getLogger(__name__)
 
 SUMMARY_CHARS = 300
+# An episode carries the end of the turn it answers, up to this many characters (see _context).
+CONTEXT_CHARS = 200
 REDACTED = "[secret kept in the knowledge vault]"
 
 
@@ -132,10 +134,36 @@ def _line(message: Message) -> str:
     return f"{_speaker(message)}: {text}"
 
 
-def _episodic(exchange: list[Message]) -> Proposal | None:
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _context(before: Message | None) -> str | None:
+    """What an exchange answers: the last sentences (at most CONTEXT_CHARS) of the turn before
+    it, where the question or remark it replies to usually is. A reply without it is half an
+    event ("Caroline: a sunset, last week"), and a search for what was asked misses it."""
+    if before is None or before.role not in (Message.Role.USER, Message.Role.ASSISTANT):
+        return None
+    text = " ".join(before.text.split())
+    if not text:
+        return None
+    kept: list[str] = []
+    for sentence in reversed(_SENTENCE_END.split(text)):
+        if kept and len(sentence) + sum(len(part) + 1 for part in kept) > CONTEXT_CHARS:
+            break
+        kept.insert(0, sentence)
+    context = " ".join(kept)
+    if len(context) > CONTEXT_CHARS:
+        context = "…" + context[-(CONTEXT_CHARS - 1) :].lstrip()
+    return f"{_speaker(before)}: {context}"
+
+
+def _episodic(exchange: list[Message], before: Message | None = None) -> Proposal | None:
     lines = [_line(message) for message in exchange if message.text or message.tool_calls]
     if not lines:
         return None
+    context = _context(before)
+    if context is not None:
+        lines.insert(0, f"(replying to {context})")
     opener = exchange[0]
     summary_source = next((message for message in exchange if message.text), opener)
     return Proposal(
@@ -258,12 +286,18 @@ def _vault_items(message: Message) -> list[Proposal]:
     return proposals
 
 
-def extract_deterministic(messages: list[Message]) -> ExtractionOutcome:
-    """Episodic events (who said what, when) for each exchange, plus the links, files, images
-    and sensitive values the text shows. Secrets found are redacted from the other memories."""
+def extract_deterministic(
+    messages: list[Message], preceding: dict[int, Message] | None = None
+) -> ExtractionOutcome:
+    """Episodic events (who said what, when, in reply to what) for each exchange, plus the
+    links, files, images and sensitive values the text shows. Secrets found are redacted from
+    the other memories. ``preceding``: per session, the turn before the first of these (from
+    an earlier batch), which the session's first exchange here replies to."""
     proposals: list[Proposal] = []
+    last = dict(preceding or {})
     for exchange in _exchanges(messages):
-        episodic = _episodic(exchange)
+        episodic = _episodic(exchange, before=last.get(exchange[0].session_id))
+        last[exchange[0].session_id] = exchange[-1]
         if episodic is not None:
             proposals.append(episodic)
     for message in messages:

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from memory.embedding_spaces import write_embedders
@@ -178,11 +178,36 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
     return jobs
 
 
+def _preceding(batch: list[Message]) -> dict[int, Message]:
+    """Per session of the batch, the turn before its first one here (an earlier batch's):
+    what the session's first exchange in this batch replies to. One query."""
+    firsts: dict[int, int] = {}
+    for message in batch:
+        if message.position < firsts.get(message.session_id, message.position + 1):
+            firsts[message.session_id] = message.position
+    if not firsts:
+        return {}
+    condition = Q()
+    for session_id, position in firsts.items():
+        condition |= Q(session_id=session_id, position__lt=position)
+    rows = (
+        Message.objects.filter(condition)
+        .exclude(role=Message.Role.SYSTEM)
+        .order_by("session_id", "-position")
+        .distinct("session_id")
+    )
+    return {row.session_id: row for row in rows}
+
+
 @transaction.atomic
 def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> None:
     batches = [_job_batch(job) for job in jobs]
     outcomes = [
-        (extract_with_llm(batch, provider) if provider else extract_deterministic(batch))
+        (
+            extract_with_llm(batch, provider)
+            if provider
+            else extract_deterministic(batch, _preceding(batch))
+        )
         if batch
         else ExtractionOutcome(proposals=[])
         for batch in batches

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from memory.crypto import secret_decrypt
+from memory.extractors import CONTEXT_CHARS
 from memory.models import (
     EpisodicEmbedding,
     EpisodicMemory,
@@ -123,6 +124,32 @@ def test_exchanges_of_one_batch_become_one_event_each(org: TenantFixture) -> Non
         "user: First question about tea",
         "user: Other session question",
         "user: Second question about rain",
+    ]
+
+
+def test_an_episode_carries_the_end_of_the_turn_it_replies_to(org: TenantFixture) -> None:
+    question = "Sure. " + "Here is a sentence about nothing much. " * 8 + "Which tea do you like?"
+    add(org, chat_turns("Tell me about tea", question), session_id="s1")
+    run_queued_jobs()
+    # A later batch: its first exchange replies to the last turn of the batch before.
+    add(org, chat_turns("Green tea, always", "Noted"), session_id="s1")
+    add(org, chat_turns("Unrelated", "Fine. Anything else?"), session_id="s2")
+    add(org, chat_turns("No thanks", "Bye"), session_id="s2")
+    run_queued_jobs()
+    details = {row.summary: row.details for row in EpisodicMemory.objects.all()}
+    # A session's first exchange replies to nothing (not to another session's last turn).
+    assert details["user: Tell me about tea"].startswith("user: Tell me about tea")
+    assert details["user: Unrelated"].startswith("user: Unrelated")
+    context, *lines = details["user: Green tea, always"].splitlines()
+    assert lines == ["user: Green tea, always", "assistant: Noted"]
+    # The end of a long turn, on sentence boundaries, at most CONTEXT_CHARS of it.
+    assert context.startswith("(replying to assistant: Here is a sentence")
+    assert context.endswith("about nothing much. Which tea do you like?)")
+    assert len(context) <= len("(replying to assistant: )") + CONTEXT_CHARS
+    assert details["user: No thanks"].splitlines() == [
+        "(replying to assistant: Fine. Anything else?)",
+        "user: No thanks",
+        "assistant: Bye",
     ]
 
 
