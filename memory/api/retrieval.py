@@ -46,6 +46,13 @@ def _filter_tags(raw: Any) -> dict[str, Any]:
     return filter_tags_check(raw)
 
 
+def _dates_check(attrs: dict[str, Any]) -> None:
+    """An explicit date range must not end before it starts (422, naming end_date)."""
+    start, end = attrs.get("start_date"), attrs.get("end_date")
+    if start and end and start > end:
+        raise serializers.ValidationError({"end_date": ["Before start_date."]})
+
+
 class SearchParamsSerializer(serializers.Serializer):
     query = serializers.CharField(max_length=10_000, trim_whitespace=True)
     memory_type = serializers.CharField(required=False, default="all")
@@ -83,12 +90,7 @@ class SearchParamsSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"search_field": ["Name one text field of the one memory type searched."]}
             )
-        if (
-            attrs.get("start_date")
-            and attrs.get("end_date")
-            and attrs["start_date"] > attrs["end_date"]
-        ):
-            raise serializers.ValidationError({"end_date": ["Before start_date."]})
+        _dates_check(attrs)
         return attrs | {
             "kinds": kinds,
             "search_field": field,
@@ -401,6 +403,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"messages": ["The messages hold no text and no image: nothing to retrieve for."]}
             )
+        _dates_check(attrs)
         return attrs | {"messages": messages}
 
 

@@ -349,6 +349,7 @@ def test_results_carry_each_memory_as_the_memory_endpoints_do(org: TenantFixture
         {"query": "x", "filter_tags": json.dumps({"note": "x" * 9000})},
         {"query": "x", "similarity_threshold": 3},
         {"query": "x", "memory_type": "semantic", "search_field": "nonsense"},
+        {"query": "x", "start_date": "2025-02-01T00:00:00Z", "end_date": "2025-01-01T00:00:00Z"},
     ],
 )
 def test_bad_search_parameters_are_422(org: TenantFixture, params: dict) -> None:
@@ -500,6 +501,22 @@ def test_a_conversation_turn_with_an_unknown_role_is_422_naming_it(org: TenantFi
     )
     assert response.status_code == 422
     assert "messages.1.role" in response.json()["fields"]
+
+
+def test_a_conversation_date_range_ending_before_it_starts_is_422(org: TenantFixture) -> None:
+    org.api.post("/users/create_or_get", {"user_id": "sam"}, format="json")
+    response = org.api.post(
+        "/memory/retrieve/conversation",
+        {
+            "user_id": "sam",
+            "messages": [{"role": "user", "content": "what did I do?"}],
+            "start_date": "2025-02-01T00:00:00Z",
+            "end_date": "2025-01-01T00:00:00Z",
+        },
+        format="json",
+    )
+    assert response.status_code == 422
+    assert "end_date" in response.json()["fields"]
 
 
 def test_core_memory_is_returned_whole(org: TenantFixture) -> None:
