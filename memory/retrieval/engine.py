@@ -123,17 +123,21 @@ def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
         return {row[0] for row in cursor.fetchall()}
 
 
+@dataclass(frozen=True)
+class _RowLoading:
+    columns: list[str]  # in field order
+    attributes: list[str]  # the fields' attribute names, same order
+    converters: list[tuple[int, list[Any]]]  # by position: JSON arrives as text
+
+
 @cache
-def _row_loading(model: type[models.Model]) -> tuple[list[str], list[tuple[int, list[Any]]]]:
-    """A model's columns in field order, and the converters of the fields that have them
-    (JSON arrives as text), by position."""
+def _row_loading(model: type[models.Model]) -> _RowLoading:
     fields = model._meta.concrete_fields
-    converters = [
-        (index, field.get_db_converters(connection))
-        for index, field in enumerate(fields)
-        if field.get_db_converters(connection)
-    ]
-    return [field.column for field in fields], converters
+    converters = []
+    for index, model_field in enumerate(fields):
+        if functions := model_field.get_db_converters(connection):
+            converters.append((index, functions))
+    return _RowLoading([f.column for f in fields], [f.attname for f in fields], converters)
 
 
 def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
@@ -141,12 +145,11 @@ def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, mod
     if not ids:
         return {}
     model = kind.model
-    columns, converters = _row_loading(model)
-    attributes = [field.attname for field in model._meta.concrete_fields]
+    loading = _row_loading(model)
     where, params = _in_scope(scope)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {', '.join('m.' + column for column in columns)}, u.user_id "  # noqa: S608
+            f"SELECT {', '.join('m.' + column for column in loading.columns)}, u.user_id "  # noqa: S608
             f"FROM {model._meta.db_table} m JOIN {EndUser._meta.db_table} u "
             f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s) AND {where}",
             params | {"ids": ids},
@@ -155,10 +158,10 @@ def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, mod
     rows: dict[int, models.Model] = {}
     for record in fetched:
         *values, user_id = record
-        for index, functions in converters:
+        for index, functions in loading.converters:
             for function in functions:
                 values[index] = function(values[index], None, connection)
-        row = model.from_db(DEFAULT_DB_ALIAS, attributes, values)
+        row = model.from_db(DEFAULT_DB_ALIAS, loading.attributes, values)
         row.end_user = EndUser.from_db(
             DEFAULT_DB_ALIAS,
             ["id", "organization_id", "user_id"],
