@@ -44,6 +44,22 @@ class Scope:
     client_ids: tuple[str, ...]
     end_user_id: int | None
 
+    def where(self, alias: str = "") -> tuple[str, dict[str, object]]:
+        """The SQL condition of the rows this scope reads, in any table with the owner columns
+        (``alias``: a prefix such as "m."), and its parameters. The one place the lanes and
+        the rows they return say it. The end user, when there is one, implies the
+        organization; the condition leaves the organization out so that the user's indexes
+        serve it alone."""
+        params: dict[str, object]
+        if self.end_user_id is not None:
+            owner = f"{alias}end_user_id = %(end_user_id)s"
+            params = {"end_user_id": self.end_user_id}
+        else:
+            owner = f"{alias}organization_id = %(organization_id)s"
+            params = {"organization_id": self.organization_id}
+        clients = f"{alias}client_id = ANY(%(client_ids)s)"
+        return f"{owner} AND {clients}", params | {"client_ids": list(self.client_ids)}
+
 
 @dataclass(frozen=True)
 class TermInfo:
@@ -62,26 +78,15 @@ def query_lexemes(text: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _owner_filter(scope: Scope) -> tuple[str, dict[str, object]]:
-    if scope.end_user_id is not None:
-        return "end_user_id = %(end_user_id)s", {"end_user_id": scope.end_user_id}
-    return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
-
-
 def _statistics(
     scope: Scope, memory_type: int, query: str
 ) -> tuple[int, float, dict[str, tuple[int, int]]]:
     """N, avgdl and {lexeme: (df, max_tf)} over the scope, for each of the query's lexemes
     (df 0 for a lexeme no memory holds). One query: the lexemes are analysed where they are
     looked up."""
-    owner, params = _owner_filter(scope)
-    params |= {
-        "memory_type": memory_type,
-        "client_ids": list(scope.client_ids),
-        "config": settings.TEXT_SEARCH_CONFIG,
-        "query": query,
-    }
-    in_scope = f"{owner} AND memory_type = %(memory_type)s AND client_id = ANY(%(client_ids)s)"
+    where, params = scope.where()
+    params |= {"memory_type": memory_type, "config": settings.TEXT_SEARCH_CONFIG, "query": query}
+    in_scope = f"{where} AND memory_type = %(memory_type)s"
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT q.lexeme, documents.n, documents.total, "  # noqa: S608
@@ -120,8 +125,8 @@ def _postings(
     only: Collection[int] | None,
 ) -> list[tuple[int, int, int]]:
     """(memory id, tf, doc length) of the lexeme's postings in scope, or of ``only`` those ids."""
-    owner, params = _owner_filter(scope)
-    params |= {"memory_type": memory_type, "client_ids": list(scope.client_ids), "lexeme": lexeme}
+    where, params = scope.where()
+    params |= {"memory_type": memory_type, "lexeme": lexeme}
     restriction = ""
     if only is not None:
         restriction = "AND memory_id = ANY(%(only)s::bigint[])"
@@ -129,8 +134,8 @@ def _postings(
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT memory_id, tf, doc_length FROM memory_memoryposting "  # noqa: S608
-            f"WHERE {owner} AND memory_type = %(memory_type)s AND lexeme = %(lexeme)s "
-            f"AND client_id = ANY(%(client_ids)s) {restriction}",
+            f"WHERE {where} AND memory_type = %(memory_type)s AND lexeme = %(lexeme)s "
+            f"{restriction}",
             params,
         )
         return cursor.fetchall()

@@ -51,12 +51,6 @@ def _vector_literal(vector: list[float]) -> str:
     return "[" + ",".join(f"{value:.7g}" for value in vector) + "]"
 
 
-def _owner(scope: Scope) -> tuple[str, dict[str, object]]:
-    if scope.end_user_id is not None:
-        return "end_user_id = %(end_user_id)s", {"end_user_id": scope.end_user_id}
-    return "organization_id = %(organization_id)s", {"organization_id": scope.organization_id}
-
-
 # --- The indexes this lane reads. Their names, expressions and validity are decided here, and
 # memory.services.vector_indexes builds them from the same functions: an index whose expression
 # differs from the query's by a character is never used.
@@ -110,22 +104,16 @@ def _path(scope: Scope, kind: MemoryType, model: str) -> str:
     only past EXACT_SCAN_MAX_ROWS), else "exact" when the scope holds at most that many
     embeddings of the model (counted no further, and not at all for a user with an own index:
     counting 5,000 rows costs 0.7 ms), else "shared". One query."""
-    owner, params = _owner(scope)
+    where, params = scope.where()
     table = kind.embedding_model._meta.db_table
     own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT own.usable, CASE WHEN own.usable THEN NULL ELSE (SELECT count(*) FROM "  # noqa: S608
-            f"(SELECT 1 FROM {table} WHERE {owner} AND model = %(model)s "
-            "AND client_id = ANY(%(client_ids)s) LIMIT %(up_to)s) AS rows) END "
+            f"(SELECT 1 FROM {table} WHERE {where} AND model = %(model)s "
+            "LIMIT %(up_to)s) AS rows) END "
             f"FROM (SELECT {VALID_INDEX_SQL} AS usable) AS own",
-            params
-            | {
-                "model": model,
-                "client_ids": list(scope.client_ids),
-                "up_to": EXACT_SCAN_MAX_ROWS + 1,
-                "index": own,
-            },
+            params | {"model": model, "up_to": EXACT_SCAN_MAX_ROWS + 1, "index": own},
         )
         has_own, rows = cursor.fetchone()
     if has_own:
@@ -150,15 +138,10 @@ def vector_search(
         return []
     dimensions = len(vector)
     table = kind.embedding_model._meta.db_table
-    owner, params = _owner(scope)
+    in_scope, params = scope.where()
     # The cast must read exactly like the index expression for the planner to use the index.
     distance = _cosine_distance(dimensions)
-    params |= {
-        "query": _vector_literal(vector),
-        "model": model,
-        "client_ids": list(scope.client_ids),
-        "limit": limit,
-    }
+    params |= {"query": _vector_literal(vector), "model": model, "limit": limit}
     restriction = ""
     if allowed_ids is not None:
         restriction = "AND memory_id = ANY(%(allowed)s)"
@@ -169,7 +152,7 @@ def vector_search(
         path = _path(scope, kind, model)
         if exact is False and path == "exact":
             path = "shared"
-    where = f"{owner} AND model = %(model)s AND client_id = ANY(%(client_ids)s) {restriction}"
+    where = f"{in_scope} AND model = %(model)s {restriction}"
     if path == "exact":
         # "+ 0" keeps the planner from walking the HNSW index for this ORDER BY: the owner's
         # rows come from the owner index and are ranked exactly.
