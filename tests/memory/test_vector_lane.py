@@ -212,6 +212,7 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     rows = EpisodicMemory.objects.filter(end_user=corpus["large"]).order_by("pk")
     EpisodicMemory.objects.filter(pk__in=list(rows.values_list("pk", flat=True)[:2000])).delete()
     assert vector_indexes_sync().dropped == []
+    assert f"Index Scan using {own}" in _vector_plan(large)  # while it stands, it serves them
     EpisodicMemory.objects.filter(pk__in=list(rows.values_list("pk", flat=True)[:1500])).delete()
     assert vector_indexes_sync().dropped == [own]
     assert own not in _vector_plan(large, exact=False)
