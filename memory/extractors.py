@@ -146,13 +146,13 @@ def _context(before: Message | None) -> str | None:
     text = " ".join(before.text.split())
     if not text:
         return None
-    kept: list[str] = []
+    context = ""
     for sentence in reversed(_SENTENCE_END.split(text)):
-        if kept and len(sentence) + sum(len(part) + 1 for part in kept) > CONTEXT_CHARS:
+        longer = f"{sentence} {context}" if context else sentence
+        if context and len(longer) > CONTEXT_CHARS:
             break
-        kept.insert(0, sentence)
-    context = " ".join(kept)
-    if len(context) > CONTEXT_CHARS:
+        context = longer
+    if len(context) > CONTEXT_CHARS:  # the last sentence alone is longer: its end
         context = "…" + context[-(CONTEXT_CHARS - 1) :].lstrip()
     return f"{_speaker(before)}: {context}"
 

@@ -135,6 +135,8 @@ def test_an_episode_carries_the_end_of_the_turn_it_replies_to(org: TenantFixture
     add(org, chat_turns("Green tea, always", "Noted"), session_id="s1")
     add(org, chat_turns("Unrelated", "Fine. Anything else?"), session_id="s2")
     add(org, chat_turns("No thanks", "Bye"), session_id="s2")
+    ramble = " ".join(f"word{number}" for number in range(80)) + " and so on"
+    add(org, chat_turns("Go on", ramble) + chat_turns("Stop there", "Ok"), session_id="s3")
     run_queued_jobs()
     details = {row.summary: row.details for row in EpisodicMemory.objects.all()}
     # A session's first exchange replies to nothing (not to another session's last turn).
@@ -151,6 +153,11 @@ def test_an_episode_carries_the_end_of_the_turn_it_replies_to(org: TenantFixture
         "user: No thanks",
         "assistant: Bye",
     ]
+    # One sentence longer than that: its end.
+    context = details["user: Stop there"].splitlines()[0]
+    quoted = context.removeprefix("(replying to assistant: ").removesuffix(")")
+    assert quoted.startswith("…word") and quoted.endswith("word79 and so on")
+    assert len(quoted) <= CONTEXT_CHARS and ramble.endswith(quoted[1:])
 
 
 def test_one_run_takes_several_users_queued_jobs(
