@@ -563,7 +563,7 @@ def _range_between(earlier: _Found, later: _Found, context: _Context) -> Span:
 _VAGUE = (_recently, _the_other_day)
 
 
-def _names_a_past_time(found: _Found, text: str) -> bool:
+def _names_a_past_time(found: _Found, context: _Context) -> bool:
     """Whether a phrase pins a time something happened, as a search must read it: not a vague
     one ("lately", "recently", "the other day": how things stand, not when), not a bare
     weekday ("my Sunday rides": a habit; "on Sunday", "last Sunday" are dates), not one wholly
@@ -571,7 +571,7 @@ def _names_a_past_time(found: _Found, text: str) -> bool:
     if found.resolver in _VAGUE:
         return False
     if found.resolver is _weekday and found.match is not None and not found.match["prefix"]:
-        return bool(re.search(r"\bon\s+$", text[: found.first], re.IGNORECASE))
+        return bool(re.search(r"\bon\s+$", context.before(found.first), re.IGNORECASE))
     return True
 
 
@@ -584,7 +584,10 @@ def temporal_range(text: str, *, now: datetime, precise: bool = False) -> DateRa
         raise ValueError("temporal_range needs a timezone-aware `now`")
     found = _find_all(text, now)
     if precise:
-        found = [item for item in found if _names_a_past_time(item, text) and item.span[0] <= now]
+        context = _Context(text, now)
+        found = [
+            item for item in found if item.span[0] <= now and _names_a_past_time(item, context)
+        ]
     if not found:
         return None
     last = found[-1]
