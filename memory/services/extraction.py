@@ -183,8 +183,8 @@ def _preceding(batch: list[Message]) -> dict[int, Message]:
     what the session's first exchange in this batch replies to. One query."""
     firsts: dict[int, int] = {}
     for message in batch:
-        if message.position < firsts.get(message.session_id, message.position + 1):
-            firsts[message.session_id] = message.position
+        first = firsts.get(message.session_id, message.position)
+        firsts[message.session_id] = min(first, message.position)
     if not firsts:
         return {}
     condition = Q()
