@@ -6,6 +6,8 @@ import uuid
 
 from django.db import models
 
+from accounts.tenancy import Scope, Tenant
+
 
 def _prefixed_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
@@ -119,3 +121,32 @@ class EndUser(models.Model):
 
     def __str__(self) -> str:
         return self.user_id
+
+
+class OwnedQuerySet(models.QuerySet):
+    """Rows of an ``Owned`` model, narrowed by the tenancy rule (``accounts.tenancy.Scope``)."""
+
+    def readable_by(self, tenant: Tenant, *, end_user: EndUser | None = None) -> OwnedQuerySet:
+        """The rows the tenant may read (of one end user, when given)."""
+        return self.in_scope(Scope.readable_by(tenant, end_user=end_user))
+
+    def owned_by(self, tenant: Tenant, *, end_user: EndUser | None = None) -> OwnedQuerySet:
+        """The rows the tenant's own client wrote (of one end user, when given)."""
+        return self.in_scope(Scope.owned_by(tenant, end_user=end_user))
+
+    def in_scope(self, scope: Scope) -> OwnedQuerySet:
+        return self.filter(**scope.lookups())
+
+
+class Owned(models.Model):
+    """A row of one end user, written by one client, in one organization: what the tenancy
+    rule reads (``objects.readable_by(tenant)``) and what deleting any of the three removes."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True

@@ -8,6 +8,9 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from accounts.api.serializers import UserQuerySerializer
+from accounts.models import EndUser
+from accounts.selectors import end_user_get
 from accounts.tenancy import Tenant
 
 
@@ -37,6 +40,13 @@ class TenantAPIView(APIView):
         if not isinstance(tenant, Tenant):
             raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
         return tenant
+
+    def query_end_user(self) -> EndUser:
+        """The end user the ``user_id`` query parameter names: 422 when it is missing or
+        malformed, 404 when the organization has no such user."""
+        params = UserQuerySerializer(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        return end_user_get(tenant=self.tenant, user_id=params.validated_data["user_id"])
 
     def paginate(
         self,

@@ -25,6 +25,12 @@ class UserIdField(serializers.RegexField):
         )
 
 
+class UserQuerySerializer(serializers.Serializer):
+    """The end user a request is about, named by its ``user_id`` query parameter."""
+
+    user_id = UserIdField()
+
+
 class UserCreateOrGetInputSerializer(serializers.Serializer):
     user_id = UserIdField(required=False, allow_null=True)
     name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=255)

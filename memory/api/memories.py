@@ -1,193 +1,288 @@
-"""Request and response shapes of /memory/add and of memories (MIRIX client 0.1.7 shapes)."""
-
 from __future__ import annotations
 
-import json
-import re
-from datetime import UTC
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import models
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from accounts.api.serializers import UserIdField
-from memory.crypto import secret_decrypt
-from memory.types import MemoryType
-from sessions.content import MessageInput, message_normalize
-from sessions.models import Message, Session
-
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_MESSAGES_PER_ADD = 1000
-MAX_FILTER_TAGS_BYTES = 8192
-
-
-def filter_tags_check(value: Any) -> dict[str, Any]:
-    """``filter_tags`` as every endpoint takes it: an object of tag names to values."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise serializers.ValidationError("A JSON object of tag names to values.")
-    if len(json.dumps(value)) > MAX_FILTER_TAGS_BYTES:
-        raise serializers.ValidationError(f"At most {MAX_FILTER_TAGS_BYTES} bytes of JSON.")
-    return value
-
-
-def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
-    """Conversation turns as every endpoint takes them, each checked and normalized; errors
-    name the message (``messages.3.role``)."""
-    roles = tuple(role.value for role in Message.Role)
-    try:
-        return [
-            message_normalize(raw, roles=roles, where=f"messages.{index}")
-            for index, raw in enumerate(raw_messages)
-        ]
-    except DjangoValidationError as error:
-        raise serializers.ValidationError(error.message_dict) from None
+from accounts.api.base import TenantAPIView
+from accounts.api.errors import Conflict, UnprocessableEntity
+from accounts.models import EndUser
+from accounts.selectors import end_user_get
+from memory.api.memories import (
+    MemoryAddInputSerializer,
+    MemoryAddOutputSerializer,
+    MemorySerializer,
+    UserScopedInputSerializer,
+    memory_update_serializer,
+)
+from memory.api.serializers import (
+    AgentStateSerializer,
+    MetaAgentInitializeInputSerializer,
+    agent_view,
+)
+from memory.embedding_spaces import write_embedders
+from memory.selectors import memory_get, memory_list, meta_agent_get, meta_agent_list
+from memory.services import (
+    memories_clear,
+    memory_add,
+    memory_delete,
+    memory_update,
+    meta_agent_initialize,
+)
+from memory.services.records import MemoryReadOnlyError
+from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
+from sessions.services import SessionClosedError, SessionTagMismatchError
 
 
-class MemoryAddInputSerializer(serializers.Serializer):
-    user_id = UserIdField(required=False, allow_null=True)
-    meta_agent_id = serializers.CharField(required=False, allow_null=True, max_length=64)
-    messages = serializers.ListField(
-        child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+class MetaAgentInitializeApi(TenantAPIView):
+    @extend_schema(
+        request=MetaAgentInitializeInputSerializer,
+        responses={200: AgentStateSerializer, 201: AgentStateSerializer},
+        summary="Create or update the client's meta agent (LLM, embedding, memory components)",
     )
-    session_id = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    def post(self, request: Request) -> Response:
+        serializer = MetaAgentInitializeInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        meta_agent, created = meta_agent_initialize(tenant=self.tenant, **serializer.validated_data)
+        return Response(
+            AgentStateSerializer(agent_view(meta_agent)).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class AgentListApi(TenantAPIView):
+    @extend_schema(
+        responses=AgentStateSerializer(many=True),
+        summary="The client's meta agent, as a list (the MIRIX client expects a JSON array)",
     )
-    session_tag = serializers.ChoiceField(
-        choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
+    def get(self, request: Request) -> Response:
+        agents = [agent_view(meta_agent) for meta_agent in meta_agent_list(tenant=self.tenant)]
+        return Response(AgentStateSerializer(agents, many=True).data)
+
+
+class AgentDetailApi(TenantAPIView):
+    @extend_schema(
+        responses=AgentStateSerializer, summary="The meta agent or one of its component agents"
     )
-    filter_tags = serializers.JSONField(required=False, allow_null=True)
-    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
-    # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
-    chaining = serializers.BooleanField(required=False)
-    verbose = serializers.BooleanField(required=False)
-    use_cache = serializers.BooleanField(required=False)
-    async_add = serializers.BooleanField(required=False)
-    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+    def get(self, request: Request, agent_id: str) -> Response:
+        meta_agent, component = meta_agent_get(tenant=self.tenant, agent_id=agent_id)
+        return Response(AgentStateSerializer(agent_view(meta_agent, component)).data)
 
-    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return filter_tags_check(value)
 
-    def validate_session_id(self, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not SESSION_ID_PATTERN.match(value):
-            raise serializers.ValidationError(
-                "1-64 characters: letters, digits, underscore and hyphen only."
-            )
-        return value
+def _end_user_from_query(view: TenantAPIView, *, required: bool = True) -> EndUser | None:
+    user_id = view.request.query_params.get("user_id")
+    if not user_id:
+        if required:
+            raise UnprocessableEntity({"user_id": ["This query parameter is required."]})
+        return None
+    return end_user_get(tenant=view.tenant, user_id=user_id)
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        tags = attrs.get("filter_tags") or {}
-        session_id = attrs.get("session_id")
-        tagged = tags.get("session_id")
-        if tagged is not None:
-            if not isinstance(tagged, str) or not SESSION_ID_PATTERN.match(tagged):
-                raise serializers.ValidationError(
-                    {"filter_tags.session_id": ["1-64 characters: letters, digits, _ and - only."]}
-                )
-            if session_id is not None and tagged != session_id:
-                raise serializers.ValidationError(
-                    {
-                        "filter_tags.session_id": [
-                            "Differs from session_id; send one or make them equal."
-                        ]
-                    }
-                )
-            session_id = tagged  # MIRIX 0.1.7 clients name the session only in filter_tags
-        if attrs.get("session_tag") == Session.Tag.TASK and session_id is None:
-            raise serializers.ValidationError(
+
+class MemoryAddApi(TenantAPIView):
+    @extend_schema(
+        request=MemoryAddInputSerializer,
+        responses={202: MemoryAddOutputSerializer},
+        summary="Store conversation turns; chat turns are turned into memories in the background",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = MemoryAddInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            result = memory_add(tenant=self.tenant, **serializer.validated_data)
+        except SessionClosedError:
+            raise Conflict(
+                "This session is closed; start a new session_id.", code="session_closed"
+            ) from None
+        except SessionTagMismatchError:
+            raise Conflict(
+                "This session_id names a session of the other tag (chat/task).",
+                code="session_tag_mismatch",
+            ) from None
+        body = {
+            "success": True,
+            "message": "Memory queued for processing"
+            if result.extraction_queued
+            else "Stored for skill learning",
+            "status": "queued" if result.extraction_queued else "stored",
+            "agent_id": result.meta_agent.pk if result.meta_agent else None,
+            "message_count": len(result.messages),
+            "session_id": result.session_id,
+            "message_ids": [str(message.pk) for message in result.messages],
+        }
+        return Response(MemoryAddOutputSerializer(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+class MemoryComponentsApi(TenantAPIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("user_id", str, required=True),
+            OpenApiParameter(
+                "memory_type",
+                str,
+                description="all, core, episodic, semantic, "
+                "procedural, resource, knowledge_vault (or knowledge)",
+            ),
+            OpenApiParameter("limit", int, description="per type; 0 or less: all"),
+            OpenApiParameter("include_secrets", bool, description="show knowledge-vault values"),
+        ],
+        responses=inline_serializer(
+            "MemoryComponents",
+            {
+                "success": serializers.BooleanField(),
+                "user_id": serializers.CharField(),
+                "memory_type": serializers.CharField(),
+                "limit": serializers.IntegerField(),
+                "memories": serializers.DictField(child=MemorySerializer(many=True)),
+                "counts": serializers.DictField(child=serializers.IntegerField()),
+            },
+        ),
+        summary="The user's memories, grouped by type, newest first",
+    )
+    def get(self, request: Request) -> Response:
+        end_user = _end_user_from_query(self)
+        requested = request.query_params.get("memory_type") or "all"
+        if requested == "all":
+            kinds = list(MEMORY_TYPES.values())
+        else:
+            kind = memory_type_resolve(requested)
+            if kind is None:
+                raise UnprocessableEntity({"memory_type": [f"Unknown memory type {requested!r}."]})
+            kinds = [kind]
+        try:
+            limit = int(request.query_params.get("limit", 50))
+        except ValueError:
+            raise UnprocessableEntity({"limit": ["An integer."]}) from None
+        include_secrets = request.query_params.get("include_secrets") in {"true", "1", "yes"}
+        memories, counts = {}, {}
+        for kind in kinds:
+            rows = memory_list(tenant=self.tenant, kind=kind, end_user=end_user)
+            counts[kind.name] = rows.count()
+            page = rows.order_by("-created_at", "-id")
+            if limit > 0:
+                page = page[:limit]
+            context = {"kind": kind, "include_secrets": include_secrets}
+            memories[kind.name] = MemorySerializer(page, many=True, context=context).data
+        return Response(
+            {
+                "success": True,
+                "user_id": end_user.user_id,
+                "memory_type": requested,
+                "limit": limit,
+                "memories": memories,
+                "counts": counts,
+            }
+        )
+
+
+class MemoryClearApi(TenantAPIView):
+    @extend_schema(
+        request=UserScopedInputSerializer,
+        responses=inline_serializer(
+            "MemoryCleared",
+            {
+                "success": serializers.BooleanField(),
+                "message": serializers.CharField(),
+                "deleted": serializers.DictField(child=serializers.IntegerField()),
+            },
+        ),
+        summary="Delete every memory this client holds about the user",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = UserScopedInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        end_user = end_user_get(tenant=self.tenant, user_id=serializer.validated_data["user_id"])
+        deleted = memories_clear(tenant=self.tenant, end_user=end_user)
+        return Response(
+            {
+                "success": True,
+                "message": f"Cleared {sum(deleted.values())} memories.",
+                "deleted": deleted,
+            }
+        )
+
+
+class UserMemoriesApi(TenantAPIView):
+    @extend_schema(
+        responses=inline_serializer(
+            "UserMemoriesDeleted",
+            {
+                "success": serializers.BooleanField(),
+                "deleted": serializers.DictField(child=serializers.IntegerField()),
+            },
+        ),
+        summary="Delete every memory this client holds about the user (the user stays)",
+    )
+    def delete(self, request: Request, user_id: str) -> Response:
+        end_user = end_user_get(tenant=self.tenant, user_id=user_id)
+        deleted = memories_clear(tenant=self.tenant, end_user=end_user)
+        return Response({"success": True, "deleted": deleted})
+
+
+class MemoryDetailApi(TenantAPIView):
+    def _kind(self, memory_type: str) -> MemoryType:
+        kind = memory_type_resolve(memory_type)
+        if kind is None:
+            raise NotFound()
+        return kind
+
+    def _row(self, kind: MemoryType, memory_id: str) -> Any:
+        row = memory_get(tenant=self.tenant, kind=kind, memory_id=memory_id)
+        if kind.name == "procedural":
+            # Procedural memories are addressed within one user: ?user_id must name its owner.
+            end_user = _end_user_from_query(self)
+            if row.end_user_id != end_user.pk:
+                raise NotFound()
+        return row
+
+    @extend_schema(
+        request=inline_serializer(
+            "MemoryUpdate", {"summary": serializers.CharField(required=False)}
+        ),
+        responses=MemorySerializer,
+        summary="Edit a memory (its search text and embeddings follow)",
+    )
+    def patch(self, request: Request, memory_type: str, memory_id: str) -> Response:
+        kind = self._kind(memory_type)
+        row = self._row(kind, memory_id)
+        serializer = memory_update_serializer(kind)(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if not serializer.validated_data:
+            raise UnprocessableEntity(
                 {
-                    "session_id": [
-                        "A task session needs a session_id (skills are learned per session)."
+                    "non_field_errors": [
+                        f"Nothing to change; editable: {', '.join(kind.editable_fields)}."
                     ]
                 }
             )
-        messages = messages_check(attrs["messages"])
-        return {
-            "user_id": attrs.get("user_id") or "default",
-            "meta_agent_id": attrs.get("meta_agent_id"),
-            "messages": messages,
-            "session_id": session_id,
-            "session_tag": attrs.get("session_tag"),
-            "filter_tags": tags,
-            "occurred_at": attrs.get("occurred_at"),
-        }
+        try:
+            row = memory_update(
+                tenant=self.tenant,
+                kind=kind,
+                row=row,
+                changes=serializer.validated_data,
+                embedders=write_embedders(),
+            )
+        except MemoryReadOnlyError:
+            raise PermissionDenied(
+                "This memory belongs to another client; it is read-only here."
+            ) from None
+        return Response(MemorySerializer(row, context={"kind": kind}).data)
 
-
-class MemoryAddOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
-    message = serializers.CharField()
-    status = serializers.ChoiceField(["queued", "stored"])
-    agent_id = serializers.CharField(allow_null=True)
-    message_count = serializers.IntegerField()
-    session_id = serializers.CharField(allow_null=True)
-    message_ids = serializers.ListField(child=serializers.CharField())
-
-
-class UserScopedInputSerializer(serializers.Serializer):
-    user_id = UserIdField()
-
-
-# --- Memories out -------------------------------------------------------------------------------
-
-
-class MemorySerializer(serializers.Serializer):
-    """Any memory, as its type's fields plus id, memory_type, provenance and filter tags.
-    A knowledge-vault value is masked unless the serializer context says ``include_secrets``."""
-
-    id = serializers.CharField()
-    memory_type = serializers.CharField()
-    user_id = serializers.CharField()
-    client_id = serializers.CharField()
-    filter_tags = serializers.DictField()
-    source_message_ids = serializers.ListField(child=serializers.CharField())
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-
-    def to_representation(self, instance: models.Model) -> dict[str, Any]:
-        kind: MemoryType = self.context["kind"]
-        data: dict[str, Any] = {
-            "id": str(instance.pk),
-            "memory_type": kind.name,
-            "user_id": instance.end_user.user_id,
-            "client_id": instance.client_id,
-        }
-        for name in kind.editable_fields:
-            if name == "secret_value":
-                plain = secret_decrypt(instance.secret_value_encrypted)
-                data[name] = plain if self.context.get("include_secrets") else "********"
-            elif name == "occurred_at":
-                data[name] = instance.occurred_at.isoformat()
-            else:
-                data[name] = getattr(instance, name)
-        if kind.name == "core":
-            data["label"] = instance.label
-        data["filter_tags"] = instance.filter_tags
-        data["source_message_ids"] = [str(message_id) for message_id in instance.source_message_ids]
-        data["created_at"] = instance.created_at.isoformat()
-        data["updated_at"] = instance.updated_at.isoformat()
-        return data
-
-
-def memory_update_serializer(kind: MemoryType) -> type[serializers.Serializer]:
-    """The PATCH body of one memory type: its editable fields, all optional."""
-    optional = {"required": False}
-    field_types: dict[str, serializers.Field] = {
-        "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
-        "steps": serializers.ListField(
-            child=serializers.CharField(max_length=2000), max_length=100, **optional
-        ),
-        "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
-        "sensitivity": serializers.ChoiceField(["low", "medium", "high"], **optional),
-    }
-    fields = {
-        name: field_types.get(name)
-        or serializers.CharField(allow_blank=True, max_length=65_536, **optional)
-        for name in kind.editable_fields
-    }
-    return type(
-        f"{kind.name.title().replace('_', '')}UpdateSerializer", (serializers.Serializer,), fields
+    @extend_schema(
+        responses=inline_serializer("MemoryDeleted", {"success": serializers.BooleanField()}),
+        summary="Delete a memory",
     )
+    def delete(self, request: Request, memory_type: str, memory_id: str) -> Response:
+        kind = self._kind(memory_type)
+        row = self._row(kind, memory_id)
+        try:
+            memory_delete(tenant=self.tenant, kind=kind, row=row)
+        except MemoryReadOnlyError:
+            raise PermissionDenied(
+                "This memory belongs to another client; it is read-only here."
+            ) from None
+        return Response({"success": True, "id": memory_id, "memory_type": kind.name})

@@ -1,0 +1,193 @@
+"""Request and response shapes of /memory/add and of memories (MIRIX client 0.1.7 shapes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
+from rest_framework import serializers
+
+from accounts.api.serializers import UserIdField
+from memory.crypto import secret_decrypt
+from memory.types import MemoryType
+from sessions.content import MessageInput, message_normalize
+from sessions.models import Message, Session
+
+SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_MESSAGES_PER_ADD = 1000
+MAX_FILTER_TAGS_BYTES = 8192
+
+
+def filter_tags_check(value: Any) -> dict[str, Any]:
+    """``filter_tags`` as every endpoint takes it: an object of tag names to values."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise serializers.ValidationError("A JSON object of tag names to values.")
+    if len(json.dumps(value)) > MAX_FILTER_TAGS_BYTES:
+        raise serializers.ValidationError(f"At most {MAX_FILTER_TAGS_BYTES} bytes of JSON.")
+    return value
+
+
+def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
+    """Conversation turns as every endpoint takes them, each checked and normalized; errors
+    name the message (``messages.3.role``)."""
+    roles = tuple(role.value for role in Message.Role)
+    try:
+        return [
+            message_normalize(raw, roles=roles, where=f"messages.{index}")
+            for index, raw in enumerate(raw_messages)
+        ]
+    except DjangoValidationError as error:
+        raise serializers.ValidationError(error.message_dict) from None
+
+
+class MemoryAddInputSerializer(serializers.Serializer):
+    user_id = UserIdField(required=False, allow_null=True)
+    meta_agent_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    messages = serializers.ListField(
+        child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+    )
+    session_id = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    )
+    session_tag = serializers.ChoiceField(
+        choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
+    )
+    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
+    chaining = serializers.BooleanField(required=False)
+    verbose = serializers.BooleanField(required=False)
+    use_cache = serializers.BooleanField(required=False)
+    async_add = serializers.BooleanField(required=False)
+    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
+
+    def validate_session_id(self, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not SESSION_ID_PATTERN.match(value):
+            raise serializers.ValidationError(
+                "1-64 characters: letters, digits, underscore and hyphen only."
+            )
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        tags = attrs.get("filter_tags") or {}
+        session_id = attrs.get("session_id")
+        tagged = tags.get("session_id")
+        if tagged is not None:
+            if not isinstance(tagged, str) or not SESSION_ID_PATTERN.match(tagged):
+                raise serializers.ValidationError(
+                    {"filter_tags.session_id": ["1-64 characters: letters, digits, _ and - only."]}
+                )
+            if session_id is not None and tagged != session_id:
+                raise serializers.ValidationError(
+                    {
+                        "filter_tags.session_id": [
+                            "Differs from session_id; send one or make them equal."
+                        ]
+                    }
+                )
+            session_id = tagged  # MIRIX 0.1.7 clients name the session only in filter_tags
+        if attrs.get("session_tag") == Session.Tag.TASK and session_id is None:
+            raise serializers.ValidationError(
+                {
+                    "session_id": [
+                        "A task session needs a session_id (skills are learned per session)."
+                    ]
+                }
+            )
+        messages = messages_check(attrs["messages"])
+        return {
+            "user_id": attrs.get("user_id") or "default",
+            "meta_agent_id": attrs.get("meta_agent_id"),
+            "messages": messages,
+            "session_id": session_id,
+            "session_tag": attrs.get("session_tag"),
+            "filter_tags": tags,
+            "occurred_at": attrs.get("occurred_at"),
+        }
+
+
+class MemoryAddOutputSerializer(serializers.Serializer):
+    success = serializers.BooleanField()
+    message = serializers.CharField()
+    status = serializers.ChoiceField(["queued", "stored"])
+    agent_id = serializers.CharField(allow_null=True)
+    message_count = serializers.IntegerField()
+    session_id = serializers.CharField(allow_null=True)
+    message_ids = serializers.ListField(child=serializers.CharField())
+
+
+class UserScopedInputSerializer(serializers.Serializer):
+    user_id = UserIdField()
+
+
+# --- Memories out -------------------------------------------------------------------------------
+
+
+class MemorySerializer(serializers.Serializer):
+    """Any memory, as its type's fields plus id, memory_type, provenance and filter tags.
+    A knowledge-vault value is masked unless the serializer context says ``include_secrets``."""
+
+    id = serializers.CharField()
+    memory_type = serializers.CharField()
+    user_id = serializers.CharField()
+    client_id = serializers.CharField()
+    filter_tags = serializers.DictField()
+    source_message_ids = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, instance: models.Model) -> dict[str, Any]:
+        kind: MemoryType = self.context["kind"]
+        data: dict[str, Any] = {
+            "id": str(instance.pk),
+            "memory_type": kind.name,
+            "user_id": instance.end_user.user_id,
+            "client_id": instance.client_id,
+        }
+        for name in kind.editable_fields:
+            if name == "secret_value":
+                plain = secret_decrypt(instance.secret_value_encrypted)
+                data[name] = plain if self.context.get("include_secrets") else "********"
+            elif name == "occurred_at":
+                data[name] = instance.occurred_at.isoformat()
+            else:
+                data[name] = getattr(instance, name)
+        if kind.name == "core":
+            data["label"] = instance.label
+        data["filter_tags"] = instance.filter_tags
+        data["source_message_ids"] = [str(message_id) for message_id in instance.source_message_ids]
+        data["created_at"] = instance.created_at.isoformat()
+        data["updated_at"] = instance.updated_at.isoformat()
+        return data
+
+
+def memory_update_serializer(kind: MemoryType) -> type[serializers.Serializer]:
+    """The PATCH body of one memory type: its editable fields, all optional."""
+    optional = {"required": False}
+    field_types: dict[str, serializers.Field] = {
+        "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
+        "steps": serializers.ListField(
+            child=serializers.CharField(max_length=2000), max_length=100, **optional
+        ),
+        "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
+        "sensitivity": serializers.ChoiceField(["low", "medium", "high"], **optional),
+    }
+    fields = {
+        name: field_types.get(name)
+        or serializers.CharField(allow_blank=True, max_length=65_536, **optional)
+        for name in kind.editable_fields
+    }
+    return type(
+        f"{kind.name.title().replace('_', '')}UpdateSerializer", (serializers.Serializer,), fields
+    )
