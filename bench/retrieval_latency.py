@@ -460,7 +460,7 @@ def hnsw_dropped() -> Iterator[None]:
     5,000 rows mid-load an index that every later row of the load is inserted into."""
     from django.db import connection
 
-    from memory.services.vector_indexes import SYNC_LOCK
+    from memory.retrieval.vector_indexes import SYNC_LOCK
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
@@ -498,7 +498,7 @@ def hnsw_dropped() -> Iterator[None]:
 def own_indexes_sync() -> None:
     """What beat does on the server: an HNSW index of their own for each user past the exact
     scan's 5,000 rows (and none for users gone)."""
-    from memory.services.vector_indexes import vector_indexes_sync
+    from memory.retrieval.vector_indexes import vector_indexes_sync
 
     began = time.perf_counter()
     outcome = vector_indexes_sync()

@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from memory.embedding_spaces import write_embedders
 from memory.models import (
     CoreMemoryBlock,
     EmbeddingSpace,
@@ -21,6 +20,7 @@ from memory.models import (
     RetrievalLog,
     SemanticMemory,
 )
+from memory.retrieval.spaces import write_embedders
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 from sessions.admin import ReadOnlyAdmin
@@ -56,7 +56,7 @@ class MetaAgentAdmin(admin.ModelAdmin):
 
 class MemoryAdmin(admin.ModelAdmin):
     """Curation of one memory type: operators may correct or delete; provenance, ownership and
-    the derived search data stay read-only. Edits keep the search vector and embeddings in step."""
+    the derived search data stay read-only. Edits keep the search index and embeddings in step."""
 
     list_filter = ["organization", "client", "created_at"]
     list_select_related = ["end_user", "client", "organization"]
@@ -69,23 +69,25 @@ class MemoryAdmin(admin.ModelAdmin):
         return False  # memories come from extraction and the API, with their provenance
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        kind = MEMORY_TYPES[self.memory_type]
+        memory_type = MEMORY_TYPES[self.memory_type]
         changes = {
             name: form.cleaned_data[name]
             for name in form.changed_data
-            if name in kind.editable_fields
+            if name in memory_type.editable_fields
         }
-        memory_admin_update(kind=kind, row=obj, changes=changes, embedders=write_embedders())
+        memory_admin_update(
+            memory_type=memory_type, row=obj, changes=changes, embedders=write_embedders()
+        )
         self.message_user(
             request, f"Saved; {len(changes)} field(s) changed.", level=messages.SUCCESS
         )
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        memory_admin_delete(kind=MEMORY_TYPES[self.memory_type], row=obj)
+        memory_admin_delete(memory_type=MEMORY_TYPES[self.memory_type], row=obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for row in queryset:
-            memory_admin_delete(kind=MEMORY_TYPES[self.memory_type], row=row)
+            memory_admin_delete(memory_type=MEMORY_TYPES[self.memory_type], row=row)
 
 
 @admin.register(CoreMemoryBlock)
@@ -210,7 +212,7 @@ class RetrievalLogAdmin(ReadOnlyAdmin):
         "endpoint",
         "query",
         "method",
-        "memory_types",
+        "kinds",
         "results",
         "gate",
         "latency_ms",
@@ -225,16 +227,18 @@ class GateCalibrationAdmin(admin.ModelAdmin):
 
     list_display = [
         "model",
+        "kind",
         "min_similarity",
         "strong_similarity",
         "related_mean",
         "unrelated_mean",
         "measured_at",
     ]
-    list_filter = ["measured_at"]
-    search_fields = ["model"]
+    list_filter = ["kind", "measured_at"]
+    search_fields = ["model", "kind"]
     readonly_fields = [
         "model",
+        "kind",
         "min_similarity",
         "strong_similarity",
         "related_pairs",

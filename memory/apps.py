@@ -6,3 +6,9 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Memory"
+
+    def ready(self) -> None:
+        from memory.retrieval import checks  # noqa: F401  (registers the engine's system checks)
+        from memory.types import memory_kinds_register
+
+        memory_kinds_register()

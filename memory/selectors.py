@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.models import ExtractionJob, MetaAgent
+from memory.models.records import CURRENT
 from memory.types import MemoryType
 
 
@@ -28,34 +29,33 @@ def meta_agent_get(*, tenant: Tenant, agent_id: str) -> tuple[MetaAgent, str | N
     raise MetaAgent.DoesNotExist(agent_id)
 
 
-def memory_list(*, tenant: Tenant, kind: MemoryType, end_user: EndUser | None = None) -> QuerySet:
-    """Memories of one type the caller may read: written by its client or by clients in its
-    read scopes, in its organization; current ones only (not superseded)."""
-    rows = kind.model.objects.filter(
-        organization_id=tenant.organization.pk,
-        client_id__in=tenant.readable_client_ids,
-        superseded_by__isnull=True,
-    ).select_related("end_user")
-    if end_user is not None:
-        rows = rows.filter(end_user=end_user)
-    return rows
+def memory_list(
+    *,
+    tenant: Tenant,
+    memory_type: MemoryType,
+    end_user: EndUser | None = None,
+    include_superseded: bool = False,
+) -> QuerySet:
+    """Memories of one type the caller may read (of one user, when given): current ones only,
+    as searches see them, unless ``include_superseded``."""
+    rows = memory_type.model.objects.readable_by(tenant, end_user=end_user)
+    if not include_superseded:
+        rows = rows.filter(CURRENT)
+    return rows.select_related("end_user")
 
 
-def memory_get(*, tenant: Tenant, kind: MemoryType, memory_id: str) -> models.Model:
-    """One readable memory; raises the model's ``DoesNotExist`` for anything else."""
+def memory_get(
+    *, tenant: Tenant, memory_type: MemoryType, memory_id: str, include_superseded: bool = False
+) -> models.Model:
+    """One memory of ``memory_list``; raises the model's ``DoesNotExist`` for anything else."""
     if not memory_id.isdigit():
-        raise kind.model.DoesNotExist(memory_id)
-    return kind.model.objects.select_related("end_user").get(
-        pk=int(memory_id),
-        organization_id=tenant.organization.pk,
-        client_id__in=tenant.readable_client_ids,
-    )
+        raise memory_type.model.DoesNotExist(memory_id)
+    return memory_list(
+        tenant=tenant, memory_type=memory_type, include_superseded=include_superseded
+    ).get(pk=int(memory_id))
 
 
 def extraction_job_list(
     *, tenant: Tenant, end_user: EndUser | None = None
 ) -> QuerySet[ExtractionJob]:
-    jobs = ExtractionJob.objects.filter(
-        organization_id=tenant.organization.pk, client_id=tenant.client.pk
-    )
-    return jobs.filter(end_user=end_user) if end_user is not None else jobs
+    return ExtractionJob.objects.owned_by(tenant, end_user=end_user)

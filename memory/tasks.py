@@ -10,13 +10,13 @@ from celery.exceptions import MaxRetriesExceededError
 
 from memory.providers.embeddings import EmbeddingTransientError
 from memory.providers.llm import LLMTransientError
+from memory.retrieval.vector_indexes import vector_indexes_sync
 from memory.services import (
     extraction_job_requeue,
     extraction_job_run,
     extraction_jobs_recover,
     retrieval_logs_purge,
 )
-from memory.services.vector_indexes import vector_indexes_sync
 
 logger = logging.getLogger(__name__)
 

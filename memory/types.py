@@ -1,5 +1,8 @@
-"""The memory types, in one table: their models, the text each is searched and embedded by,
-and the fields a caller may edit. Everything that handles "any memory type" reads this."""
+"""The memory types, in one table: their models, the fields a caller may edit, and for the five
+that are searched, their searchable kind (what the retrieval engine reads: code, embeddings
+table, text fields, time field). ``memory_kinds_register`` hands those kinds to the engine
+from ``MemoryConfig.ready()``. Everything in the memory app that handles "any memory type"
+reads this table."""
 
 from __future__ import annotations
 
@@ -20,65 +23,78 @@ from memory.models import (
     SemanticMemory,
     VaultEmbedding,
 )
+from memory.models.records import CURRENT
+from memory.retrieval.kinds import SearchableKind, kind_register
 
 
 @dataclass(frozen=True)
 class MemoryType:
     name: str
-    code: int  # its number in the search index's tables
     model: type[models.Model]
-    embedding_model: (
-        type[models.Model] | None
-    )  # None: core blocks are returned whole, never searched
-    text_fields: tuple[str, ...]  # what search and embeddings read, in this order
     editable_fields: tuple[str, ...]
+    kind: SearchableKind | None  # None: core blocks are returned whole, never searched
 
 
+def _searchable(
+    name: str,
+    code: int,
+    model: type[models.Model],
+    embedding_model: type[models.Model],
+    text_fields: tuple[str, ...],
+    **options: str,
+) -> SearchableKind:
+    return SearchableKind(
+        name, code, model, embedding_model, text_fields, current=CURRENT, **options
+    )
+
+
+# Codes are the kinds' numbers in the search index: never change or reuse one.
 MEMORY_TYPES: dict[str, MemoryType] = {
-    "core": MemoryType("core", 0, CoreMemoryBlock, None, ("label", "value"), ("value", "limit")),
+    "core": MemoryType("core", CoreMemoryBlock, ("value", "limit"), None),
     "episodic": MemoryType(
         "episodic",
-        1,
         EpisodicMemory,
-        EpisodicEmbedding,
-        ("summary", "details"),
         ("event_type", "summary", "details", "actor", "occurred_at"),
+        _searchable(
+            "episodic",
+            1,
+            EpisodicMemory,
+            EpisodicEmbedding,
+            ("summary", "details"),
+            time_field="occurred_at",
+        ),
     ),
     "semantic": MemoryType(
         "semantic",
-        2,
         SemanticMemory,
-        SemanticEmbedding,
-        ("name", "summary", "details"),
         ("name", "summary", "details", "source"),
+        _searchable(
+            "semantic", 2, SemanticMemory, SemanticEmbedding, ("name", "summary", "details")
+        ),
     ),
     "procedural": MemoryType(
         "procedural",
-        3,
         ProceduralMemory,
-        ProceduralEmbedding,
-        ("summary", "steps"),
         ("entry_type", "summary", "steps"),
+        _searchable("procedural", 3, ProceduralMemory, ProceduralEmbedding, ("summary", "steps")),
     ),
     "resource": MemoryType(
         "resource",
-        4,
         ResourceMemory,
-        ResourceEmbedding,
-        ("title", "summary", "content"),
         ("title", "summary", "content", "resource_type", "uri"),
+        _searchable(
+            "resource", 4, ResourceMemory, ResourceEmbedding, ("title", "summary", "content")
+        ),
     ),
     # The secret value is never searchable or embedded: only its caption is.
     "knowledge_vault": MemoryType(
         "knowledge_vault",
-        5,
         KnowledgeVaultItem,
-        VaultEmbedding,
-        ("caption",),
         ("entry_type", "caption", "secret_value", "sensitivity", "source"),
+        _searchable("knowledge_vault", 5, KnowledgeVaultItem, VaultEmbedding, ("caption",)),
     ),
 }
-SEARCHABLE_TYPES = tuple(name for name, kind in MEMORY_TYPES.items() if kind.embedding_model)
+SEARCHABLE_TYPES = tuple(name for name, memory_type in MEMORY_TYPES.items() if memory_type.kind)
 # Names the MIRIX client uses for the same types.
 TYPE_ALIASES = {"knowledge": "knowledge_vault", "knowledge_vault_memory": "knowledge_vault"}
 
@@ -87,20 +103,11 @@ def memory_type_resolve(name: str) -> MemoryType | None:
     return MEMORY_TYPES.get(TYPE_ALIASES.get(name, name))
 
 
-def memory_text(kind: MemoryType, row: models.Model) -> str:
-    """The text a memory is searched and embedded by: its text fields in order, leaving out a
-    field whose text another field already holds (an episode's summary is usually the first
-    line of its details), so that neither BM25 nor the embedding counts it twice."""
-    values = []
-    for field in kind.text_fields:
-        value = getattr(row, field)
-        if isinstance(value, list):
-            value = "\n".join(str(item) for item in value)
-        if value:
-            values.append(str(value))
-    kept = [
-        value
-        for index, value in enumerate(values)
-        if not any(value.rstrip("…") in other for other in values[index + 1 :])
-    ]
-    return "\n".join(kept)
+def memory_kinds() -> tuple[SearchableKind, ...]:
+    """The searchable kinds of the memory types, in the table's order."""
+    return tuple(memory_type.kind for memory_type in MEMORY_TYPES.values() if memory_type.kind)
+
+
+def memory_kinds_register() -> None:
+    for kind in memory_kinds():
+        kind_register(kind)

@@ -1,3 +1,6 @@
+"""The memory endpoints (MIRIX shapes): adding turns, reading memories grouped by type,
+editing, deleting and clearing them."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,76 +13,22 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
-from accounts.models import EndUser
 from accounts.selectors import end_user_get
-from memory.api.memories import (
+from memory.api.serializers.memories import (
+    ComponentsParamsSerializer,
     MemoryAddInputSerializer,
     MemoryAddOutputSerializer,
+    MemoryDetailParamsSerializer,
     MemorySerializer,
     UserScopedInputSerializer,
     memory_update_serializer,
 )
-from memory.api.serializers import (
-    AgentStateSerializer,
-    MetaAgentInitializeInputSerializer,
-    agent_view,
-)
-from memory.embedding_spaces import write_embedders
-from memory.selectors import memory_get, memory_list, meta_agent_get, meta_agent_list
-from memory.services import (
-    memories_clear,
-    memory_add,
-    memory_delete,
-    memory_update,
-    meta_agent_initialize,
-)
+from memory.retrieval.spaces import write_embedders
+from memory.selectors import memory_get, memory_list
+from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.services.records import MemoryReadOnlyError
-from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
+from memory.types import MemoryType, memory_type_resolve
 from sessions.services import SessionClosedError, SessionTagMismatchError
-
-
-class MetaAgentInitializeApi(TenantAPIView):
-    @extend_schema(
-        request=MetaAgentInitializeInputSerializer,
-        responses={200: AgentStateSerializer, 201: AgentStateSerializer},
-        summary="Create or update the client's meta agent (LLM, embedding, memory components)",
-    )
-    def post(self, request: Request) -> Response:
-        serializer = MetaAgentInitializeInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        meta_agent, created = meta_agent_initialize(tenant=self.tenant, **serializer.validated_data)
-        return Response(
-            AgentStateSerializer(agent_view(meta_agent)).data,
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-        )
-
-
-class AgentListApi(TenantAPIView):
-    @extend_schema(
-        responses=AgentStateSerializer(many=True),
-        summary="The client's meta agent, as a list (the MIRIX client expects a JSON array)",
-    )
-    def get(self, request: Request) -> Response:
-        agents = [agent_view(meta_agent) for meta_agent in meta_agent_list(tenant=self.tenant)]
-        return Response(AgentStateSerializer(agents, many=True).data)
-
-
-class AgentDetailApi(TenantAPIView):
-    @extend_schema(
-        responses=AgentStateSerializer, summary="The meta agent or one of its component agents"
-    )
-    def get(self, request: Request, agent_id: str) -> Response:
-        meta_agent, component = meta_agent_get(tenant=self.tenant, agent_id=agent_id)
-        return Response(AgentStateSerializer(agent_view(meta_agent, component)).data)
-
-
-def _end_user_from_query(view: TenantAPIView, *, required: bool = True) -> EndUser | None:
-    user_id = view.request.query_params.get("user_id")
-    if not user_id:
-        if required:
-            raise UnprocessableEntity({"user_id": ["This query parameter is required."]})
-        return None
-    return end_user_get(tenant=view.tenant, user_id=user_id)
 
 
 class MemoryAddApi(TenantAPIView):
@@ -118,17 +67,7 @@ class MemoryAddApi(TenantAPIView):
 
 class MemoryComponentsApi(TenantAPIView):
     @extend_schema(
-        parameters=[
-            OpenApiParameter("user_id", str, required=True),
-            OpenApiParameter(
-                "memory_type",
-                str,
-                description="all, core, episodic, semantic, "
-                "procedural, resource, knowledge_vault (or knowledge)",
-            ),
-            OpenApiParameter("limit", int, description="per type; 0 or less: all"),
-            OpenApiParameter("include_secrets", bool, description="show knowledge-vault values"),
-        ],
+        parameters=[OpenApiParameter("user_id", str, required=True), ComponentsParamsSerializer],
         responses=inline_serializer(
             "MemoryComponents",
             {
@@ -143,35 +82,30 @@ class MemoryComponentsApi(TenantAPIView):
         summary="The user's memories, grouped by type, newest first",
     )
     def get(self, request: Request) -> Response:
-        end_user = _end_user_from_query(self)
-        requested = request.query_params.get("memory_type") or "all"
-        if requested == "all":
-            kinds = list(MEMORY_TYPES.values())
-        else:
-            kind = memory_type_resolve(requested)
-            if kind is None:
-                raise UnprocessableEntity({"memory_type": [f"Unknown memory type {requested!r}."]})
-            kinds = [kind]
-        try:
-            limit = int(request.query_params.get("limit", 50))
-        except ValueError:
-            raise UnprocessableEntity({"limit": ["An integer."]}) from None
-        include_secrets = request.query_params.get("include_secrets") in {"true", "1", "yes"}
+        params = ComponentsParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        end_user = self.query_end_user()
         memories, counts = {}, {}
-        for kind in kinds:
-            rows = memory_list(tenant=self.tenant, kind=kind, end_user=end_user)
-            counts[kind.name] = rows.count()
+        for memory_type in data["memory_types"]:
+            rows = memory_list(
+                tenant=self.tenant,
+                memory_type=memory_type,
+                end_user=end_user,
+                include_superseded=data["include_superseded"],
+            )
+            counts[memory_type.name] = rows.count()
             page = rows.order_by("-created_at", "-id")
-            if limit > 0:
-                page = page[:limit]
-            context = {"kind": kind, "include_secrets": include_secrets}
-            memories[kind.name] = MemorySerializer(page, many=True, context=context).data
+            if data["limit"] > 0:
+                page = page[: data["limit"]]
+            context = {"memory_type": memory_type, "include_secrets": data["include_secrets"]}
+            memories[memory_type.name] = MemorySerializer(page, many=True, context=context).data
         return Response(
             {
                 "success": True,
                 "user_id": end_user.user_id,
-                "memory_type": requested,
-                "limit": limit,
+                "memory_type": data["memory_type"],
+                "limit": data["limit"],
                 "memories": memories,
                 "counts": counts,
             }
@@ -223,22 +157,28 @@ class UserMemoriesApi(TenantAPIView):
 
 
 class MemoryDetailApi(TenantAPIView):
-    def _kind(self, memory_type: str) -> MemoryType:
-        kind = memory_type_resolve(memory_type)
-        if kind is None:
-            raise NotFound()
-        return kind
+    """One memory by type and id. A memory the caller cannot read, or one superseded by another
+    (unless ``include_superseded``), answers 404 like a missing one."""
 
-    def _row(self, kind: MemoryType, memory_id: str) -> Any:
-        row = memory_get(tenant=self.tenant, kind=kind, memory_id=memory_id)
-        if kind.name == "procedural":
-            # Procedural memories are addressed within one user: ?user_id must name its owner.
-            end_user = _end_user_from_query(self)
-            if row.end_user_id != end_user.pk:
-                raise NotFound()
-        return row
+    def _memory(self, type_name: str, memory_id: str) -> tuple[MemoryType, Any]:
+        memory_type = memory_type_resolve(type_name)
+        if memory_type is None:
+            raise NotFound()
+        params = MemoryDetailParamsSerializer(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        row = memory_get(
+            tenant=self.tenant,
+            memory_type=memory_type,
+            memory_id=memory_id,
+            include_superseded=params.validated_data["include_superseded"],
+        )
+        # Procedural memories are addressed within one user: ?user_id must name its owner.
+        if memory_type.name == "procedural" and row.end_user_id != self.query_end_user().pk:
+            raise NotFound()
+        return memory_type, row
 
     @extend_schema(
+        parameters=[MemoryDetailParamsSerializer],
         request=inline_serializer(
             "MemoryUpdate", {"summary": serializers.CharField(required=False)}
         ),
@@ -246,22 +186,21 @@ class MemoryDetailApi(TenantAPIView):
         summary="Edit a memory (its search text and embeddings follow)",
     )
     def patch(self, request: Request, memory_type: str, memory_id: str) -> Response:
-        kind = self._kind(memory_type)
-        row = self._row(kind, memory_id)
-        serializer = memory_update_serializer(kind)(data=request.data)
+        found, row = self._memory(memory_type, memory_id)
+        serializer = memory_update_serializer(found)(data=request.data)
         serializer.is_valid(raise_exception=True)
         if not serializer.validated_data:
             raise UnprocessableEntity(
                 {
                     "non_field_errors": [
-                        f"Nothing to change; editable: {', '.join(kind.editable_fields)}."
+                        f"Nothing to change; editable: {', '.join(found.editable_fields)}."
                     ]
                 }
             )
         try:
             row = memory_update(
                 tenant=self.tenant,
-                kind=kind,
+                memory_type=found,
                 row=row,
                 changes=serializer.validated_data,
                 embedders=write_embedders(),
@@ -270,19 +209,19 @@ class MemoryDetailApi(TenantAPIView):
             raise PermissionDenied(
                 "This memory belongs to another client; it is read-only here."
             ) from None
-        return Response(MemorySerializer(row, context={"kind": kind}).data)
+        return Response(MemorySerializer(row, context={"memory_type": found}).data)
 
     @extend_schema(
+        parameters=[MemoryDetailParamsSerializer],
         responses=inline_serializer("MemoryDeleted", {"success": serializers.BooleanField()}),
         summary="Delete a memory",
     )
     def delete(self, request: Request, memory_type: str, memory_id: str) -> Response:
-        kind = self._kind(memory_type)
-        row = self._row(kind, memory_id)
+        found, row = self._memory(memory_type, memory_id)
         try:
-            memory_delete(tenant=self.tenant, kind=kind, row=row)
+            memory_delete(tenant=self.tenant, memory_type=found, row=row)
         except MemoryReadOnlyError:
             raise PermissionDenied(
                 "This memory belongs to another client; it is read-only here."
             ) from None
-        return Response({"success": True, "id": memory_id, "memory_type": kind.name})
+        return Response({"success": True, "id": memory_id, "memory_type": found.name})

@@ -1,4 +1,5 @@
-"""Memory models, one module per concern, re-exported here."""
+"""Memory models, one module per concern, re-exported here: the memory types (``records``),
+meta agents, extraction jobs, and the retrieval engine's tables (``search``)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from memory.models.records import (
 )
 from memory.models.search import (
     DocumentStats,
+    Embedding,
     EmbeddingSpace,
     GateCalibration,
-    MemoryPosting,
+    Posting,
     RetrievalLog,
     TermStats,
 )
@@ -29,14 +31,15 @@ from memory.models.search import (
 __all__ = [
     "CoreMemoryBlock",
     "DocumentStats",
+    "Embedding",
     "EmbeddingSpace",
     "EpisodicEmbedding",
     "EpisodicMemory",
     "ExtractionJob",
     "GateCalibration",
     "KnowledgeVaultItem",
-    "MemoryPosting",
     "MetaAgent",
+    "Posting",
     "ProceduralEmbedding",
     "ProceduralMemory",
     "ResourceEmbedding",

@@ -3,10 +3,10 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from accounts.models import Client, EndUser, Organization
+from accounts.models import Owned
 
 
-class ExtractionJob(models.Model):
+class ExtractionJob(Owned):
     """One batch of a user's new chat messages to turn into memories. At most one job per
     (client, user) waits in ``queued``; new messages join it. The worker claims it with a
     conditional update (``queued → running``) and takes every pending message of that user."""
@@ -17,9 +17,6 @@ class ExtractionJob(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     attempts = models.PositiveSmallIntegerField(default=0)
     message_count = models.PositiveIntegerField(default=0)

@@ -1,32 +1,29 @@
 """The six memory types. Each row belongs to (organization, client, end user), remembers the
-messages it came from, carries the request's filter tags, and is searchable by text (a
-``tsvector``) and by meaning (rows in its embeddings table, one per model and chunk)."""
+messages it came from, carries the request's filter tags, and, but for core blocks, is a
+searchable kind of the retrieval engine (``memory.types``): indexed for BM25 and embedded, one
+row in its embeddings table per model and chunk."""
 
 from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
-from django.contrib.postgres.indexes import GinIndex, OpClass
-from django.contrib.postgres.search import SearchVectorField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Cast
-from pgvector.django import HnswIndex, VectorField
 
-from accounts.models import Client, EndUser, Organization
+from accounts.models import Owned
+from memory.models.search import Embedding
 
-# The default local model. Its HNSW indexes are part of the schema; other models get theirs
-# when `manage.py reembed` loads them.
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
-DEFAULT_EMBEDDING_DIMENSIONS = 384
+# What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
+# marked). Reads and searches show current memories unless asked for the superseded too.
+CURRENT = Q(superseded_by__isnull=True)
 
 
-class MemoryRecord(models.Model):
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+class MemoryRecord(Owned):
+    """A memory of any type: its provenance (the messages it came from), the filter tags of
+    the add that brought it, and, once auto-dream replaces it, the memory that did."""
+
     source_message_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     filter_tags = models.JSONField(default=dict, blank=True)
-    search_vector = SearchVectorField(null=True, editable=False)
     superseded_by = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -38,7 +35,6 @@ class MemoryRecord(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["end_user", "client", "-created_at"], name="%(class)s_owner"),
-            GinIndex(fields=["search_vector"], name="%(class)s_search"),
             GinIndex(fields=["filter_tags"], name="%(class)s_tags", opclasses=["jsonb_path_ops"]),
         ]
 
@@ -171,38 +167,12 @@ class KnowledgeVaultItem(ExtractedMemory):
         return self.caption[:80]
 
 
-class MemoryEmbedding(models.Model):
-    """One embedding of one chunk of a memory's text, by one named model. The column holds
-    vectors of any dimension; each model gets its own partial HNSW index over a cast to its
-    dimension, so vectors of different models are never compared."""
+class MemoryEmbedding(Embedding):
+    """Embeddings of one memory type, per model and chunk; ``memory`` is each subclass's
+    foreign key to its memory type."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
-    model = models.CharField(max_length=100)
-    chunk_index = models.PositiveSmallIntegerField(default=0)
-    embedding = VectorField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
+    class Meta(Embedding.Meta):
         abstract = True
-        indexes = [
-            HnswIndex(
-                OpClass(
-                    Cast(
-                        "embedding",
-                        output_field=VectorField(dimensions=DEFAULT_EMBEDDING_DIMENSIONS),
-                    ),
-                    name="vector_cosine_ops",
-                ),
-                name="%(class)s_hnsw",
-                m=16,
-                ef_construction=64,
-                condition=Q(model=DEFAULT_EMBEDDING_MODEL),
-            ),
-            models.Index(fields=["end_user", "client", "model"], name="%(class)s_owner"),
-        ]
-        # ``memory`` is each subclass's foreign key to its own memory type.
         constraints = [
             models.UniqueConstraint(
                 fields=["memory", "model", "chunk_index"], name="%(class)s_unique_chunk"

@@ -1,22 +1,28 @@
-"""The retrieval engine's own tables: BM25's inverted index and statistics, the similarity
-gate's calibration, and the retrieval log."""
+"""The retrieval engine's own tables, for every searchable kind (``memory.retrieval.kinds``):
+BM25's inverted index and statistics, the embeddings' common shape, the similarity gate's
+calibration, the embedding models on file, and the retrieval log. Rows of the index name their
+kind by its code and the row by its id."""
 
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import OpClass
 from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Cast
+from pgvector.django import HnswIndex, VectorField
 
-from accounts.models import Client, EndUser, Organization
+from accounts.models import EndUser, Organization, Owned
+from memory.providers.embeddings import LOCAL_MODEL_DIMENSIONS, LOCAL_MODEL_NAME
 
 
-class IndexOwned(models.Model):
+class IndexOwned(Owned):
     """The owner of a row of BM25's index and statistics: (organization, client, end user).
-    No single-column indexes on the owners: each table's composite indexes lead with them, and
-    a competing one only tempts the planner away from the index-only scans."""
+    No single-column indexes on the organization and the user: each table's composite indexes
+    lead with them, and a competing one only tempts the planner away from index-only scans."""
 
     organization = models.ForeignKey(
         Organization, on_delete=models.CASCADE, related_name="+", db_index=False
     )
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
     end_user = models.ForeignKey(
         EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
     )
@@ -25,41 +31,42 @@ class IndexOwned(models.Model):
         abstract = True
 
 
-class MemoryPosting(IndexOwned):
-    """One lexeme of one memory's text: how often it occurs there (``tf``) and the text's
-    length in lexemes. BM25 reads these through index-only scans, never the memories."""
+class Posting(IndexOwned):
+    """One lexeme of one document's text (a searchable row of some kind): how often it occurs
+    there (``tf``) and the text's length in lexemes. BM25 reads these through index-only scans,
+    never the documents."""
 
-    memory_type = models.PositiveSmallIntegerField()
+    kind = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
-    memory_id = models.BigIntegerField()
+    document_id = models.BigIntegerField()
     tf = models.PositiveIntegerField()
     doc_length = models.PositiveIntegerField()
 
     class Meta:
         indexes = [
             models.Index(
-                fields=["end_user", "memory_type", "lexeme", "memory_id"],
+                fields=["end_user", "kind", "lexeme", "document_id"],
                 include=["client", "tf", "doc_length"],
                 name="posting_user_term",
             ),
             models.Index(
-                fields=["organization", "memory_type", "lexeme"],
-                include=["client", "end_user", "memory_id", "tf", "doc_length"],
+                fields=["organization", "kind", "lexeme"],
+                include=["client", "end_user", "document_id", "tf", "doc_length"],
                 name="posting_org_term",
             ),
-            models.Index(fields=["memory_type", "memory_id"], name="posting_memory"),
+            models.Index(fields=["kind", "document_id"], name="posting_document"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.lexeme} x{self.tf} in {self.memory_type}#{self.memory_id}"
+        return f"{self.lexeme} x{self.tf} in {self.kind}#{self.document_id}"
 
 
 class TermStats(IndexOwned):
-    """For one (user, client, memory type): how many memories hold a lexeme, and the most
-    times one memory holds it (an upper bound: it is not lowered on delete). IDF and the
-    scoring bounds that let BM25 skip common terms come from here."""
+    """For one (user, client, kind): how many documents hold a lexeme, and the most times one
+    document holds it (an upper bound: it is not lowered on delete). IDF and the scoring bounds
+    that let BM25 skip common terms come from here."""
 
-    memory_type = models.PositiveSmallIntegerField()
+    kind = models.PositiveSmallIntegerField()
     lexeme = models.TextField()
     doc_frequency = models.IntegerField(default=0)
     max_tf = models.IntegerField(default=0)
@@ -67,11 +74,11 @@ class TermStats(IndexOwned):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["end_user", "client", "memory_type", "lexeme"], name="term_stats_unique"
+                fields=["end_user", "client", "kind", "lexeme"], name="term_stats_unique"
             ),
         ]
         indexes = [
-            models.Index(fields=["organization", "memory_type", "lexeme"], name="term_stats_org"),
+            models.Index(fields=["organization", "kind", "lexeme"], name="term_stats_org"),
         ]
 
     def __str__(self) -> str:
@@ -79,30 +86,69 @@ class TermStats(IndexOwned):
 
 
 class DocumentStats(IndexOwned):
-    """For one (user, client, memory type): how many memories are indexed and their total
-    length, for BM25's N and average document length."""
+    """For one (user, client, kind): how many documents are indexed and their total length,
+    for BM25's N and average document length."""
 
-    memory_type = models.PositiveSmallIntegerField()
+    kind = models.PositiveSmallIntegerField()
     doc_count = models.IntegerField(default=0)
     total_length = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["end_user", "client", "memory_type"], name="document_stats_unique"
+                fields=["end_user", "client", "kind"], name="document_stats_unique"
             ),
         ]
-        indexes = [models.Index(fields=["organization", "memory_type"], name="document_stats_org")]
+        indexes = [models.Index(fields=["organization", "kind"], name="document_stats_org")]
 
     def __str__(self) -> str:
         return f"{self.doc_count} documents"
 
 
-class GateCalibration(models.Model):
-    """The similarity gate's thresholds for one embedding model, as measured by
-    ``manage.py calibrate_gate`` on related and unrelated text pairs."""
+class Embedding(Owned):
+    """One embedding of one chunk of a searchable row's text, by one named model. Each kind
+    has a table of these, with one foreign key to its rows (``SearchableKind.embedding_key``).
+    The column holds vectors of any dimension; each model gets its own partial HNSW index over
+    a cast to its dimension, so vectors of different models are never compared. The bundled
+    model's index is part of the schema; other models get theirs from ``manage.py reembed``."""
 
-    model = models.CharField(max_length=100, unique=True)
+    model = models.CharField(max_length=100)
+    chunk_index = models.PositiveSmallIntegerField(default=0)
+    embedding = VectorField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        indexes = [
+            HnswIndex(
+                OpClass(
+                    Cast("embedding", output_field=VectorField(dimensions=LOCAL_MODEL_DIMENSIONS)),
+                    name="vector_cosine_ops",
+                ),
+                name="%(class)s_hnsw",
+                m=16,
+                ef_construction=64,
+                condition=Q(model=LOCAL_MODEL_NAME),
+            ),
+            models.Index(fields=["end_user", "client", "model"], name="%(class)s_owner"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} chunk {self.chunk_index}"
+
+
+class GateCalibration(models.Model):
+    """The similarity gate's thresholds for one embedding model, for every kind (``kind``
+    blank) or for one kind, as measured by ``manage.py calibrate_gate`` on related and
+    unrelated text pairs. A kind's own calibration wins over the model's."""
+
+    model = models.CharField(max_length=100)
+    kind = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="A searchable kind's name; blank: every kind.",
+    )
     min_similarity = models.FloatField(
         help_text="Below it a result is dropped, unless BM25 ranked it in its top 3."
     )
@@ -113,23 +159,30 @@ class GateCalibration(models.Model):
     unrelated_mean = models.FloatField(default=0)
     measured_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "kind"], name="gate_calibration_unique"),
+        ]
+
     def __str__(self) -> str:
-        return f"{self.model}: min {self.min_similarity:.3f}, strong {self.strong_similarity:.3f}"
+        scope = f" ({self.kind})" if self.kind else ""
+        return (
+            f"{self.model}{scope}: min {self.min_similarity:.3f}, "
+            f"strong {self.strong_similarity:.3f}"
+        )
 
 
-class RetrievalLog(models.Model):
-    """One retrieval: who asked what, how, what came back (ids with their lane ranks and
-    scores), what the gate decided, and how long it took. An audit table."""
+class RetrievalLog(Owned):
+    """One retrieval: who asked what, how, of which kinds, what came back (ids with their lane
+    ranks and scores), what the gate decided, and how long it took. An audit table."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(
+    end_user = models.ForeignKey(  # None: a search across the client's users
         EndUser, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
     )
     endpoint = models.CharField(max_length=64)
     query = models.TextField(blank=True)
     method = models.CharField(max_length=16)
-    memory_types = models.JSONField(default=list)
+    kinds = models.JSONField(default=list)
     results = models.JSONField(default=list)
     gate = models.JSONField(default=dict)
     latency_ms = models.FloatField()
@@ -149,7 +202,7 @@ class RetrievalLog(models.Model):
 
 class EmbeddingSpace(models.Model):
     """One embedding model the server has vectors of. ``building`` while ``manage.py
-    reembed`` fills it, ``ready`` once every memory has its vectors; searches read the
+    reembed`` fills it, ``ready`` once every searchable row has its vectors; searches read the
     configured model only once its space is ready, the last ready one until then."""
 
     class Status(models.TextChoices):

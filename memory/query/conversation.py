@@ -1,8 +1,8 @@
 """From a conversation's last user turns to a search: topics and a date range.
 
 With an LLM configured, one structured call names the topics and the temporal expression;
-without one (or when that call fails) keyword topics come from ``memory.topics`` and the date
-range from ``memory.temporal``. An explicit start or end date from the caller wins.
+without one (or when that call fails) keyword topics come from ``memory.query.topics`` and the date
+range from ``memory.query.temporal``. An explicit start or end date from the caller wins.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memory.providers.llm import LLMError, llm_provider_from_settings
-from memory.temporal import DateRange, temporal_range
-from memory.topics import topics_extract
+from memory.query.temporal import DateRange, temporal_range
+from memory.query.topics import topics_extract
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-__all__ = ["DateRange", "temporal_range", "temporal_spans"]
+__all__ = ["DateRange", "date_bounds", "temporal_range", "temporal_spans"]
 
 
 @dataclass(frozen=True)
@@ -602,3 +602,14 @@ _ANY_MOMENT = datetime(2000, 6, 15, 12, tzinfo=UTC)
 def temporal_spans(text: str) -> list[tuple[int, int]]:
     """Character offsets of every temporal phrase in ``text`` (for removing them from a query)."""
     return [(found.first, found.last) for found in _find_all(text, _ANY_MOMENT)]
+
+
+def date_bounds(
+    start: datetime | None, end: datetime | None, found: DateRange | None
+) -> tuple[datetime | None, datetime | None]:
+    """A request's date range: its own start and end, and for a bound it left out, the bound
+    of the time phrase read from its words (if any). An explicit date always wins."""
+    return (
+        start or (found.start if found else None),
+        end or (found.end if found else None),
+    )

@@ -4,7 +4,7 @@
 saying. ``topics_extract`` keeps the words that name things - proper nouns ("New York",
 "Project Apollo"), identifiers ("Q3", "v2.1", "4521") and content words - and drops the rest: stop
 words, chatty question words ("what did we discuss, please tell me") and temporal phrases, which
-``memory.temporal`` turns into a date filter instead.
+``memory.query.temporal`` turns into a date filter instead.
 
 Ranking, deterministic: topics from the newest turn first (then the turn before, and so on); within
 a turn, names and identifiers before common words, then the more frequent across all turns, then
@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory.temporal import temporal_spans
+from memory.query.temporal import temporal_spans
 
 __all__ = ["topics_extract", "topics_query"]
 

@@ -4,7 +4,7 @@
     idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
 over the query's distinct lexemes (``to_tsvector`` of the query, OR semantics), with N, df and
-avgdl taken over the memories of one type the caller may read for that user (its own client
+avgdl taken over the documents of one kind the caller may read for that user (its own client
 and the clients in its read scopes), from statistics kept on write. k1 = 1.2, b = 0.75.
 
 Exact top-k without scoring everything: terms are visited from the highest possible
@@ -25,46 +25,27 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
+from accounts.tenancy import Scope
+from memory.models import DocumentStats, Posting, TermStats
+from memory.retrieval.kinds import SearchableKind
+
 K1 = 1.2
 B = 0.75
-# Looking postings up by memory id costs a few times more per id than reading them in a run:
+# Looking postings up by document id costs a few times more per id than reading them in a run:
 # ids are looked up only when there are at most this fraction of the term's postings, else the
-# term's postings are read and the others skipped here. Measured on 100,000 memories of one
-# user: 4,080 ids looked up in a 5,000-posting list took 38 ms (the planner, given that many
-# ids, scanned the term across every user of the organization), the whole list 4 ms.
+# term's postings are read and the others skipped here. 4,080 ids looked up in a 5,000-posting
+# list took 38 ms (the planner, given that many ids, scanned the term across every user of the
+# organization), the whole list 4 ms (bench/RESULTS.md).
 PROBE_FRACTION = 0.25
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Whose memories a search reads: one organization, the clients the caller may read, and
-    one end user (or, for search across users, every user)."""
-
-    organization_id: str
-    client_ids: tuple[str, ...]
-    end_user_id: int | None
-
-    def where(self, alias: str = "") -> tuple[str, dict[str, object]]:
-        """The SQL condition of the rows this scope reads, in any table with the owner columns
-        (``alias``: a prefix such as "m."), and its parameters. The one place the lanes and
-        the rows they return say it. The end user, when there is one, implies the
-        organization; the condition leaves the organization out so that the user's indexes
-        serve it alone."""
-        params: dict[str, object]
-        if self.end_user_id is not None:
-            owner = f"{alias}end_user_id = %(end_user_id)s"
-            params = {"end_user_id": self.end_user_id}
-        else:
-            owner = f"{alias}organization_id = %(organization_id)s"
-            params = {"organization_id": self.organization_id}
-        clients = f"{alias}client_id = ANY(%(client_ids)s)"
-        return f"{owner} AND {clients}", params | {"client_ids": list(self.client_ids)}
+_POSTINGS = Posting._meta.db_table
+_TERMS = TermStats._meta.db_table
+_DOCUMENTS = DocumentStats._meta.db_table
 
 
 @dataclass(frozen=True)
 class TermInfo:
     lexeme: str
-    df: int  # how many memories in scope hold it
+    df: int  # how many documents in scope hold it
     idf: float
     bound: float  # the most this term can add to one document's score
 
@@ -79,14 +60,14 @@ def query_lexemes(text: str) -> list[str]:
 
 
 def _statistics(
-    scope: Scope, memory_type: int, query: str
+    scope: Scope, kind: SearchableKind, query: str
 ) -> tuple[int, float, dict[str, tuple[int, int]]]:
     """N, avgdl and {lexeme: (df, max_tf)} over the scope, for each of the query's lexemes
-    (df 0 for a lexeme no memory holds). One query: the lexemes are analysed where they are
+    (df 0 for a lexeme no document holds). One query: the lexemes are analysed where they are
     looked up."""
     where, params = scope.where()
-    params |= {"memory_type": memory_type, "config": settings.TEXT_SEARCH_CONFIG, "query": query}
-    in_scope = f"{where} AND memory_type = %(memory_type)s"
+    params |= {"kind": kind.code, "config": settings.TEXT_SEARCH_CONFIG, "query": query}
+    in_scope = f"{where} AND kind = %(kind)s"
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT q.lexeme, documents.n, documents.total, "  # noqa: S608
@@ -94,9 +75,9 @@ def _statistics(
             f"FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s)) AS q "
             f"CROSS JOIN (SELECT coalesce(sum(doc_count), 0) AS n, "
             f"coalesce(sum(total_length), 0) AS total "
-            f"FROM memory_documentstats WHERE {in_scope}) AS documents "
+            f"FROM {_DOCUMENTS} WHERE {in_scope}) AS documents "
             f"CROSS JOIN LATERAL (SELECT sum(doc_frequency) AS df, max(max_tf) AS max_tf "
-            f"FROM memory_termstats WHERE {in_scope} AND lexeme = q.lexeme) AS term "
+            f"FROM {_TERMS} WHERE {in_scope} AND lexeme = q.lexeme) AS term "
             f"ORDER BY q.lexeme",
             params,
         )
@@ -119,22 +100,23 @@ def term_weight(tf: int, doc_length: int, average_length: float) -> float:
 
 def _postings(
     scope: Scope,
-    memory_type: int,
+    kind: SearchableKind,
     lexeme: str,
     *,
     only: Collection[int] | None,
 ) -> list[tuple[int, int, int]]:
-    """(memory id, tf, doc length) of the lexeme's postings in scope, or of ``only`` those ids."""
+    """(document id, tf, doc length) of the lexeme's postings in scope, or of ``only`` those
+    ids."""
     where, params = scope.where()
-    params |= {"memory_type": memory_type, "lexeme": lexeme}
+    params |= {"kind": kind.code, "lexeme": lexeme}
     restriction = ""
     if only is not None:
-        restriction = "AND memory_id = ANY(%(only)s::bigint[])"
+        restriction = "AND document_id = ANY(%(only)s::bigint[])"
         params["only"] = list(only)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT memory_id, tf, doc_length FROM memory_memoryposting "  # noqa: S608
-            f"WHERE {where} AND memory_type = %(memory_type)s AND lexeme = %(lexeme)s "
+            f"SELECT document_id, tf, doc_length FROM {_POSTINGS} "  # noqa: S608
+            f"WHERE {where} AND kind = %(kind)s AND lexeme = %(lexeme)s "
             f"{restriction}",
             params,
         )
@@ -144,16 +126,16 @@ def _postings(
 def bm25_search(
     *,
     scope: Scope,
-    memory_type: int,
+    kind: SearchableKind,
     query: str,
     limit: int,
     allowed_ids: Collection[int] | None = None,
 ) -> list[tuple[int, float]]:
-    """The ``limit`` best (memory id, score) for the query, best first (ties: newer first).
+    """The ``limit`` best (document id, score) for the query, best first (ties: newer first).
     ``allowed_ids`` restricts the result (filters) without changing the statistics."""
     if limit <= 0 or (allowed_ids is not None and not allowed_ids):
         return []
-    documents, average, statistics = _statistics(scope, memory_type, query)
+    documents, average, statistics = _statistics(scope, kind, query)
     if not documents:
         return []
     terms = []
@@ -183,11 +165,11 @@ def bm25_search(
             }
             wanted = scores.keys()
         probe = wanted is not None and len(wanted) <= PROBE_FRACTION * term.df
-        rows = _postings(scope, memory_type, term.lexeme, only=list(wanted) if probe else None)
+        rows = _postings(scope, kind, term.lexeme, only=list(wanted) if probe else None)
         if wanted is not None and not probe:
             rows = [row for row in rows if row[0] in wanted]
-        for memory_id, tf, doc_length in rows:
-            scores[memory_id] = scores.get(memory_id, 0.0) + term.idf * term_weight(
+        for document_id, tf, doc_length in rows:
+            scores[document_id] = scores.get(document_id, 0.0) + term.idf * term_weight(
                 tf, doc_length, average
             )
     best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))

@@ -1,10 +1,10 @@
-"""One search over one or more memory types: lanes, fusion, gate, rows. The endpoints (memory
-search, topic and conversation retrieval) and later skills and experiences call this."""
+"""One search over one or more searchable kinds: lanes, fusion, gate, rows. Callers go through
+``memory.retrieval.service.retrieval_search``, which also picks the embedding model and writes
+the retrieval log."""
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,16 +16,16 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, models
 
 from accounts.models import EndUser
-from memory.models import GateCalibration
+from accounts.tenancy import Scope
 from memory.providers.embeddings import EmbeddingProvider
-from memory.retrieval.bm25 import Scope, bm25_search, query_lexemes
+from memory.retrieval.bm25 import bm25_search, query_lexemes
 from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.gate import gate_thresholds
+from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
 from memory.retrieval.query_vectors import query_vector
 from memory.retrieval.vectors import distances_of, vector_search
-from memory.types import MemoryType
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 METHODS = ("bm25", "embedding", "hybrid")
@@ -35,21 +35,22 @@ OVERFETCH = 4
 
 @dataclass(frozen=True)
 class SearchRequest:
-    scope: Scope
-    kinds: list[MemoryType]
+    """What to search: which kinds, for what, how (whose rows is the search's ``Scope``)."""
+
+    kinds: tuple[SearchableKind, ...]
     query: str
     method: str = "hybrid"
-    limit: int = 10
+    limit: int = 10  # per kind
     filter_tags: dict[str, Any] = field(default_factory=dict)
-    start: datetime | None = None  # episodic memories only: occurred_at >= start
-    end: datetime | None = None  # episodic memories only: occurred_at <= end
+    start: datetime | None = None  # kinds with a time field only: time >= start
+    end: datetime | None = None  # kinds with a time field only: time <= end
     similarity_threshold: float | None = None  # cosine distance; the vector lane only
     search_field: str | None = None  # the keyword lane only
 
 
 @dataclass
 class Hit:
-    kind: MemoryType
+    kind: SearchableKind
     row: models.Model
     candidate: Candidate
 
@@ -58,57 +59,46 @@ class Hit:
 class SearchOutcome:
     hits: list[Hit]
     embedding_model: str | None
-    gate_thresholds: Thresholds | None
+    # Per kind searched: its gate's thresholds (None: the gate was off).
+    gate_thresholds: dict[str, Thresholds | None] = field(default_factory=dict)
     gate_counts: dict[str, int] = field(default_factory=dict)
     embed_ms: float = 0.0  # the query's embedding (0 when cached or not needed)
     search_ms: float = 0.0  # lanes, fusion, gate and rows
-    # Each lane's own time, summed over the types searched; they overlap in a hybrid search.
+    # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
 
 
-@cache
-def _warn_uncalibrated(model: str) -> None:
-    logger.warning(
-        "no similarity-gate calibration for embedding model %s: the gate is off "
-        "(run `manage.py calibrate_gate`)",
-        model,
-    )
-
-
-def gate_thresholds(model: str) -> Thresholds | None:
-    calibration = GateCalibration.objects.filter(model=model).first()
-    if calibration is None:
-        _warn_uncalibrated(model)
-        return None
-    return Thresholds(calibration.min_similarity, calibration.strong_similarity)
-
-
-def _in_scope(scope: Scope) -> tuple[str, dict[str, Any]]:
-    """SQL for a type's rows (aliased ``m``) that the scope may read and that are current (not
-    superseded). SQL because every search reads its rows by it, and building the same query
-    through the ORM took three times as long as running it."""
+def _in_scope(kind: SearchableKind, scope: Scope) -> tuple[str, dict[str, Any]]:
+    """SQL for a kind's rows (aliased ``m``) that the scope may read and that are current. SQL
+    because every search reads its rows by it, and building the same query through the ORM
+    took three times as long as running it."""
     where, params = scope.where("m.")
-    return f"{where} AND m.superseded_by_id IS NULL", params
+    current, current_params = kind.current_where("m.")
+    return f"{where} AND {current}", params | current_params
 
 
-def _allowed_ids(kind: MemoryType, request: SearchRequest) -> set[int] | None:
-    """The ids the filters allow, or None when nothing is filtered."""
-    dated = kind.name == "episodic" and (request.start or request.end)
+def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> set[int] | None:
+    """The ids the filters allow, or None when nothing is filtered. A kind with no tags cannot
+    match a tag filter; a kind with no time field is not filtered by dates."""
+    dated = kind.time_field is not None and (request.start or request.end)
     if not request.filter_tags and not dated:
         return None
-    where, params = _in_scope(request.scope)
+    if request.filter_tags and kind.tags_field is None:
+        return set()
+    where, params = _in_scope(kind, scope)
     if request.filter_tags:
-        where += " AND m.filter_tags @> %(filter_tags)s::jsonb"
+        where += f" AND m.{kind.column(kind.tags_field)} @> %(filter_tags)s::jsonb"
         params["filter_tags"] = json.dumps(request.filter_tags)
-    if kind.name == "episodic":
+    if dated:
+        time_column = kind.column(kind.time_field)
         if request.start:
-            where += " AND m.occurred_at >= %(start)s"
+            where += f" AND m.{time_column} >= %(start)s"
             params["start"] = request.start
         if request.end:
-            where += " AND m.occurred_at <= %(end)s"
+            where += f" AND m.{time_column} <= %(end)s"
             params["end"] = request.end
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT m.id FROM {kind.model._meta.db_table} m WHERE {where}", params)  # noqa: S608
+        cursor.execute(f"SELECT m.id FROM {kind.table} m WHERE {where}", params)  # noqa: S608
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -129,17 +119,17 @@ def _row_loading(model: type[models.Model]) -> _RowLoading:
     return _RowLoading([f.column for f in fields], [f.attname for f in fields], converters)
 
 
-def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
-    """These memories, those the scope may read, each with its end user's id loaded."""
+def _rows_by_id(kind: SearchableKind, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
+    """These rows, those the scope may read, each with its end user's id loaded."""
     if not ids:
         return {}
     model = kind.model
     loading = _row_loading(model)
-    where, params = _in_scope(scope)
+    where, params = _in_scope(kind, scope)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join('m.' + column for column in loading.columns)}, u.user_id "  # noqa: S608
-            f"FROM {model._meta.db_table} m JOIN {EndUser._meta.db_table} u "
+            f"FROM {kind.table} m JOIN {EndUser._meta.db_table} u "
             f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s) AND {where}",
             params | {"ids": ids},
         )
@@ -160,14 +150,14 @@ def _rows_by_id(kind: MemoryType, scope: Scope, ids: list[int]) -> dict[int, mod
     return rows
 
 
-def _field_matches(kind: MemoryType, field_name: str, query: str, ids: list[int]) -> set[int]:
-    """Which of these memories hold one of the query's lexemes in that one field."""
+def _field_matches(kind: SearchableKind, field_name: str, query: str, ids: list[int]) -> set[int]:
+    """Which of these rows hold one of the query's lexemes in that one field."""
     lexemes = query_lexemes(query)
     if not ids or not lexemes:
         return set()
     tsquery = " | ".join("'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes)
-    table = kind.model._meta.db_table
-    column = kind.model._meta.get_field(field_name).column
+    table = kind.table
+    column = kind.column(field_name)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id FROM {table} WHERE id = ANY(%(ids)s) AND "  # noqa: S608
@@ -190,15 +180,16 @@ def _timed(lane_ms: dict[str, float], lane: str, function: Callable[[], T]) -> C
 
 
 def _search_kind(
-    kind: MemoryType,
+    kind: SearchableKind,
     request: SearchRequest,
+    scope: Scope,
+    *,
     embedder: EmbeddingProvider | None,
     vector: list[float] | None,
-    gate: Callable[[], Thresholds | None],
-    *,
+    gate: Callable[[], dict[str, Thresholds | None]],
     lane_ms: dict[str, float],
 ) -> list[Candidate]:
-    allowed = _allowed_ids(kind, request)
+    allowed = _allowed_ids(kind, request, scope)
     fetch = request.limit * OVERFETCH if request.method == "hybrid" else request.limit
     bm25: list[tuple[int, float]] = []
     nearest: Lane[list[tuple[int, float]]] | None = None
@@ -210,7 +201,7 @@ def _search_kind(
                 "vector",
                 partial(
                     vector_search,
-                    scope=request.scope,
+                    scope=scope,
                     kind=kind,
                     vector=vector,
                     model=embedder.model_name,
@@ -222,15 +213,15 @@ def _search_kind(
             beside=request.method == "hybrid",
         )
     # Read now, while the vector lane runs beside, rather than after it.
-    thresholds = gate()
+    thresholds = gate().get(kind.name)
     if request.method in ("bm25", "hybrid"):
         bm25 = _timed(
             lane_ms,
             "bm25",
             partial(
                 bm25_search,
-                scope=request.scope,
-                memory_type=kind.code,
+                scope=scope,
+                kind=kind,
                 query=request.query,
                 limit=fetch,
                 allowed_ids=allowed,
@@ -240,24 +231,24 @@ def _search_kind(
             matching = _field_matches(
                 kind, request.search_field, request.query, [i for i, _ in bm25]
             )
-            bm25 = [(memory_id, score) for memory_id, score in bm25 if memory_id in matching]
+            bm25 = [(row_id, score) for row_id, score in bm25 if row_id in matching]
     bm25_distances: dict[int, float] = {}
     if request.method == "hybrid" and thresholds is not None and nearest is not None and bm25:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
         # whose distances are read here, while the vector lane may still run.
         bm25_distances = distances_of(
-            kind=kind, vector=vector, model=embedder.model_name, memory_ids=[i for i, _ in bm25]
+            kind=kind, vector=vector, model=embedder.model_name, document_ids=[i for i, _ in bm25]
         )
     nearest_rows = nearest.result() if nearest is not None else []
     if request.method == "bm25":
         return [
-            Candidate(memory_id, bm25_rank=rank, bm25_score=score, score=score)
-            for rank, (memory_id, score) in enumerate(bm25, start=1)
+            Candidate(row_id, bm25_rank=rank, bm25_score=score, score=score)
+            for rank, (row_id, score) in enumerate(bm25, start=1)
         ]
     if request.method == "embedding":
         return [
-            Candidate(memory_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
-            for rank, (memory_id, distance) in enumerate(nearest_rows, start=1)
+            Candidate(row_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
+            for rank, (row_id, distance) in enumerate(nearest_rows, start=1)
         ]
     fused = rrf_fuse(
         bm25,
@@ -266,14 +257,17 @@ def _search_kind(
         vector_weight=settings.SEARCH_VECTOR_WEIGHT,
     )
     for candidate in fused:
-        if candidate.similarity is None and candidate.memory_id in bm25_distances:
-            candidate.similarity = 1 - bm25_distances[candidate.memory_id]
+        if candidate.similarity is None and candidate.document_id in bm25_distances:
+            candidate.similarity = 1 - bm25_distances[candidate.document_id]
     kept = gate_apply(fused, thresholds)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
 
 
-def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | None) -> SearchOutcome:
-    """Search each requested type; the best ``limit`` of each, all of them ordered by score."""
+def search(
+    request: SearchRequest, *, scope: Scope, embedder: EmbeddingProvider | None
+) -> SearchOutcome:
+    """Search each requested kind's rows in scope; the best ``limit`` of each, all of them
+    ordered by score."""
     if request.method not in METHODS:
         raise ValueError(request.method)
     began = time.perf_counter()
@@ -285,21 +279,23 @@ def memories_search(request: SearchRequest, *, embedder: EmbeddingProvider | Non
     # The gate's thresholds, read once, at the first point a search can wait for them.
     gate = cache(
         lambda: (
-            gate_thresholds(embedder.model_name)
+            gate_thresholds(model=embedder.model_name, kinds=request.kinds)
             if request.method == "hybrid" and embedder is not None
-            else None
+            else {}
         )
     )
     hits: list[Hit] = []
     gate_counts: dict[str, int] = {}
     lane_ms: dict[str, float] = {}
     for kind in request.kinds:
-        candidates = _search_kind(kind, request, embedder, vector, gate, lane_ms=lane_ms)
+        candidates = _search_kind(
+            kind, request, scope, embedder=embedder, vector=vector, gate=gate, lane_ms=lane_ms
+        )
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
-        rows = _rows_by_id(kind, request.scope, [c.memory_id for c in chosen])
-        hits.extend(Hit(kind, rows[c.memory_id], c) for c in chosen if c.memory_id in rows)
+        rows = _rows_by_id(kind, scope, [c.document_id for c in chosen])
+        hits.extend(Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows)
     if len(request.kinds) > 1:
         order = {kind.name: index for index, kind in enumerate(request.kinds)}
         hits.sort(

@@ -1,6 +1,6 @@
 """Reciprocal-rank fusion of the two lanes, then the similarity gate.
 
-RRF: each result scores Σ 1/(60 + rank) over the lanes that found it, so a memory both lanes
+RRF: each result scores Σ 1/(60 + rank) over the lanes that found it, so a row both lanes
 rank well beats one lane's top. The gate then uses the embedding model's calibrated
 thresholds: below ``min_similarity`` a result is dropped unless BM25 ranked it in its top 3
 (an exact keyword hit the model misses), at or above ``strong_similarity`` it ranks first.
@@ -21,7 +21,7 @@ BM25_RESCUE_RANK = 3
 
 @dataclass
 class Candidate:
-    memory_id: int
+    document_id: int
     bm25_rank: int | None = None
     bm25_score: float | None = None
     vector_rank: int | None = None
@@ -47,15 +47,15 @@ def rrf_fuse(
     """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first.
     Each lane adds weight/(k + rank); equal weights are plain RRF."""
     candidates: dict[int, Candidate] = {}
-    for rank, (memory_id, score) in enumerate(bm25, start=1):
-        candidate = candidates.setdefault(memory_id, Candidate(memory_id))
+    for rank, (document_id, score) in enumerate(bm25, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
         candidate.bm25_rank, candidate.bm25_score = rank, score
         candidate.score += bm25_weight / (k + rank)
-    for rank, (memory_id, distance) in enumerate(vector, start=1):
-        candidate = candidates.setdefault(memory_id, Candidate(memory_id))
+    for rank, (document_id, distance) in enumerate(vector, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
         candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
         candidate.score += vector_weight / (k + rank)
-    return sorted(candidates.values(), key=lambda c: (-c.score, -c.memory_id))
+    return sorted(candidates.values(), key=lambda c: (-c.score, -c.document_id))
 
 
 def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> list[Candidate]:

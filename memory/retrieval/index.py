@@ -1,122 +1,220 @@
-"""Keeping BM25's inverted index and statistics in step with the memories.
+"""The engine's index writer: keeps every searchable row's postings, BM25 statistics and
+embeddings in step with the row. Apps call it when they store, edit or delete searchable rows.
 
-A memory's text (``memory_text``) is analysed by PostgreSQL's ``to_tsvector`` with the
+A row's text (``SearchableKind.text``) is analysed by PostgreSQL's ``to_tsvector`` with the
 configured text-search configuration; each lexeme becomes a posting (term frequency = its
-number of positions, document length = all positions), and the per-(user, client, type)
+number of positions, document length = all positions), and the per-(user, client, kind)
 statistics are adjusted in the same statement. Statistics rows are always touched in lexeme
-order, so concurrent writers cannot deadlock on them.
+order, so concurrent writers cannot deadlock on them. Embeddings are one vector per chunk that
+fits the model, per model.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import connection, models, transaction
 
-from memory.types import MemoryType, memory_text
+from accounts.models import Client, EndUser
+from memory.models import DocumentStats, Posting, TermStats
+from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.kinds import SearchableKind
+
+_TABLES = {
+    "postings": Posting._meta.db_table,
+    "terms": TermStats._meta.db_table,
+    "documents": DocumentStats._meta.db_table,
+}
 
 _ADD_SQL = """
 WITH docs AS (
-    SELECT d.memory_id, d.organization_id, d.client_id, d.end_user_id,
+    SELECT d.document_id, d.organization_id, d.client_id, d.end_user_id,
            to_tsvector(%(config)s::regconfig, d.body) AS tsv
-      FROM unnest(%(memory_ids)s::bigint[], %(organization_ids)s::text[], %(client_ids)s::text[],
-                  %(end_user_ids)s::bigint[], %(bodies)s::text[])
-           AS d(memory_id, organization_id, client_id, end_user_id, body)
+      FROM unnest(%(document_ids)s::bigint[], %(organization_ids)s::text[],
+                  %(client_ids)s::text[], %(end_user_ids)s::bigint[], %(bodies)s::text[])
+           AS d(document_id, organization_id, client_id, end_user_id, body)
 ), lengths AS (
     SELECT docs.*, (SELECT coalesce(sum(array_length(t.positions, 1)), 0)
                       FROM unnest(docs.tsv) AS t) AS doc_length
       FROM docs
 ), terms AS (
-    SELECT l.memory_id, l.organization_id, l.client_id, l.end_user_id, t.lexeme,
+    SELECT l.document_id, l.organization_id, l.client_id, l.end_user_id, t.lexeme,
            array_length(t.positions, 1) AS tf, l.doc_length
       FROM lengths l, unnest(l.tsv) AS t
 ), postings AS (
-    INSERT INTO memory_memoryposting
-           (organization_id, client_id, end_user_id, memory_type, lexeme, memory_id, tf, doc_length)
-    SELECT organization_id, client_id, end_user_id, %(memory_type)s, lexeme, memory_id, tf,
+    INSERT INTO {postings}
+           (organization_id, client_id, end_user_id, kind, lexeme, document_id, tf, doc_length)
+    SELECT organization_id, client_id, end_user_id, %(kind)s, lexeme, document_id, tf,
            doc_length
       FROM terms
 ), term_stats AS (
-    INSERT INTO memory_termstats
-           (organization_id, client_id, end_user_id, memory_type, lexeme, doc_frequency, max_tf)
-    SELECT organization_id, client_id, end_user_id, %(memory_type)s, lexeme, count(*), max(tf)
+    INSERT INTO {terms}
+           (organization_id, client_id, end_user_id, kind, lexeme, doc_frequency, max_tf)
+    SELECT organization_id, client_id, end_user_id, %(kind)s, lexeme, count(*), max(tf)
       FROM terms
      GROUP BY organization_id, client_id, end_user_id, lexeme
      ORDER BY end_user_id, client_id, lexeme
-    ON CONFLICT (end_user_id, client_id, memory_type, lexeme) DO UPDATE
-       SET doc_frequency = memory_termstats.doc_frequency + EXCLUDED.doc_frequency,
-           max_tf = greatest(memory_termstats.max_tf, EXCLUDED.max_tf)
+    ON CONFLICT (end_user_id, client_id, kind, lexeme) DO UPDATE
+       SET doc_frequency = {terms}.doc_frequency + EXCLUDED.doc_frequency,
+           max_tf = greatest({terms}.max_tf, EXCLUDED.max_tf)
 )
-INSERT INTO memory_documentstats
-       (organization_id, client_id, end_user_id, memory_type, doc_count, total_length)
-SELECT organization_id, client_id, end_user_id, %(memory_type)s, count(*), sum(doc_length)
+INSERT INTO {documents}
+       (organization_id, client_id, end_user_id, kind, doc_count, total_length)
+SELECT organization_id, client_id, end_user_id, %(kind)s, count(*), sum(doc_length)
   FROM lengths
  WHERE doc_length > 0
  GROUP BY organization_id, client_id, end_user_id
  ORDER BY end_user_id, client_id
-ON CONFLICT (end_user_id, client_id, memory_type) DO UPDATE
-   SET doc_count = memory_documentstats.doc_count + EXCLUDED.doc_count,
-       total_length = memory_documentstats.total_length + EXCLUDED.total_length
-"""
+ON CONFLICT (end_user_id, client_id, kind) DO UPDATE
+   SET doc_count = {documents}.doc_count + EXCLUDED.doc_count,
+       total_length = {documents}.total_length + EXCLUDED.total_length
+""".format(**_TABLES)  # noqa: S608 (table names from the models)
 
 _REMOVE_SQL = """
 WITH gone AS (
-    DELETE FROM memory_memoryposting
-     WHERE memory_type = %(memory_type)s AND memory_id = ANY(%(memory_ids)s)
-    RETURNING client_id, end_user_id, lexeme, memory_id, doc_length
+    DELETE FROM {postings}
+     WHERE kind = %(kind)s AND document_id = ANY(%(document_ids)s)
+    RETURNING client_id, end_user_id, lexeme, document_id, doc_length
 ), term_counts AS (
     SELECT client_id, end_user_id, lexeme, count(*) AS n
       FROM gone GROUP BY client_id, end_user_id, lexeme
      ORDER BY end_user_id, client_id, lexeme
 ), terms_updated AS (
-    UPDATE memory_termstats s
+    UPDATE {terms} s
        SET doc_frequency = s.doc_frequency - c.n
       FROM term_counts c
      WHERE s.end_user_id = c.end_user_id AND s.client_id = c.client_id
-       AND s.memory_type = %(memory_type)s AND s.lexeme = c.lexeme
+       AND s.kind = %(kind)s AND s.lexeme = c.lexeme
 ), documents AS (
-    SELECT DISTINCT client_id, end_user_id, memory_id, doc_length FROM gone
+    SELECT DISTINCT client_id, end_user_id, document_id, doc_length FROM gone
 ), document_counts AS (
     SELECT client_id, end_user_id, count(*) AS n, sum(doc_length) AS length
       FROM documents GROUP BY client_id, end_user_id
 )
-UPDATE memory_documentstats s
+UPDATE {documents} s
    SET doc_count = s.doc_count - c.n, total_length = s.total_length - c.length
   FROM document_counts c
  WHERE s.end_user_id = c.end_user_id AND s.client_id = c.client_id
-   AND s.memory_type = %(memory_type)s
-"""
+   AND s.kind = %(kind)s
+""".format(**_TABLES)  # noqa: S608 (table names from the models)
 
 
-def postings_add(rows: list[tuple[MemoryType, models.Model]]) -> None:
-    """Index these (new or re-indexed) memories' text. Core blocks are not searched."""
-    by_type: dict[str, list[models.Model]] = defaultdict(list)
-    kinds: dict[str, MemoryType] = {}
-    for kind, row in rows:
-        if kind.embedding_model is not None:
-            by_type[kind.name].append(row)
-            kinds[kind.name] = kind
+Document = tuple[SearchableKind, models.Model]
+
+
+def _postings_add(documents: Sequence[Document]) -> None:
+    by_kind: dict[str, list[models.Model]] = defaultdict(list)
+    kinds: dict[str, SearchableKind] = {}
+    for kind, row in documents:
+        by_kind[kind.name].append(row)
+        kinds[kind.name] = kind
     with connection.cursor() as cursor:
-        for type_name, typed in by_type.items():
-            kind = kinds[type_name]
+        for name, rows in by_kind.items():
+            kind = kinds[name]
             cursor.execute(
                 _ADD_SQL,
                 {
                     "config": settings.TEXT_SEARCH_CONFIG,
-                    "memory_type": kind.code,
-                    "memory_ids": [row.pk for row in typed],
-                    "organization_ids": [row.organization_id for row in typed],
-                    "client_ids": [row.client_id for row in typed],
-                    "end_user_ids": [row.end_user_id for row in typed],
-                    "bodies": [memory_text(kind, row) for row in typed],
+                    "kind": kind.code,
+                    "document_ids": [row.pk for row in rows],
+                    "organization_ids": [row.organization_id for row in rows],
+                    "client_ids": [row.client_id for row in rows],
+                    "end_user_ids": [row.end_user_id for row in rows],
+                    "bodies": [kind.text(row) for row in rows],
                 },
             )
 
 
-def postings_remove(kind: MemoryType, memory_ids: list[int]) -> None:
-    """Take these memories out of the index (before deleting or re-indexing them)."""
-    if kind.embedding_model is None or not memory_ids:
+def _postings_remove(kind: SearchableKind, document_ids: Sequence[int]) -> None:
+    if document_ids:
+        with connection.cursor() as cursor:
+            cursor.execute(_REMOVE_SQL, {"kind": kind.code, "document_ids": list(document_ids)})
+
+
+def embeddings_write(
+    *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
+) -> None:
+    """Embed each row's text with each model (in chunks that fit it) and store one vector per
+    chunk, replacing that model's earlier vectors of those rows."""
+    for embedder in embedders:
+        _embeddings_write_one(documents, embedder)
+
+
+def _embeddings_write_one(documents: Sequence[Document], embedder: EmbeddingProvider) -> None:
+    # All rows, of any kinds, go through one embedding call: the model's fixed cost per call
+    # dwarfs a few short texts.
+    if not documents:
         return
-    with connection.cursor() as cursor:
-        cursor.execute(_REMOVE_SQL, {"memory_type": kind.code, "memory_ids": memory_ids})
+    chunks: list[tuple[SearchableKind, models.Model, int, str]] = []
+    for kind, row in documents:
+        text = kind.text(row)
+        if text.strip():
+            chunks.extend(
+                (kind, row, index, chunk) for index, chunk in enumerate(embedder.chunk(text))
+            )
+    vectors = embedder.embed([text for _kind, _row, _index, text in chunks])
+    by_kind: dict[str, list[models.Model]] = defaultdict(list)
+    kinds: dict[str, SearchableKind] = {}
+    for (kind, row, index, _text), vector in zip(chunks, vectors, strict=True):
+        kinds[kind.name] = kind
+        by_kind[kind.name].append(
+            kind.embedding_model(
+                organization_id=row.organization_id,
+                client_id=row.client_id,
+                end_user_id=row.end_user_id,
+                model=embedder.model_name,
+                chunk_index=index,
+                embedding=vector,
+                **{kind.embedding_attname: row.pk},
+            )
+        )
+    for name, embeddings in by_kind.items():
+        kind = kinds[name]
+        kind.embedding_model.objects.filter(
+            **{
+                f"{kind.embedding_attname}__in": [
+                    getattr(embedding, kind.embedding_attname) for embedding in embeddings
+                ],
+                "model": embedder.model_name,
+            }
+        ).delete()
+        kind.embedding_model.objects.bulk_create(embeddings)
+
+
+@transaction.atomic
+def documents_index(
+    *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
+) -> None:
+    """Index new rows (of any kinds, several owners): postings, statistics, embeddings."""
+    _postings_add(documents)
+    embeddings_write(documents=documents, embedders=embedders)
+
+
+@transaction.atomic
+def documents_reindex(
+    *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
+) -> None:
+    """Index rows again after their text changed."""
+    by_kind: dict[str, tuple[SearchableKind, list[int]]] = {}
+    for kind, row in documents:
+        by_kind.setdefault(kind.name, (kind, []))[1].append(row.pk)
+    for kind, ids in by_kind.values():
+        _postings_remove(kind, ids)
+    documents_index(documents=documents, embedders=embedders)
+
+
+def documents_unindex(*, kind: SearchableKind, document_ids: Sequence[int]) -> None:
+    """Take rows out of the index before deleting them (their embeddings go with the rows)."""
+    _postings_remove(kind, document_ids)
+
+
+@transaction.atomic
+def index_clear(*, kinds: Sequence[SearchableKind], end_user: EndUser, client: Client) -> None:
+    """Take every row of these kinds that the client holds about the user out of the index,
+    before deleting them all: their index rows go whole, not posting by posting."""
+    owned = {"end_user": end_user, "client": client, "kind__in": [kind.code for kind in kinds]}
+    Posting.objects.filter(**owned).delete()
+    TermStats.objects.filter(**owned).delete()
+    DocumentStats.objects.filter(**owned).delete()

@@ -23,7 +23,7 @@ def retrieval_log_write(
     endpoint: str,
     query: str,
     method: str,
-    memory_types: list[str],
+    kinds: list[str],
     outcome: SearchOutcome | None,
     latency_ms: float,
     extra: dict[str, Any] | None = None,
@@ -35,7 +35,7 @@ def retrieval_log_write(
     if outcome is not None:
         results = [
             {
-                "memory_type": hit.kind.name,
+                "kind": hit.kind.name,
                 "id": hit.row.pk,
                 "score": round(hit.candidate.score, 6),
                 "bm25_rank": hit.candidate.bm25_rank,
@@ -48,14 +48,17 @@ def retrieval_log_write(
         ]
         gate = {
             "model": outcome.embedding_model,
-            "thresholds": (
-                {
-                    "min_similarity": outcome.gate_thresholds.min_similarity,
-                    "strong_similarity": outcome.gate_thresholds.strong_similarity,
-                }
-                if outcome.gate_thresholds
-                else None
-            ),
+            "thresholds": {
+                name: (
+                    {
+                        "min_similarity": thresholds.min_similarity,
+                        "strong_similarity": thresholds.strong_similarity,
+                    }
+                    if thresholds is not None
+                    else None
+                )
+                for name, thresholds in outcome.gate_thresholds.items()
+            },
             "decisions": outcome.gate_counts,
         }
     if extra:
@@ -70,7 +73,7 @@ def retrieval_log_write(
                 endpoint=endpoint,
                 query=query[:10000],
                 method=method,
-                memory_types=memory_types,
+                kinds=kinds,
                 results=results,
                 gate=gate,
                 latency_ms=latency_ms,

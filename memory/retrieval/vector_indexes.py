@@ -1,15 +1,14 @@
-"""The HNSW indexes of the vector lane: one per memory type and model that every user shares,
-and one of their own for each user with many embeddings.
+"""The HNSW indexes of the vector lane: one per kind and model that every user shares, and one
+of their own for each user with many embeddings.
 
 A search for one user walks the shared index and skips the other users' rows (pgvector's
 iterative scan). A user with at most ``EXACT_SCAN_MAX_ROWS`` embeddings is scanned exactly
 instead; above that, the skipping is what a search costs, and it grows with everyone else's
-rows: for a user owning 13,000 of 190,000 vectors, p50 37 / p95 182 ms (bench/RESULTS.md).
-Such a user gets a partial index of their own (``WHERE model = M AND end_user_id = U``): p50
-5.5 / p95 8.3 ms for the same user. It indexes half-precision vectors, an expression the shared
-index does not have, and the vector lane orders by that expression when the index exists; over
-the same expression the planner, free to choose, took the shared index for a user owning half
-of it.
+rows (a user owning 13,000 of 190,000 vectors: p95 182 ms, bench/RESULTS.md). Such a user gets
+a partial index of their own (``WHERE model = M AND end_user_id = U``: p95 8.3 ms for the same
+user). It indexes half-precision vectors, an expression the shared index does not have, and the
+vector lane orders by that expression when the index exists; over the same expression the
+planner, free to choose, took the shared index for a user owning half of it.
 
 ``vector_indexes_sync`` builds the indexes the tables call for and drops those no longer needed
 (a user whose rows fell to half the line, or who is gone). Beat runs it every
@@ -27,8 +26,9 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
+from memory.retrieval import vectors
+from memory.retrieval.kinds import SearchableKind, kinds
 from memory.retrieval.vectors import (
-    EXACT_SCAN_MAX_ROWS,
     VALID_INDEX_SQL,
     indexed_expression,
     own_index_name,
@@ -36,7 +36,6 @@ from memory.retrieval.vectors import (
     shared_index_name,
     vector_type,
 )
-from memory.types import MEMORY_TYPES, SEARCHABLE_TYPES, MemoryType
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def _concurrently() -> str:
 
 
 def hnsw_index_create(
-    kind: MemoryType,
+    kind: SearchableKind,
     model: str,
     dimensions: int,
     *,
@@ -70,7 +69,7 @@ def hnsw_index_create(
     without blocking writes when outside a transaction. ``rows``, when known, sizes the build's
     memory: a graph that outgrows maintenance_work_mem is finished on disk, several times
     slower. Returns its name."""
-    table = kind.embedding_model._meta.db_table
+    table = kind.embedding_table
     quoted_model = model.replace("'", "''")
     own = end_user_id is not None
     if own:
@@ -106,14 +105,14 @@ class VectorIndexSync:
     skipped: bool = False  # another sync held the lock
 
 
-def _owners_counted(kind: MemoryType) -> dict[tuple[str, int], tuple[int, int]]:
+def _owners_counted(kind: SearchableKind) -> dict[tuple[str, int], tuple[int, int]]:
     """(model, end user) -> (embeddings, dimensions) for every owner above half the line."""
-    table = kind.embedding_model._meta.db_table
+    table = kind.embedding_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT model, end_user_id, count(*) FROM {table} "  # noqa: S608
             "GROUP BY model, end_user_id HAVING count(*) > %s",
-            [EXACT_SCAN_MAX_ROWS // 2],
+            [vectors.EXACT_SCAN_MAX_ROWS // 2],
         )
         counted = cursor.fetchall()
         dimensions: dict[str, int] = {}
@@ -126,8 +125,8 @@ def _owners_counted(kind: MemoryType) -> dict[tuple[str, int], tuple[int, int]]:
     return {(model, user): (rows, dimensions[model]) for model, user, rows in counted}
 
 
-def _own_indexes(kind: MemoryType) -> set[str]:
-    table = kind.embedding_model._meta.db_table
+def _own_indexes(kind: SearchableKind) -> set[str]:
+    table = kind.embedding_table
     pattern = own_index_pattern(kind)
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", [table])
@@ -135,7 +134,7 @@ def _own_indexes(kind: MemoryType) -> set[str]:
 
 
 def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> VectorIndexSync:
-    """Give every user above ``EXACT_SCAN_MAX_ROWS`` embeddings (of one type and model) an
+    """Give every user above ``EXACT_SCAN_MAX_ROWS`` embeddings (of one kind and model) an
     HNSW index of their own; drop the own indexes of users now at or below half that, or gone.
     A second sync started meanwhile returns at once."""
     outcome = VectorIndexSync()
@@ -145,8 +144,7 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
             outcome.skipped = True
             return outcome
     try:
-        for type_name in SEARCHABLE_TYPES:
-            kind = MEMORY_TYPES[type_name]
+        for kind in kinds():
             owners = _owners_counted(kind)
             kept = {own_index_name(kind, model, user) for model, user in owners}
             for name in sorted(_own_indexes(kind) - kept):
@@ -155,10 +153,10 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                 outcome.dropped.append(name)
             for (model, user), (rows, dimensions) in sorted(owners.items()):
                 name = own_index_name(kind, model, user)
-                if rows <= EXACT_SCAN_MAX_ROWS or index_exists(name):
+                if rows <= vectors.EXACT_SCAN_MAX_ROWS or index_exists(name):
                     continue
                 if progress is not None:
-                    progress(f"building {name}: {type_name}, {model}, {rows:,} embeddings")
+                    progress(f"building {name}: {kind.name}, {model}, {rows:,} embeddings")
                 hnsw_index_create(kind, model, dimensions, end_user_id=user, rows=rows)
                 outcome.built.append(name)
     finally:

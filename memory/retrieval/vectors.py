@@ -1,4 +1,4 @@
-"""The vector lane: cosine distance over each memory type's embeddings of one model.
+"""The vector lane: cosine distance over each kind's embeddings of one model.
 
 Vectors of every model share one column; each model has its own partial HNSW index over a
 cast to its dimension, and queries name the model and cast the same way, so vectors of
@@ -7,7 +7,7 @@ owner after an index scan can leave a small user with nothing, so each query pic
 an exact scan of the user's own rows when they are few, otherwise the HNSW index with
 pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter. A user
 with more rows than the exact scan takes gets an index of their own
-(``memory.services.vector_indexes``), over half-precision vectors: its query orders by that
+(``memory.retrieval.vector_indexes``), over half-precision vectors: its query orders by that
 expression, which only that index serves (the planner, left to choose between the shared index
 and a user's own over the same expression, took the shared one when the user owned half of it),
 and reports the full-precision distance.
@@ -23,8 +23,8 @@ from functools import cache
 
 from django.db import connection
 
-from memory.retrieval.bm25 import Scope
-from memory.types import MemoryType
+from accounts.tenancy import Scope
+from memory.retrieval.kinds import SearchableKind
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ logger = logging.getLogger(__name__)
 # a sort) is both exact and faster than an approximate index scan.
 EXACT_SCAN_MAX_ROWS = 5000
 # Below 200 the graph search now and then settles in the wrong cluster for a user owning a
-# quarter of the index: 100 queries on the 20,000-memory test layout (limit 10), ef 100: mean
-# recall@10 0.952 with 3 queries at 0; ef 200: 0.982, none below 0.5.
+# quarter of the index (recall@10 0.952 with 3 of 100 queries at 0, against 0.982 and none
+# below 0.5 at 200; bench/RESULTS.md).
 HNSW_EF_SEARCH_MIN = 200
 HNSW_MAX_SCAN_TUPLES = 40_000
 
@@ -52,7 +52,7 @@ def _vector_literal(vector: list[float]) -> str:
 
 
 # --- The indexes this lane reads. Their names, expressions and validity are decided here, and
-# memory.services.vector_indexes builds them from the same functions: an index whose expression
+# memory.retrieval.vector_indexes builds them from the same functions: an index whose expression
 # differs from the query's by a character is never used.
 
 
@@ -60,19 +60,19 @@ def _model_digest(model: str) -> str:
     return hashlib.sha1(model.encode(), usedforsecurity=False).hexdigest()[:8]
 
 
-def shared_index_name(kind: MemoryType, model: str) -> str:
+def shared_index_name(kind: SearchableKind, model: str) -> str:
     """The shared index of a model other than the default (the default's is the migrations')."""
-    return f"{kind.embedding_model._meta.db_table}_{_model_digest(model)}_hnsw"
+    return f"{kind.embedding_table}_{_model_digest(model)}_hnsw"
 
 
-def own_index_name(kind: MemoryType, model: str, end_user_id: int) -> str:
-    """The name of one user's own index over one model's vectors of one memory type."""
-    return f"{kind.embedding_model._meta.db_table}_{_model_digest(model)}_u{int(end_user_id)}"
+def own_index_name(kind: SearchableKind, model: str, end_user_id: int) -> str:
+    """The name of one user's own index over one model's vectors of one kind."""
+    return f"{kind.embedding_table}_{_model_digest(model)}_u{int(end_user_id)}"
 
 
-def own_index_pattern(kind: MemoryType) -> re.Pattern[str]:
-    """Matches the names ``own_index_name`` gives on that type's table (any model, any user)."""
-    return re.compile(rf"^{kind.embedding_model._meta.db_table}_[0-9a-f]{{8}}_u\d+$")
+def own_index_pattern(kind: SearchableKind) -> re.Pattern[str]:
+    """Matches the names ``own_index_name`` gives on that kind's table (any model, any user)."""
+    return re.compile(rf"^{kind.embedding_table}_[0-9a-f]{{8}}_u\d+$")
 
 
 def vector_type(*, own: bool) -> str:
@@ -99,13 +99,13 @@ VALID_INDEX_SQL = (
 )
 
 
-def _path(scope: Scope, kind: MemoryType, model: str) -> str:
+def _path(scope: Scope, kind: SearchableKind, model: str) -> str:
     """Which path a search takes: "own" when the user has a usable index of their own (built
     only past EXACT_SCAN_MAX_ROWS), else "exact" when the scope holds at most that many
     embeddings of the model (counted no further, and not at all for a user with an own index:
     counting 5,000 rows costs 0.7 ms), else "shared". One query."""
     where, params = scope.where()
-    table = kind.embedding_model._meta.db_table
+    table = kind.embedding_table
     own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -124,7 +124,7 @@ def _path(scope: Scope, kind: MemoryType, model: str) -> str:
 def vector_search(
     *,
     scope: Scope,
-    kind: MemoryType,
+    kind: SearchableKind,
     vector: list[float],
     model: str,
     limit: int,
@@ -132,19 +132,19 @@ def vector_search(
     max_distance: float | None = None,
     exact: bool | None = None,
 ) -> list[tuple[int, float]]:
-    """The ``limit`` nearest memories as (memory id, cosine distance), nearest first. A
-    memory's distance is that of its nearest chunk. ``exact`` forces a path (None: choose)."""
+    """The ``limit`` nearest rows as (row id, cosine distance), nearest first. A row's
+    distance is that of its nearest chunk. ``exact`` forces a path (None: choose)."""
     if limit <= 0 or (allowed_ids is not None and not allowed_ids):
         return []
     dimensions = len(vector)
-    table = kind.embedding_model._meta.db_table
+    table, key = kind.embedding_table, kind.embedding_key
     in_scope, params = scope.where()
     # The cast must read exactly like the index expression for the planner to use the index.
     distance = _cosine_distance(dimensions)
     params |= {"query": _vector_literal(vector), "model": model, "limit": limit}
     restriction = ""
     if allowed_ids is not None:
-        restriction = "AND memory_id = ANY(%(allowed)s)"
+        restriction = f"AND {key} = ANY(%(allowed)s)"
         params["allowed"] = list(allowed_ids)
     if exact or (allowed_ids is not None and len(allowed_ids) <= EXACT_SCAN_MAX_ROWS):
         path = "exact"
@@ -157,18 +157,16 @@ def vector_search(
         # "+ 0" keeps the planner from walking the HNSW index for this ORDER BY: the owner's
         # rows come from the owner index and are ranked exactly.
         sql = (
-            f"SELECT memory_id, min({distance}) AS distance FROM {table} "  # noqa: S608
-            f"WHERE {where} GROUP BY memory_id ORDER BY min({distance}) + 0 LIMIT %(limit)s"
+            f"SELECT {key}, min({distance}) AS distance FROM {table} "  # noqa: S608
+            f"WHERE {where} GROUP BY {key} ORDER BY min({distance}) + 0 LIMIT %(limit)s"
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
     else:
-        # Chunks of one memory can take several places: fetch a few more, keep each memory's
-        # best. ef_search well above the rows fetched: near or below it, the iterative scan
-        # runs more, costly passes for the last rows that pass the owner filter. Measured at
-        # 100,000 rows (fetch 50): ef 2x p50 13.5 / p95 36.7 ms, recall@10 0.85; 4x 15.7 /
-        # 25.9 ms, 0.89; 8x 24.4 / 28.9 ms, 0.95.
+        # Chunks of one row can take several places: fetch a few more, keep each row's best.
+        # ef_search well above the rows fetched (4x): near or below it, the iterative scan runs
+        # more, costly passes for the last rows that pass the owner filter (bench/RESULTS.md).
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
         order = _cosine_distance(dimensions, own=path == "own")
@@ -187,7 +185,7 @@ def vector_search(
             configure.append(f"set_config('{name}', %(setting_{number})s, true)")
             params[f"setting_{number}"] = value
         sql = (
-            f"SELECT memory_id, {distance} AS distance FROM {table} "  # noqa: S608
+            f"SELECT {key}, {distance} AS distance FROM {table} "  # noqa: S608
             f"WHERE {where} AND (SELECT concat({', '.join(configure)})) IS NOT NULL "
             f"ORDER BY {order} LIMIT %(fetch)s"
         )
@@ -195,27 +193,27 @@ def vector_search(
             cursor.execute(sql, params)
             rows = cursor.fetchall()
     best: dict[int, float] = {}
-    for memory_id, value in rows:
-        if memory_id not in best or value < best[memory_id]:
-            best[memory_id] = value
+    for document_id, value in rows:
+        if document_id not in best or value < best[document_id]:
+            best[document_id] = value
     ranked = sorted(best.items(), key=lambda item: (item[1], -item[0]))
     if max_distance is not None:
-        ranked = [(memory_id, value) for memory_id, value in ranked if value < max_distance]
+        ranked = [(document_id, value) for document_id, value in ranked if value < max_distance]
     return ranked[:limit]
 
 
 def distances_of(
-    *, kind: MemoryType, vector: list[float], model: str, memory_ids: Collection[int]
+    *, kind: SearchableKind, vector: list[float], model: str, document_ids: Collection[int]
 ) -> dict[int, float]:
-    """The cosine distance of these memories (their nearest chunk) to the query."""
-    if not memory_ids:
+    """The cosine distance of these rows (their nearest chunk) to the query."""
+    if not document_ids:
         return {}
     dimensions = len(vector)
-    table = kind.embedding_model._meta.db_table
+    table, key = kind.embedding_table, kind.embedding_key
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT memory_id, min({_cosine_distance(dimensions)}) "  # noqa: S608
-            f"FROM {table} WHERE memory_id = ANY(%(ids)s) AND model = %(model)s GROUP BY memory_id",
-            {"query": _vector_literal(vector), "ids": list(memory_ids), "model": model},
+            f"SELECT {key}, min({_cosine_distance(dimensions)}) "  # noqa: S608
+            f"FROM {table} WHERE {key} = ANY(%(ids)s) AND model = %(model)s GROUP BY {key}",
+            {"query": _vector_literal(vector), "ids": list(document_ids), "model": model},
         )
         return dict(cursor.fetchall())

@@ -16,11 +16,11 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memory.embedding_spaces import write_embedders
 from memory.extractors import ExtractionOutcome, extract_deterministic, extract_with_llm
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.llm import LLMProvider, llm_provider_from_settings
+from memory.retrieval.spaces import write_embedders
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from sessions.models import Message
 

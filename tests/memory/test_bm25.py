@@ -11,12 +11,16 @@ from django.db import connection
 
 from accounts.selectors import end_user_get
 from accounts.services import client_read_scopes_set, end_user_create_or_get
+from accounts.tenancy import Scope
 from memory.extractors import Proposal
 from memory.retrieval import bm25
-from memory.retrieval.bm25 import Scope, bm25_search
+from memory.retrieval.bm25 import bm25_search
 from memory.services import memories_store
 from memory.services.records import Owner
+from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture
+
+SEMANTIC = MEMORY_TYPES["semantic"].kind
 
 K1, B = 1.2, 0.75
 WORDS = (
@@ -124,7 +128,7 @@ def test_pruned_top_k_equals_exhaustive_scoring(
     scope = Scope(org.organization.pk, (org.client.pk,), user.pk)
     for _ in range(5):
         query = " ".join(generator.choices(WORDS, k=generator.randint(1, 6)))
-        served = bm25_search(scope=scope, memory_type=2, query=query, limit=10)
+        served = bm25_search(scope=scope, kind=SEMANTIC, query=query, limit=10)
         expected = python_bm25(documents, query)[:10]
         assert [score for _, score in served] == pytest.approx(
             [score for _, score in expected], abs=1e-6
@@ -133,7 +137,7 @@ def test_pruned_top_k_equals_exhaustive_scoring(
         assert [doc for doc, _ in served] == [doc for doc, _ in expected]
         # A filter keeps the statistics of the whole scope and drops the others' scores.
         allowed = set(generator.sample(sorted(documents), 150))
-        served = bm25_search(scope=scope, memory_type=2, query=query, limit=10, allowed_ids=allowed)
+        served = bm25_search(scope=scope, kind=SEMANTIC, query=query, limit=10, allowed_ids=allowed)
         expected = [item for item in python_bm25(documents, query) if item[0] in allowed][:10]
         assert served == [(doc, pytest.approx(score, abs=1e-6)) for doc, score in expected]
 
@@ -145,7 +149,7 @@ def test_statistics_cover_only_what_the_caller_may_read(org: TenantFixture) -> N
     user = end_user_get(tenant=org.tenant, user_id="sam")
     own = bm25_search(
         scope=Scope(org.organization.pk, (org.client.pk,), user.pk),
-        memory_type=2,
+        kind=SEMANTIC,
         query="tea",
         limit=10,
     )
@@ -157,7 +161,7 @@ def test_statistics_cover_only_what_the_caller_may_read(org: TenantFixture) -> N
     client_read_scopes_set(client=org.client, scopes=[sibling.client])
     both = bm25_search(
         scope=Scope(org.organization.pk, (org.client.pk, sibling.client.pk), user.pk),
-        memory_type=2,
+        kind=SEMANTIC,
         query="tea",
         limit=10,
     )

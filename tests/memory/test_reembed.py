@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from memory.embedding_spaces import read_embedder, write_embedders
 from memory.models import EmbeddingSpace, EpisodicEmbedding, EpisodicMemory
+from memory.retrieval.spaces import read_embedder, write_embedders
 from memory.retrieval.vectors import shared_index_name
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture, memories_create
@@ -85,7 +85,7 @@ def test_reembed_resumes_indexes_and_switches_reads_only_when_complete(
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = %s",
-            [shared_index_name(MEMORY_TYPES["episodic"], NEW_MODEL)],
+            [shared_index_name(MEMORY_TYPES["episodic"].kind, NEW_MODEL)],
         )
         assert "vector(8)" in cursor.fetchone()[0]
     assert read_embedder().model_name == NEW_MODEL

@@ -56,7 +56,7 @@ def search(owner: TenantFixture, **params: object) -> dict:
 
 def test_rrf_puts_an_item_both_lanes_found_above_either_lanes_top() -> None:
     fused = rrf_fuse([(1, 9.0), (2, 5.0), (3, 1.0)], [(4, 0.1), (2, 0.2), (5, 0.3)])
-    assert [c.memory_id for c in fused][:3] == [2, 4, 1]  # 1/62 + 1/61 beats 1/61
+    assert [c.document_id for c in fused][:3] == [2, 4, 1]  # 1/62 + 1/61 beats 1/61
     both = fused[0]
     assert (both.bm25_rank, both.vector_rank) == (2, 2)
     assert both.score == pytest.approx(1 / 62 + 1 / 62)
@@ -66,9 +66,9 @@ def test_gate_drops_keeps_and_promotes() -> None:
     fused = rrf_fuse([(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)], [(5, 0.05), (1, 0.7)])
     similarities = {1: 0.3, 2: 0.2, 3: 0.5, 4: 0.1, 5: 0.95}
     for candidate in fused:
-        candidate.similarity = similarities[candidate.memory_id]
+        candidate.similarity = similarities[candidate.document_id]
     kept = gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9))
-    decisions = {c.memory_id: c.gate for c in fused}
+    decisions = {c.document_id: c.gate for c in fused}
     assert decisions == {
         5: "strong",  # ranks first however it fused
         1: "kept_bm25_top3",  # below min, rescued by its BM25 rank 1
@@ -76,8 +76,8 @@ def test_gate_drops_keeps_and_promotes() -> None:
         3: "kept",
         4: "dropped",  # below min and BM25 rank 4
     }
-    assert kept[0].memory_id == 5
-    assert 4 not in {c.memory_id for c in kept}
+    assert kept[0].document_id == 5
+    assert 4 not in {c.document_id for c in kept}
     assert gate_apply(fused, None) == fused and {c.gate for c in fused} == {"off"}
 
 
@@ -299,7 +299,7 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
 def test_results_carry_each_memory_as_the_memory_endpoints_do(org: TenantFixture) -> None:
     """Search reads its rows in SQL of its own: each result's memory fields are those the
     ORM-loaded memory serializes to (tags, provenance, times, user id, a masked secret)."""
-    from memory.api.memories import MemorySerializer
+    from memory.api.serializers.memories import MemorySerializer
     from memory.models import ExtractionJob
     from memory.services import extraction_job_run
 
@@ -329,7 +329,7 @@ def test_results_carry_each_memory_as_the_memory_endpoints_do(org: TenantFixture
         for result in response.json()["results"]:
             kind = MEMORY_TYPES[result["memory_type"]]
             row = kind.model.objects.get(pk=result["id"])
-            expected = MemorySerializer(row, context={"kind": kind}).data
+            expected = MemorySerializer(row, context={"memory_type": kind}).data
             assert {key: result[key] for key in expected} == expected
             kinds_seen.add(kind.name)
             users_seen.add(result["user_id"])

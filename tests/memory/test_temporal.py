@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory.temporal import DateRange, temporal_range, temporal_spans
+from memory.query.temporal import DateRange, temporal_range, temporal_spans
 
 NEW_YORK = ZoneInfo("America/New_York")
 ZONES = [pytest.param(UTC, id="utc"), pytest.param(NEW_YORK, id="new_york")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.topics import topics_extract, topics_query
+from memory.query.topics import topics_extract, topics_query
 
 
 @pytest.mark.parametrize(

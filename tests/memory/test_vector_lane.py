@@ -11,16 +11,17 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import EndUser
-from memory.models import EpisodicMemory
-from memory.retrieval.bm25 import Scope, bm25_search
-from memory.retrieval.index import postings_add
+from accounts.tenancy import Scope
+from memory.models import EpisodicMemory, Posting
+from memory.retrieval.bm25 import bm25_search
+from memory.retrieval.index import documents_index
+from memory.retrieval.vector_indexes import SYNC_LOCK, vector_indexes_sync
 from memory.retrieval.vectors import own_index_name, vector_search
-from memory.services.vector_indexes import SYNC_LOCK, vector_indexes_sync
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture
 
 pytestmark = pytest.mark.slow
-EPISODIC = MEMORY_TYPES["episodic"]
+EPISODIC = MEMORY_TYPES["episodic"].kind
 MODEL = "all-MiniLM-L6-v2"
 WORDS = (
     "tea", "coffee", "river", "hiking", "budget", "meeting",
@@ -90,9 +91,10 @@ def _corpus(org: TenantFixture, sizes: dict[str, int]) -> dict[str, EndUser]:
         )
         cursor.execute("ANALYZE memory_episodicembedding")
     rows = list(EpisodicMemory.objects.filter(organization=org.organization))
-    postings_add([(EPISODIC, row) for row in rows])
+    # The vectors are in: index the text only.
+    documents_index(documents=[(EPISODIC, row) for row in rows], embedders=[])
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE memory_memoryposting")
+        cursor.execute(f"ANALYZE {Posting._meta.db_table}")
     return users
 
 
@@ -158,8 +160,8 @@ def test_lanes_read_indexes_never_a_scan_of_the_memories(org: TenantFixture, cor
     assert "Index Scan using episodicembedding_hnsw" in vector_plan, vector_plan
 
     with CaptureQueriesContext(connection) as captured:
-        assert bm25_search(scope=scope, memory_type=EPISODIC.code, query="tea river", limit=10)
-    plans = _plans(captured.captured_queries, "memory_memoryposting")
+        assert bm25_search(scope=scope, kind=EPISODIC, query="tea river", limit=10)
+    plans = _plans(captured.captured_queries, Posting._meta.db_table)
     assert plans
     for plan in plans:
         assert "posting_user_term" in plan, plan

@@ -1,4 +1,5 @@
-"""Request and response shapes of /memory/add and of memories (MIRIX client 0.1.7 shapes)."""
+"""Request and response shapes of /memory/add, of reading and editing memories, and of a
+memory itself (MIRIX client 0.1.7 shapes)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rest_framework import serializers
 
 from accounts.api.serializers import UserIdField
 from memory.crypto import secret_decrypt
-from memory.types import MemoryType
+from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
 from sessions.content import MessageInput, message_normalize
 from sessions.models import Message, Session
 
@@ -131,6 +132,51 @@ class UserScopedInputSerializer(serializers.Serializer):
     user_id = UserIdField()
 
 
+# The largest page of one type a read returns (0 or less: all of them).
+MAX_COMPONENTS_LIMIT = 1_000_000
+
+
+class ComponentsParamsSerializer(serializers.Serializer):
+    """``GET /memory/components``: which types, how many of each, secrets and superseded
+    memories shown or not."""
+
+    memory_type = serializers.CharField(
+        required=False,
+        default="all",
+        help_text="all, core, episodic, semantic, procedural, resource, knowledge_vault "
+        "(or knowledge)",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=50,
+        max_value=MAX_COMPONENTS_LIMIT,
+        help_text="per type; 0 or less: all",
+    )
+    include_secrets = serializers.BooleanField(
+        required=False, default=False, help_text="show knowledge-vault values"
+    )
+    include_superseded = serializers.BooleanField(
+        required=False, default=False, help_text="also memories another one has replaced"
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = attrs["memory_type"] or "all"
+        if name == "all":
+            return attrs | {"memory_type": name, "memory_types": list(MEMORY_TYPES.values())}
+        memory_type = memory_type_resolve(name)
+        if memory_type is None:
+            raise serializers.ValidationError({"memory_type": [f"Unknown memory type {name!r}."]})
+        return attrs | {"memory_types": [memory_type]}
+
+
+class MemoryDetailParamsSerializer(serializers.Serializer):
+    include_superseded = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="reach a memory another one has replaced (otherwise 404)",
+    )
+
+
 # --- Memories out -------------------------------------------------------------------------------
 
 
@@ -148,14 +194,14 @@ class MemorySerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
     def to_representation(self, instance: models.Model) -> dict[str, Any]:
-        kind: MemoryType = self.context["kind"]
+        memory_type: MemoryType = self.context["memory_type"]
         data: dict[str, Any] = {
             "id": str(instance.pk),
-            "memory_type": kind.name,
+            "memory_type": memory_type.name,
             "user_id": instance.end_user.user_id,
             "client_id": instance.client_id,
         }
-        for name in kind.editable_fields:
+        for name in memory_type.editable_fields:
             if name == "secret_value":
                 plain = secret_decrypt(instance.secret_value_encrypted)
                 data[name] = plain if self.context.get("include_secrets") else "********"
@@ -163,7 +209,7 @@ class MemorySerializer(serializers.Serializer):
                 data[name] = instance.occurred_at.isoformat()
             else:
                 data[name] = getattr(instance, name)
-        if kind.name == "core":
+        if memory_type.name == "core":
             data["label"] = instance.label
         data["filter_tags"] = instance.filter_tags
         data["source_message_ids"] = [str(message_id) for message_id in instance.source_message_ids]
@@ -172,7 +218,7 @@ class MemorySerializer(serializers.Serializer):
         return data
 
 
-def memory_update_serializer(kind: MemoryType) -> type[serializers.Serializer]:
+def memory_update_serializer(memory_type: MemoryType) -> type[serializers.Serializer]:
     """The PATCH body of one memory type: its editable fields, all optional."""
     optional = {"required": False}
     field_types: dict[str, serializers.Field] = {
@@ -186,8 +232,10 @@ def memory_update_serializer(kind: MemoryType) -> type[serializers.Serializer]:
     fields = {
         name: field_types.get(name)
         or serializers.CharField(allow_blank=True, max_length=65_536, **optional)
-        for name in kind.editable_fields
+        for name in memory_type.editable_fields
     }
     return type(
-        f"{kind.name.title().replace('_', '')}UpdateSerializer", (serializers.Serializer,), fields
+        f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
+        (serializers.Serializer,),
+        fields,
     )

@@ -1,6 +1,6 @@
 """``manage.py vector_indexes``: give each user with many embeddings an HNSW index of their own
 now, rather than at beat's next run (after a bulk load, say), and drop those no longer needed.
-See ``memory.services.vector_indexes``."""
+See ``memory.retrieval.vector_indexes``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from memory.services.vector_indexes import vector_indexes_sync
+from memory.retrieval.vector_indexes import vector_indexes_sync
 
 
 class Command(BaseCommand):

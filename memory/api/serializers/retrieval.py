@@ -1,0 +1,262 @@
+"""Request and response shapes of the retrieval endpoints (MIRIX shapes): search, search across
+users, retrieval by topic and by conversation. Parameters are read here, time phrases
+included; the views only call the retrieval services."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import serializers
+
+from accounts.api.serializers import UserIdField
+from memory.api.serializers.memories import MemorySerializer, filter_tags_check, messages_check
+from memory.models import CoreMemoryBlock
+from memory.query.temporal import date_bounds, temporal_range
+from memory.retrieval.engine import METHODS, SearchOutcome
+from memory.types import MEMORY_TYPES, memory_kinds, memory_type_resolve
+
+MAX_LIMIT = 100
+
+
+def _filter_tags(raw: Any) -> dict[str, Any]:
+    """``filter_tags`` of a query string arrive as JSON text."""
+    if raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise serializers.ValidationError("A JSON object of tag names to values.") from None
+    return filter_tags_check(raw)
+
+
+def _dates_check(attrs: dict[str, Any]) -> None:
+    """An explicit date range must not end before it starts (422, naming end_date)."""
+    start, end = attrs.get("start_date"), attrs.get("end_date")
+    if start and end and start > end:
+        raise serializers.ValidationError({"end_date": ["Before start_date."]})
+
+
+def as_of(data: dict[str, Any]) -> datetime:
+    """The moment a request's time phrases are read from: its ``as_of``, or now."""
+    return data.get("as_of") or timezone.now()
+
+
+def date_range_shape(start: datetime | None, end: datetime | None) -> dict[str, str] | None:
+    if not start and not end:
+        return None
+    return {
+        "start": start.isoformat() if start else None,
+        "end": end.isoformat() if end else None,
+    }
+
+
+class SearchParamsSerializer(serializers.Serializer):
+    """``GET /memory/search``'s parameters. Validated, they add ``kinds`` (the searchable kinds
+    of the memory types asked for), ``start``/``end`` (the explicit dates, or the range of a
+    time phrase in the query with ``temporal``) and ``temporal_expression``."""
+
+    query = serializers.CharField(max_length=10_000, trim_whitespace=True)
+    memory_type = serializers.CharField(
+        required=False,
+        default="all",
+        help_text="all (default), episodic, semantic, procedural, resource, knowledge_vault",
+    )
+    search_field = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="one text field of the type: narrows the keyword lane",
+    )
+    search_method = serializers.ChoiceField(
+        METHODS, required=False, default="hybrid", help_text="default hybrid"
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=10,
+        min_value=1,
+        max_value=MAX_LIMIT,
+        help_text="per memory type, 1-100 (default 10)",
+    )
+    filter_tags = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="JSON object; memories whose tags contain it",
+    )
+    similarity_threshold = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0.0,
+        max_value=2.0,
+        help_text="max cosine distance, vector lane only",
+    )
+    start_date = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default_timezone=UTC,
+        help_text="ISO 8601; episodic memories only",
+    )
+    end_date = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default_timezone=UTC,
+        help_text="ISO 8601; episodic memories only",
+    )
+    include_secrets = serializers.BooleanField(
+        required=False, default=False, help_text="show knowledge-vault values"
+    )
+    temporal = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="read a phrase pinning a past time in the query ('a week ago', 'in March') "
+        "as the episodic date range; start_date/end_date win",
+    )
+    as_of = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default_timezone=UTC,
+        help_text="ISO 8601; the moment temporal phrases are read from (now)",
+    )
+
+    def validate_filter_tags(self, value: str) -> dict[str, Any]:
+        return _filter_tags(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = attrs.get("memory_type") or "all"
+        if name == "all":
+            kinds = memory_kinds()
+        else:
+            memory_type = memory_type_resolve(name)
+            if memory_type is None or memory_type.kind is None:
+                raise serializers.ValidationError(
+                    {"memory_type": [f"Unknown memory type {name!r}."]}
+                )
+            kinds = (memory_type.kind,)
+        field = attrs.get("search_field")
+        if field in (None, "", "null", "None"):
+            field = None
+        elif len(kinds) != 1 or field not in kinds[0].text_fields:
+            raise serializers.ValidationError(
+                {"search_field": ["Name one text field of the one memory type searched."]}
+            )
+        _dates_check(attrs)
+        found = (
+            temporal_range(attrs["query"], now=as_of(attrs), precise=True)
+            if attrs["temporal"]
+            else None
+        )
+        start, end = date_bounds(attrs.get("start_date"), attrs.get("end_date"), found)
+        return attrs | {
+            "kinds": kinds,
+            "search_field": field,
+            "filter_tags": attrs.get("filter_tags") or {},
+            "start": start,
+            "end": end,
+            "temporal_expression": found.expression if found is not None else None,
+        }
+
+
+class SearchResultSerializer(MemorySerializer):
+    """A memory plus how it was found: its fused score, each lane's rank, the gate's word."""
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        hit = instance
+        data = MemorySerializer(
+            hit.row, context={**self.context, "memory_type": MEMORY_TYPES[hit.kind.name]}
+        ).to_representation(hit.row)
+        candidate = hit.candidate
+        data["score"] = candidate.score
+        data["ranks"] = {"bm25": candidate.bm25_rank, "embedding": candidate.vector_rank}
+        data["bm25_score"] = candidate.bm25_score
+        data["similarity"] = candidate.similarity
+        data["gate"] = candidate.gate
+        return data
+
+
+class SearchOutputSerializer(serializers.Serializer):
+    success = serializers.BooleanField()
+    query = serializers.CharField()
+    memory_type = serializers.CharField()
+    search_field = serializers.CharField(allow_null=True)
+    search_method = serializers.CharField()
+    date_range = serializers.DictField(allow_null=True)
+    temporal_expression = serializers.CharField(allow_null=True)
+    results = SearchResultSerializer(many=True)
+    count = serializers.IntegerField()
+
+
+def memories_grouped(
+    outcome: SearchOutcome, core: list[CoreMemoryBlock], *, include_secrets: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """The MIRIX ``memories`` shape: every type present, core blocks whole."""
+    grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
+    context = {"include_secrets": include_secrets}
+    for hit in outcome.hits:
+        grouped[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
+    grouped["core"] = MemorySerializer(
+        core, many=True, context={"memory_type": MEMORY_TYPES["core"]}
+    ).data
+    return grouped
+
+
+class RetrieveTopicParamsSerializer(serializers.Serializer):
+    user_id = UserIdField()
+    topic = serializers.CharField(max_length=10_000)
+    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = serializers.CharField(required=False, allow_blank=True)
+    use_cache = serializers.BooleanField(required=False)
+
+    def validate_filter_tags(self, value: str) -> dict[str, Any]:
+        return _filter_tags(value)
+
+
+class RetrievedByTopicSerializer(serializers.Serializer):
+    success = serializers.BooleanField()
+    topic = serializers.CharField()
+    memories = serializers.DictField(child=SearchResultSerializer(many=True))
+
+
+class RetrieveConversationInputSerializer(serializers.Serializer):
+    user_id = UserIdField()
+    messages = serializers.ListField(child=serializers.JSONField(), max_length=1000)
+    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    # The moment time phrases are read from ("yesterday" of which day); now by default.
+    as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+    # Sent by the MIRIX client; accepted and ignored.
+    use_cache = serializers.BooleanField(required=False)
+    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return _filter_tags(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        messages = messages_check(attrs["messages"])
+        if not any(
+            message.text.strip()
+            or message.image_urls
+            or any(part["type"] == "image" for part in message.parts)
+            for message in messages
+        ):
+            raise serializers.ValidationError(
+                {"messages": ["The messages hold no text and no image: nothing to retrieve for."]}
+            )
+        _dates_check(attrs)
+        return attrs | {
+            "messages": messages,
+            "filter_tags": attrs.get("filter_tags") or {},
+            "as_of": as_of(attrs),
+        }
+
+
+class RetrievedByConversationSerializer(serializers.Serializer):
+    success = serializers.BooleanField()
+    topics = serializers.ListField(child=serializers.CharField())
+    temporal_expression = serializers.CharField(allow_null=True)
+    date_range = serializers.DictField(allow_null=True)
+    memories = serializers.DictField(child=SearchResultSerializer(many=True))

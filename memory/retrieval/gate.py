@@ -1,0 +1,107 @@
+"""The similarity gate's thresholds: measured per embedding model (and, where a kind's texts
+call for it, per kind) on related and unrelated text pairs, read by every hybrid search.
+
+- ``min_similarity``: the unrelated pairs' 95th percentile (a result scoring lower looks like
+  an unrelated pair, and is dropped), but never above the related pairs' 5th percentile (where
+  the model separates the two poorly, keep what is related rather than drop it);
+- ``strong_similarity``: above every unrelated pair measured and at least the related pairs'
+  90th percentile: a result there is ranked first, so it must be rare and sure.
+
+Each passage is embedded as the index embeds it (the chunks that fit the model) and compared
+through its nearest chunk, as the vector lane compares it.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Sequence
+from functools import cache
+
+from memory.models import GateCalibration
+from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.fusion import Thresholds
+from memory.retrieval.kinds import SearchableKind
+
+logger = logging.getLogger(__name__)
+
+MIN_RELATED_PAIRS = 10
+
+
+@cache
+def _warn_uncalibrated(model: str) -> None:
+    logger.warning(
+        "no similarity-gate calibration for embedding model %s: the gate is off "
+        "(run `manage.py calibrate_gate`)",
+        model,
+    )
+
+
+def gate_thresholds(*, model: str, kinds: Sequence[SearchableKind]) -> dict[str, Thresholds | None]:
+    """Each kind's thresholds for the model: its own calibration, else the model's, else None
+    (the gate is off, with a warning). One query."""
+    names = [kind.name for kind in kinds]
+    calibrations = {
+        calibration.kind: Thresholds(calibration.min_similarity, calibration.strong_similarity)
+        for calibration in GateCalibration.objects.filter(model=model, kind__in=["", *names])
+    }
+    if "" not in calibrations and any(name not in calibrations for name in names):
+        _warn_uncalibrated(model)
+    return {name: calibrations.get(name, calibrations.get("")) for name in names}
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    lower, upper = int(position), min(int(position) + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def _cosine(left: list[float], right: list[float]) -> float:
+    dot = sum(a * b for a, b in zip(left, right, strict=True))
+    norm = (sum(a * a for a in left) * sum(b * b for b in right)) ** 0.5
+    return dot / norm if norm else 0.0
+
+
+def gate_calibrate(
+    *,
+    embedder: EmbeddingProvider,
+    related_pairs: Sequence[tuple[str, str]],
+    kind: SearchableKind | None = None,
+) -> GateCalibration:
+    """Measure the model on (question, passage) pairs that belong together, every other pairing
+    counting as unrelated, and store the thresholds for the model (or for one kind of it)."""
+    if len(related_pairs) < MIN_RELATED_PAIRS:
+        raise ValueError(f"At least {MIN_RELATED_PAIRS} related pairs are needed.")
+    questions = embedder.embed([question for question, _ in related_pairs])
+    passages = [embedder.chunk(passage) for _, passage in related_pairs]
+    vectors = embedder.embed([chunk for chunks in passages for chunk in chunks])
+    embedded, start = [], 0
+    for chunks in passages:
+        embedded.append(vectors[start : start + len(chunks)])
+        start += len(chunks)
+    related = [
+        max(_cosine(question, chunk) for chunk in passage)
+        for question, passage in zip(questions, embedded, strict=True)
+    ]
+    unrelated = [
+        max(_cosine(question, chunk) for chunk in passage)
+        for i, question in enumerate(questions)
+        for j, passage in enumerate(embedded)
+        if i != j
+    ]
+    minimum = min(_percentile(unrelated, 0.95), _percentile(related, 0.05))
+    strong = max(*unrelated, _percentile(related, 0.9))
+    calibration, _ = GateCalibration.objects.update_or_create(
+        model=embedder.model_name,
+        kind=kind.name if kind is not None else "",
+        defaults={
+            "min_similarity": round(minimum, 4),
+            "strong_similarity": round(strong, 4),
+            "related_pairs": len(related),
+            "unrelated_pairs": len(unrelated),
+            "related_mean": round(statistics.fmean(related), 4),
+            "unrelated_mean": round(statistics.fmean(unrelated), 4),
+        },
+    )
+    return calibration

@@ -1,0 +1,165 @@
+"""Searchable kinds: what the retrieval engine searches.
+
+A kind is a model of tenant-owned rows (``accounts.models.Owned``) whose text is searched by
+BM25 and by embeddings. Each app declares its kinds and registers them from its
+``AppConfig.ready()`` (memory its memory types, skills its experiences and skills); the engine
+(index writes, BM25, vector lanes, per-user indexes, fusion, gate, log, re-embedding) serves
+every registered kind and names none. ``memory.retrieval.checks`` refuses a registry in which two
+kinds share a name or a code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from django.core.exceptions import EmptyResultSet, FullResultSet, ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connection, models
+from django.db.models import Q
+
+# A posting row names its kind by this small number: PostgreSQL's smallint, unsigned.
+MAX_CODE = 32767
+
+
+@dataclass(frozen=True, eq=False)
+class SearchableKind:
+    """One kind of searchable row.
+
+    - ``code``: the kind's number in the index tables; stable for as long as rows of the kind
+      exist (a kind's postings outlive it only as garbage, so a code is never given to another).
+    - ``embedding_model``: the kind's ``memory.models.Embedding`` table, with exactly one
+      foreign key to ``model``.
+    - ``text_fields``: what BM25 and the embeddings read, in this order.
+    - ``time_field``: the date a date range filters on (None: the kind has no date of its own;
+      a date-filtered search then leaves the kind's rows out).
+    - ``current``: the rows a search and a plain read see; the others (superseded, retired) are
+      kept but not returned.
+    - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
+      tags; a tag-filtered search then leaves the kind's rows out).
+    """
+
+    name: str
+    code: int
+    model: type[models.Model]
+    embedding_model: type[models.Model]
+    text_fields: tuple[str, ...]
+    time_field: str | None = None
+    current: Q = field(default_factory=Q)
+    tags_field: str | None = "filter_tags"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @cached_property
+    def table(self) -> str:
+        return self.model._meta.db_table
+
+    @cached_property
+    def embedding_table(self) -> str:
+        return self.embedding_model._meta.db_table
+
+    @cached_property
+    def _embedding_foreign_key(self) -> models.Field:
+        keys = [
+            model_field
+            for model_field in self.embedding_model._meta.concrete_fields
+            if model_field.is_relation and model_field.related_model is self.model
+        ]
+        if len(keys) != 1:
+            raise ImproperlyConfigured(
+                f"{self.embedding_model.__name__} needs one foreign key to "
+                f"{self.model.__name__}, not {len(keys)}"
+            )
+        return keys[0]
+
+    @property
+    def embedding_key(self) -> str:
+        """The embeddings table's column naming the row an embedding is of (for SQL)."""
+        return self._embedding_foreign_key.column
+
+    @property
+    def embedding_attname(self) -> str:
+        """The same as the embeddings model's attribute (for the ORM)."""
+        return self._embedding_foreign_key.attname
+
+    def column(self, field_name: str) -> str:
+        return self.model._meta.get_field(field_name).column
+
+    def text(self, row: models.Model) -> str:
+        """The text a row is searched and embedded by: its text fields in order, leaving out a
+        field whose text another field already holds (an episode's summary is usually the first
+        line of its details), so that neither BM25 nor the embedding counts it twice."""
+        values = []
+        for name in self.text_fields:
+            value = getattr(row, name)
+            if isinstance(value, list):
+                value = "\n".join(str(item) for item in value)
+            if value:
+                values.append(str(value))
+        kept = [
+            value
+            for index, value in enumerate(values)
+            if not any(value.rstrip("…") in other for other in values[index + 1 :])
+        ]
+        return "\n".join(kept)
+
+    def current_where(self, alias: str = "") -> tuple[str, dict[str, Any]]:
+        """``current`` as SQL over the kind's table (``alias``: a prefix such as "m."), with
+        named parameters, for the engine's hand-written queries."""
+        sql, params = self._current_sql
+        return sql.replace(_TABLE_MARK, alias), dict(params)
+
+    @cached_property
+    def _current_sql(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        # Compiled by the ORM once, so that SQL and ORM reads apply the same declaration.
+        query = self.model.objects.filter(self.current).query
+        compiler = query.get_compiler(DEFAULT_DB_ALIAS)
+        try:
+            sql, positional = query.where.as_sql(compiler, connection)
+        except FullResultSet:
+            return "TRUE", ()
+        except EmptyResultSet:
+            return "FALSE", ()
+        sql = sql.replace(f"{connection.ops.quote_name(self.table)}.", _TABLE_MARK)
+        pieces = sql.split("%%")
+        named: list[tuple[str, Any]] = []
+        for index, piece in enumerate(pieces):
+            parts = piece.split("%s")
+            rebuilt = parts[0]
+            for part in parts[1:]:
+                name = f"current_{self.code}_{len(named)}"
+                named.append((name, positional[len(named)]))
+                rebuilt += f"%({name})s{part}"
+            pieces[index] = rebuilt
+        return "%%".join(pieces), tuple(named)
+
+
+_TABLE_MARK = "\x00table."
+_registry: list[SearchableKind] = []
+
+
+def kind_register(kind: SearchableKind) -> None:
+    """Add a kind (from an ``AppConfig.ready()``). Registering the same declaration again is a
+    no-op; a clash with another is for the system check to report."""
+    if kind not in _registry:
+        _registry.append(kind)
+
+
+def kind_unregister(kind: SearchableKind) -> None:
+    """Take a kind out again (tests that register their own)."""
+    if kind in _registry:
+        _registry.remove(kind)
+
+
+def kinds() -> tuple[SearchableKind, ...]:
+    """Every registered kind, in registration order."""
+    return tuple(_registry)
+
+
+def kind_get(name: str) -> SearchableKind | None:
+    return next((kind for kind in _registry if kind.name == name), None)
+
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -1,0 +1,45 @@
+"""The one call every retrieval endpoint makes, memory or skill: search the rows the caller may
+read with the embedding model searches read now, and write the retrieval log."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from accounts.models import EndUser
+from accounts.tenancy import Scope, Tenant
+from memory.retrieval.engine import SearchOutcome, SearchRequest, search
+from memory.retrieval.log import retrieval_log_write
+from memory.retrieval.spaces import read_embedder
+
+
+def retrieval_search(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    request: SearchRequest,
+    extra: dict[str, Any] | None = None,
+) -> SearchOutcome:
+    """Search the rows the tenant may read (of ``end_user``, or of every user when None) and
+    log the retrieval under ``endpoint`` (``extra``: what else the log should say of the
+    request). A blank query finds nothing, and is logged as asked."""
+    began = time.perf_counter()
+    if request.query.strip():
+        outcome = search(
+            request, scope=Scope.readable_by(tenant, end_user=end_user), embedder=read_embedder()
+        )
+    else:
+        outcome = SearchOutcome(hits=[], embedding_model=None)
+    retrieval_log_write(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        query=request.query,
+        method=request.method,
+        kinds=[kind.name for kind in request.kinds],
+        outcome=outcome,
+        latency_ms=(time.perf_counter() - began) * 1000,
+        extra=extra,
+    )
+    return outcome
