@@ -23,6 +23,8 @@ from urllib.parse import quote
 
 import requests
 
+from memory.providers.http import post_json_object
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -63,7 +65,6 @@ _ESTIMATED_BYTES_PER_TOKEN = 3
 # Well inside both services' per-input limits (OpenAI 8,192 tokens, Gemini 2,048) once the
 # estimate above errs, and long enough that a memory rarely needs more than one chunk.
 _REMOTE_MAX_CHUNK_TOKENS = 2048
-_ERROR_BODY_PREVIEW_CHARS = 300
 
 
 class EmbeddingError(Exception):
@@ -71,7 +72,8 @@ class EmbeddingError(Exception):
 
 
 class EmbeddingTransientError(EmbeddingError):
-    """A failure that may pass: timeout, connection error, HTTP 408, 429 or 5xx. Retry later."""
+    """A failure that may pass: a timeout, a dropped connection, a rate limit, a 5xx (the list
+    is ``memory.providers.http.TRANSIENT_HTTP_STATUSES``). Retry later."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -377,50 +379,17 @@ class _RemoteEmbeddingProvider(EmbeddingProvider):
     @abstractmethod
     def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
 
-    def _post_json(self, url: str, body: dict[str, Any]) -> Any:
-        try:
-            response = self._session.post(url, json=body, timeout=self._timeout)
-        except (
-            requests.ConnectionError,
-            requests.Timeout,
-            requests.exceptions.ChunkedEncodingError,
-        ) as exc:
-            raise EmbeddingTransientError(
-                f"{self._service} embeddings request failed: {type(exc).__name__}"
-            ) from exc
-        except requests.RequestException as exc:
-            # "from None": some of these (an invalid header value) quote the API key.
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings request could not be sent: {type(exc).__name__}"
-            ) from None
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
-            raise EmbeddingTransientError(
-                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}",
-                retry_after=_retry_after_seconds(response),
-            )
-        if status in (401, 403):
-            # The body of an authentication error may quote (part of) the key: leave it out.
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings rejected the API key (HTTP {status})."
-            )
-        if not 200 <= status < 300:
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}"
-            )
-        try:
-            return response.json()
-        except ValueError:
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings answered with something that is not JSON: "
-                f"{self._preview(response)}"
-            ) from None
-
-    def _preview(self, response: requests.Response) -> str:
-        text = response.text[:_ERROR_BODY_PREVIEW_CHARS]
-        if self._api_key:
-            text = text.replace(self._api_key, "[redacted]")
-        return text
+    def _post_json(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return post_json_object(
+            self._session,
+            url,
+            body=body,
+            timeout=self._timeout,
+            label=f"{self._service} embeddings",
+            api_key=self._api_key,
+            transient_error=EmbeddingTransientError,
+            permanent_error=EmbeddingPermanentError,
+        )
 
     def _vector(self, values: Any) -> list[float]:
         """A checked, unit-length copy of one vector from the response."""
@@ -468,7 +437,7 @@ class OpenAIEmbeddingProvider(_RemoteEmbeddingProvider):
         if self._requested_dimensions is not None:
             body["dimensions"] = self._requested_dimensions
         payload = self._post_json(self._url, body)
-        data = payload.get("data") if isinstance(payload, dict) else None
+        data = payload.get("data")
         if not isinstance(data, list) or len(data) != len(texts):
             raise EmbeddingPermanentError(
                 f"OpenAI embeddings answered without one item of 'data' per input "
@@ -512,7 +481,7 @@ class GeminiEmbeddingProvider(_RemoteEmbeddingProvider):
             ]
         }
         payload = self._post_json(self._url, body)
-        embeddings = payload.get("embeddings") if isinstance(payload, dict) else None
+        embeddings = payload.get("embeddings")
         if not isinstance(embeddings, list) or len(embeddings) != len(texts):
             raise EmbeddingPermanentError(
                 f"Gemini embeddings answered without one embedding per input ({len(texts)} sent)."
@@ -551,17 +520,6 @@ def _check_size(vector: Sequence[float], dimensions: int, where: str) -> None:
         raise EmbeddingPermanentError(
             f"{where} returned {len(vector)} dimensions instead of {dimensions}."
         )
-
-
-def _retry_after_seconds(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: rare for these APIs, and the task's backoff covers it
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 # --- Choosing a provider -----------------------------------------------------------------------
