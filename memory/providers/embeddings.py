@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -23,12 +22,14 @@ from urllib.parse import quote
 
 import requests
 
+from memory.providers.chunking import chunk_text
 from memory.providers.http import post_json_object
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 __all__ = [
+    "LOCAL_MODEL_DIMENSIONS",
     "LOCAL_MODEL_NAME",
     "EmbeddingError",
     "EmbeddingPermanentError",
@@ -42,6 +43,7 @@ __all__ = [
     "embedding_provider_from_settings",
 ]
 
+# The default embedding model (EMBEDDING_MODEL), bundled offline; settings read it from here.
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
 LOCAL_MODEL_DIMENSIONS = 384
 
@@ -99,18 +101,6 @@ class EmbeddingSettings:
     timeout: float = 30.0
 
 
-# Boundaries tried in order when a text is too long for one chunk: paragraphs (a blank line),
-# then sentences, then words. CJK sentence ends (the ideographic full stop and the full-width
-# exclamation and question marks) carry no space after them, hence the match that may be empty.
-_CHUNK_BOUNDARIES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\n[^\S\n]*\n\s*"),
-    re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*"),
-    re.compile(r"\s+"),
-)
-
-Span = tuple[int, int]
-
-
 class EmbeddingProvider(ABC):
     """One embedding model. Subclasses set ``model_name`` and ``dimensions`` in ``__init__``."""
 
@@ -138,88 +128,13 @@ class EmbeddingProvider(ABC):
         """
 
     def chunk(self, text: str) -> list[str]:
-        """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each.
+        """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each, cut at
+        paragraphs, else sentences, else words (``memory.providers.chunking.chunk_text``).
 
-        A text that fits is returned unchanged as the only chunk, so ``""`` gives ``[""]`` and
-        callers can count on at least one chunk per text. A longer text is cut at paragraph
-        boundaries where possible, else at sentence ends, else between words, else (a single
-        over-long "word", such as a pasted blob) between characters. Chunks are slices of
-        ``text`` in order, stripped of the whitespace they were cut at.
+        A text that fits is its own only chunk, so ``""`` gives ``[""]``: every text has at
+        least one.
         """
-        if self.count_tokens(text) <= self.max_chunk_tokens:
-            return [text]
-        spans = self._split(text, (0, len(text)), level=0)
-        # Only a text of nothing but whitespace (too long by the remote estimate) has no words.
-        return [text[start:end] for start, end in spans] or [""]
-
-    def _split(self, text: str, span: Span, *, level: int) -> list[Span]:
-        if level == len(_CHUNK_BOUNDARIES):
-            return self._split_characters(text, span)
-        limit = self.max_chunk_tokens
-        chunks: list[Span] = []
-        group: list[Span] = []
-        group_tokens = 0
-        for unit in _units(text, span, _CHUNK_BOUNDARIES[level]):
-            unit_tokens = self.count_tokens(text[unit[0] : unit[1]])
-            if unit_tokens > limit:
-                chunks += self._fitted(text, group)
-                group, group_tokens = [], 0
-                chunks += self._split(text, unit, level=level + 1)
-                continue
-            if group:
-                gap_tokens = self.count_tokens(text[group[-1][1] : unit[0]])
-                if group_tokens + gap_tokens + unit_tokens <= limit:
-                    group.append(unit)
-                    group_tokens += gap_tokens + unit_tokens
-                    continue
-                chunks += self._fitted(text, group)
-            group, group_tokens = [unit], unit_tokens
-        chunks += self._fitted(text, group)
-        return chunks
-
-    def _fitted(self, text: str, group: list[Span]) -> list[Span]:
-        """The group as one chunk, or halved until each part fits.
-
-        Units were packed by adding their token counts, which is exact for a tokenizer that
-        splits at whitespace first but not for every tokenizer (or estimate); halving ends at
-        single units, each of which was measured to fit on its own.
-        """
-        if not group:
-            return []
-        whole = (group[0][0], group[-1][1])
-        if len(group) == 1 or self.count_tokens(text[whole[0] : whole[1]]) <= self.max_chunk_tokens:
-            return [whole]
-        middle = len(group) // 2
-        return self._fitted(text, group[:middle]) + self._fitted(text, group[middle:])
-
-    def _split_characters(self, text: str, span: Span) -> list[Span]:
-        start, end = span
-        if end - start <= 1 or self.count_tokens(text[start:end]) <= self.max_chunk_tokens:
-            return [span]
-        middle = (start + end) // 2
-        return self._split_characters(text, (start, middle)) + self._split_characters(
-            text, (middle, end)
-        )
-
-
-def _units(text: str, span: Span, boundary: re.Pattern[str]) -> Iterator[Span]:
-    """The non-blank pieces of ``text[span]`` between matches of ``boundary``, stripped."""
-    start, end = span
-    position = start
-    for match in boundary.finditer(text, start, end):
-        yield from _stripped(text, (position, match.start()))
-        position = match.end()
-    yield from _stripped(text, (position, end))
-
-
-def _stripped(text: str, span: Span) -> Iterator[Span]:
-    start, end = span
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if start < end:
-        yield (start, end)
+        return chunk_text(text, count_tokens=self.count_tokens, max_tokens=self.max_chunk_tokens)
 
 
 # --- Local: all-MiniLM-L6-v2 on the CPU -------------------------------------------------------
@@ -281,8 +196,8 @@ def _load_local_model() -> SentenceTransformer:
 class LocalEmbeddingProvider(EmbeddingProvider):
     """all-MiniLM-L6-v2 through sentence-transformers, on the CPU, offline."""
 
-    # Texts per forward pass. On 2 cores 64 and 128 ran alike (~700 short texts/s), 32 and 256
-    # slower; sentence-transformers sorts by length, so padding stays small either way.
+    # Texts per forward pass: on 2 cores 64 and 128 ran alike, 32 and 256 slower.
+    # sentence-transformers sorts by length, so padding stays small either way.
     _BATCH_SIZE = 64
 
     def __init__(self, settings: EmbeddingSettings) -> None:
