@@ -15,6 +15,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from memory.models.agents import MEMORY_COMPONENTS
+from memory.providers.embeddings import (
+    GEMINI_MODEL_DIMENSIONS,
+    LOCAL_MODEL_DIMENSIONS,
+    LOCAL_MODEL_NAME,
+    OPENAI_MODEL_DIMENSIONS,
+)
 
 # The endpoint types the MIRIX 0.1.7 client accepts in an AgentState it parses.
 LLM_ENDPOINT_TYPES = frozenset(
@@ -141,12 +147,9 @@ PROVIDERS = tuple(PROVIDER_DEFAULTS)
 
 # Dimensions of embedding models we know, so a config may omit embedding_dim for them.
 KNOWN_EMBEDDING_DIMS = {
-    "all-MiniLM-L6-v2": 384,
-    "text-embedding-3-small": 1536,
-    "text-embedding-3-large": 3072,
-    "text-embedding-ada-002": 1536,
-    "text-embedding-004": 768,
-    "gemini-embedding-001": 768,
+    LOCAL_MODEL_NAME: LOCAL_MODEL_DIMENSIONS,
+    **OPENAI_MODEL_DIMENSIONS,
+    **GEMINI_MODEL_DIMENSIONS,
 }
 
 # MIRIX agent names in meta_agent_config.agents, and the memory component each one enables.

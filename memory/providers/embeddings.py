@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -23,10 +22,14 @@ from urllib.parse import quote
 
 import requests
 
+from memory.providers.chunking import chunk_text
+from memory.providers.http import post_json_object
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 __all__ = [
+    "LOCAL_MODEL_DIMENSIONS",
     "LOCAL_MODEL_NAME",
     "EmbeddingError",
     "EmbeddingPermanentError",
@@ -40,6 +43,7 @@ __all__ = [
     "embedding_provider_from_settings",
 ]
 
+# The default embedding model (EMBEDDING_MODEL), bundled offline; settings read it from here.
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
 LOCAL_MODEL_DIMENSIONS = 384
 
@@ -63,7 +67,6 @@ _ESTIMATED_BYTES_PER_TOKEN = 3
 # Well inside both services' per-input limits (OpenAI 8,192 tokens, Gemini 2,048) once the
 # estimate above errs, and long enough that a memory rarely needs more than one chunk.
 _REMOTE_MAX_CHUNK_TOKENS = 2048
-_ERROR_BODY_PREVIEW_CHARS = 300
 
 
 class EmbeddingError(Exception):
@@ -71,7 +74,8 @@ class EmbeddingError(Exception):
 
 
 class EmbeddingTransientError(EmbeddingError):
-    """A failure that may pass: timeout, connection error, HTTP 408, 429 or 5xx. Retry later."""
+    """A failure that may pass: a timeout, a dropped connection, a rate limit, a 5xx (the list
+    is ``memory.providers.http.TRANSIENT_HTTP_STATUSES``). Retry later."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -95,18 +99,6 @@ class EmbeddingSettings:
     # Required for remote models missing from the tables above.
     dimensions: int | None = None
     timeout: float = 30.0
-
-
-# Boundaries tried in order when a text is too long for one chunk: paragraphs (a blank line),
-# then sentences, then words. CJK sentence ends (the ideographic full stop and the full-width
-# exclamation and question marks) carry no space after them, hence the match that may be empty.
-_CHUNK_BOUNDARIES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\n[^\S\n]*\n\s*"),
-    re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*"),
-    re.compile(r"\s+"),
-)
-
-Span = tuple[int, int]
 
 
 class EmbeddingProvider(ABC):
@@ -136,88 +128,13 @@ class EmbeddingProvider(ABC):
         """
 
     def chunk(self, text: str) -> list[str]:
-        """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each.
+        """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each, cut at
+        paragraphs, else sentences, else words (``memory.providers.chunking.chunk_text``).
 
-        A text that fits is returned unchanged as the only chunk, so ``""`` gives ``[""]`` and
-        callers can count on at least one chunk per text. A longer text is cut at paragraph
-        boundaries where possible, else at sentence ends, else between words, else (a single
-        over-long "word", such as a pasted blob) between characters. Chunks are slices of
-        ``text`` in order, stripped of the whitespace they were cut at.
+        A text that fits is its own only chunk, so ``""`` gives ``[""]``: every text has at
+        least one.
         """
-        if self.count_tokens(text) <= self.max_chunk_tokens:
-            return [text]
-        spans = self._split(text, (0, len(text)), level=0)
-        # Only a text of nothing but whitespace (too long by the remote estimate) has no words.
-        return [text[start:end] for start, end in spans] or [""]
-
-    def _split(self, text: str, span: Span, *, level: int) -> list[Span]:
-        if level == len(_CHUNK_BOUNDARIES):
-            return self._split_characters(text, span)
-        limit = self.max_chunk_tokens
-        chunks: list[Span] = []
-        group: list[Span] = []
-        group_tokens = 0
-        for unit in _units(text, span, _CHUNK_BOUNDARIES[level]):
-            unit_tokens = self.count_tokens(text[unit[0] : unit[1]])
-            if unit_tokens > limit:
-                chunks += self._fitted(text, group)
-                group, group_tokens = [], 0
-                chunks += self._split(text, unit, level=level + 1)
-                continue
-            if group:
-                gap_tokens = self.count_tokens(text[group[-1][1] : unit[0]])
-                if group_tokens + gap_tokens + unit_tokens <= limit:
-                    group.append(unit)
-                    group_tokens += gap_tokens + unit_tokens
-                    continue
-                chunks += self._fitted(text, group)
-            group, group_tokens = [unit], unit_tokens
-        chunks += self._fitted(text, group)
-        return chunks
-
-    def _fitted(self, text: str, group: list[Span]) -> list[Span]:
-        """The group as one chunk, or halved until each part fits.
-
-        Units were packed by adding their token counts, which is exact for a tokenizer that
-        splits at whitespace first but not for every tokenizer (or estimate); halving ends at
-        single units, each of which was measured to fit on its own.
-        """
-        if not group:
-            return []
-        whole = (group[0][0], group[-1][1])
-        if len(group) == 1 or self.count_tokens(text[whole[0] : whole[1]]) <= self.max_chunk_tokens:
-            return [whole]
-        middle = len(group) // 2
-        return self._fitted(text, group[:middle]) + self._fitted(text, group[middle:])
-
-    def _split_characters(self, text: str, span: Span) -> list[Span]:
-        start, end = span
-        if end - start <= 1 or self.count_tokens(text[start:end]) <= self.max_chunk_tokens:
-            return [span]
-        middle = (start + end) // 2
-        return self._split_characters(text, (start, middle)) + self._split_characters(
-            text, (middle, end)
-        )
-
-
-def _units(text: str, span: Span, boundary: re.Pattern[str]) -> Iterator[Span]:
-    """The non-blank pieces of ``text[span]`` between matches of ``boundary``, stripped."""
-    start, end = span
-    position = start
-    for match in boundary.finditer(text, start, end):
-        yield from _stripped(text, (position, match.start()))
-        position = match.end()
-    yield from _stripped(text, (position, end))
-
-
-def _stripped(text: str, span: Span) -> Iterator[Span]:
-    start, end = span
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if start < end:
-        yield (start, end)
+        return chunk_text(text, count_tokens=self.count_tokens, max_tokens=self.max_chunk_tokens)
 
 
 # --- Local: all-MiniLM-L6-v2 on the CPU -------------------------------------------------------
@@ -279,8 +196,8 @@ def _load_local_model() -> SentenceTransformer:
 class LocalEmbeddingProvider(EmbeddingProvider):
     """all-MiniLM-L6-v2 through sentence-transformers, on the CPU, offline."""
 
-    # Texts per forward pass. On 2 cores 64 and 128 ran alike (~700 short texts/s), 32 and 256
-    # slower; sentence-transformers sorts by length, so padding stays small either way.
+    # Texts per forward pass: on 2 cores 64 and 128 ran alike, 32 and 256 slower.
+    # sentence-transformers sorts by length, so padding stays small either way.
     _BATCH_SIZE = 64
 
     def __init__(self, settings: EmbeddingSettings) -> None:
@@ -377,50 +294,17 @@ class _RemoteEmbeddingProvider(EmbeddingProvider):
     @abstractmethod
     def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
 
-    def _post_json(self, url: str, body: dict[str, Any]) -> Any:
-        try:
-            response = self._session.post(url, json=body, timeout=self._timeout)
-        except (
-            requests.ConnectionError,
-            requests.Timeout,
-            requests.exceptions.ChunkedEncodingError,
-        ) as exc:
-            raise EmbeddingTransientError(
-                f"{self._service} embeddings request failed: {type(exc).__name__}"
-            ) from exc
-        except requests.RequestException as exc:
-            # "from None": some of these (an invalid header value) quote the API key.
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings request could not be sent: {type(exc).__name__}"
-            ) from None
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
-            raise EmbeddingTransientError(
-                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}",
-                retry_after=_retry_after_seconds(response),
-            )
-        if status in (401, 403):
-            # The body of an authentication error may quote (part of) the key: leave it out.
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings rejected the API key (HTTP {status})."
-            )
-        if not 200 <= status < 300:
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings answered HTTP {status}: {self._preview(response)}"
-            )
-        try:
-            return response.json()
-        except ValueError:
-            raise EmbeddingPermanentError(
-                f"{self._service} embeddings answered with something that is not JSON: "
-                f"{self._preview(response)}"
-            ) from None
-
-    def _preview(self, response: requests.Response) -> str:
-        text = response.text[:_ERROR_BODY_PREVIEW_CHARS]
-        if self._api_key:
-            text = text.replace(self._api_key, "[redacted]")
-        return text
+    def _post_json(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        return post_json_object(
+            self._session,
+            url,
+            body=body,
+            timeout=self._timeout,
+            label=f"{self._service} embeddings",
+            api_key=self._api_key,
+            transient_error=EmbeddingTransientError,
+            permanent_error=EmbeddingPermanentError,
+        )
 
     def _vector(self, values: Any) -> list[float]:
         """A checked, unit-length copy of one vector from the response."""
@@ -468,7 +352,7 @@ class OpenAIEmbeddingProvider(_RemoteEmbeddingProvider):
         if self._requested_dimensions is not None:
             body["dimensions"] = self._requested_dimensions
         payload = self._post_json(self._url, body)
-        data = payload.get("data") if isinstance(payload, dict) else None
+        data = payload.get("data")
         if not isinstance(data, list) or len(data) != len(texts):
             raise EmbeddingPermanentError(
                 f"OpenAI embeddings answered without one item of 'data' per input "
@@ -512,7 +396,7 @@ class GeminiEmbeddingProvider(_RemoteEmbeddingProvider):
             ]
         }
         payload = self._post_json(self._url, body)
-        embeddings = payload.get("embeddings") if isinstance(payload, dict) else None
+        embeddings = payload.get("embeddings")
         if not isinstance(embeddings, list) or len(embeddings) != len(texts):
             raise EmbeddingPermanentError(
                 f"Gemini embeddings answered without one embedding per input ({len(texts)} sent)."
@@ -551,17 +435,6 @@ def _check_size(vector: Sequence[float], dimensions: int, where: str) -> None:
         raise EmbeddingPermanentError(
             f"{where} returned {len(vector)} dimensions instead of {dimensions}."
         )
-
-
-def _retry_after_seconds(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: rare for these APIs, and the task's backoff covers it
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 # --- Choosing a provider -----------------------------------------------------------------------

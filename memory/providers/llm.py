@@ -19,23 +19,18 @@ import math
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 import requests
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from memory.providers.http import error_excerpt, post_json_object
+
 OPENAI_DEFAULT_API_BASE = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT_API_BASE = "https://api.anthropic.com"
 GEMINI_DEFAULT_API_BASE = "https://generativelanguage.googleapis.com"
 ANTHROPIC_API_VERSION = "2023-06-01"
-
-# 408 request timeout, 409 conflict (OpenAI and Anthropic use it for transient lock contention),
-# 425 too early, 429 rate limited; every 5xx is added on top.
-TRANSIENT_HTTP_STATUSES = frozenset({408, 409, 425, 429})
-ERROR_EXCERPT_CHARS = 300
 
 # Any reason other than a normal stop means the text is cut short or withheld, so it cannot be
 # trusted to be the whole JSON object even when it happens to parse.
@@ -49,7 +44,8 @@ class LLMError(Exception):
 
 
 class LLMTransientError(LLMError):
-    """A failure worth retrying later: a timeout, a dropped connection, a rate limit, a 5xx.
+    """A failure worth retrying later: a timeout, a dropped connection, a rate limit, a 5xx (the
+    list is ``memory.providers.http.TRANSIENT_HTTP_STATUSES``).
 
     ``retry_after`` is the server's ``Retry-After`` in seconds when it sent one.
     """
@@ -110,59 +106,20 @@ class LLMProvider(ABC):
 
     def _post(self, url: str, *, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded JSON object of a 2xx answer."""
-        try:
-            response = self._session.post(
-                url, headers=headers, json=body, timeout=self.settings.timeout
-            )
-        except requests.Timeout as error:
-            raise LLMTransientError(
-                f"{self.label} did not answer within {self.settings.timeout:g} s"
-            ) from error
-        # ChunkedEncodingError is a connection dropped in the middle of the answer.
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as error:
-            raise LLMTransientError(
-                self._redact(f"{self.label} connection failed: {error}")
-            ) from error
-        except requests.RequestException as error:
-            raise LLMPermanentError(
-                self._redact(f"{self.label} request failed: {error}")
-            ) from error
-
-        status = response.status_code
-        if status in TRANSIENT_HTTP_STATUSES or status >= 500:
-            raise LLMTransientError(
-                f"{self.label} returned HTTP {status}: {self._excerpt(response.text)}",
-                retry_after=_retry_after_seconds(response.headers.get("Retry-After")),
-            )
-        if not 200 <= status < 300:
-            raise LLMPermanentError(
-                f"{self.label} returned HTTP {status}: {self._excerpt(response.text)}"
-            )
-        try:
-            payload = response.json()
-        except ValueError as error:
-            raise LLMPermanentError(
-                f"{self.label} returned HTTP {status} with a body that is not JSON: "
-                f"{self._excerpt(response.text)}"
-            ) from error
-        if not isinstance(payload, dict):
-            raise LLMPermanentError(
-                f"{self.label} returned HTTP {status} with JSON that is not an object: "
-                f"{self._excerpt(response.text)}"
-            )
-        return payload
-
-    def _redact(self, text: str) -> str:
-        # Some servers echo the key they rejected; it must not reach logs or task results.
-        if self.settings.api_key:
-            text = text.replace(self.settings.api_key, "[redacted]")
-        return text
+        return post_json_object(
+            self._session,
+            url,
+            body=body,
+            headers=headers,
+            timeout=self.settings.timeout,
+            label=self.label,
+            api_key=self.settings.api_key,
+            transient_error=LLMTransientError,
+            permanent_error=LLMPermanentError,
+        )
 
     def _excerpt(self, text: str) -> str:
-        flattened = " ".join(self._redact(text).split())
-        if len(flattened) <= ERROR_EXCERPT_CHARS:
-            return flattened or "(empty body)"
-        return flattened[: ERROR_EXCERPT_CHARS - 1] + "…"
+        return error_excerpt(text, api_key=self.settings.api_key)
 
     def _json_object(self, text: str) -> dict[str, Any]:
         """The JSON object in a model's text answer, bare or inside a Markdown code fence."""
@@ -428,22 +385,3 @@ def _token_count(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
-
-
-def _retry_after_seconds(header: str | None) -> float | None:
-    """``Retry-After`` as seconds from now: it is either a number of seconds or an HTTP date."""
-    if not header:
-        return None
-    try:
-        seconds = float(header)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

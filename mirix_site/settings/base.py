@@ -7,6 +7,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+# Safe before Django is set up: that module imports nothing of Django when imported.
+from memory.providers.embeddings import LOCAL_MODEL_NAME
 from mirix_site.settings.env import (
     env_bool,
     env_choice,
@@ -202,7 +204,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- Providers (DESIGN.md section 7) ---------------------------------------------------------
 EMBEDDING_PROVIDER = env_choice("EMBEDDING_PROVIDER", "local", ["local", "openai", "gemini"])
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", LOCAL_MODEL_NAME)
 # Needed only for a remote model whose size the server does not know.
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 0, minimum=0) or None
 EMBEDDING_API_BASE = env_url("EMBEDDING_API_BASE", None, schemes=["http", "https"])
@@ -215,10 +217,9 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 
 # --- Retrieval -------------------------------------------------------------------------------
 # Weights of the two lanes in reciprocal-rank fusion (k = 60): each adds weight / (60 + rank).
-# With all-MiniLM-L6-v2 the vector lane is far weaker than BM25 on chat memories (LoCoMo
-# recall_any@10 0.51 against 0.74), and equal weights pulled hybrid below BM25 (0.65); at 0.1
-# it reorders and adds results without outvoting BM25 (bench/RESULTS.md). Raise it for a
-# stronger embedding model.
+# With all-MiniLM-L6-v2 the vector lane is far weaker than BM25 on chat memories: at equal
+# weights it pulled hybrid below BM25, at 0.1 it reorders and adds results without outvoting
+# BM25 (bench/RESULTS.md). Raise it for a stronger embedding model.
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection

@@ -296,13 +296,13 @@ def test_refused_connection_is_transient(provider: str) -> None:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-@pytest.mark.parametrize("status", [400, 401])
+@pytest.mark.parametrize("status", [400, 404])
 def test_client_errors_are_permanent_and_never_show_the_key(
     loopback: LoopbackServer, provider: str, status: int
 ) -> None:
-    # OpenAI-style servers echo the rejected key back in the error message.
+    # Some servers echo the key they were sent in the error message.
     loopback.respond_json(
-        {"error": {"message": f"Incorrect API key provided: {API_KEY}"}}, status=status
+        {"error": {"message": f"Model not found for API key {API_KEY}"}}, status=status
     )
 
     with pytest.raises(LLMPermanentError) as raised:
@@ -310,7 +310,7 @@ def test_client_errors_are_permanent_and_never_show_the_key(
 
     message = str(raised.value)
     assert str(status) in message
-    assert "Incorrect API key provided" in message
+    assert "Model not found" in message
     assert API_KEY not in message
 
 

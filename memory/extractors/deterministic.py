@@ -1,0 +1,264 @@
+"""The deterministic extractor: no LLM, only what the text shows.
+
+Episodic events per exchange (who said what, when, in reply to what), plus the links, files,
+images and sensitive values it can recognize. Its episode text is what the retrieval benchmarks
+(bench/RESULTS.md) search, so a change to it shows there.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from memory.extractors.proposals import ExtractionOutcome, Proposal
+from memory.extractors.transcript import speaker, transcript_line
+from sessions.models import Message
+
+SUMMARY_CHARS = 300
+# An episode carries the end of the turn it answers, up to this many characters (see _context).
+CONTEXT_CHARS = 200
+REDACTED = "[secret kept in the knowledge vault]"
+
+
+def _shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# --- What the deterministic extractor recognizes -----------------------------------------------
+
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
+_FILE = re.compile(
+    r"(?<![\w/.@-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:pdf|docx?|xlsx?|pptx?|csv|tsv|txt|md|rst|py|js|ts|"
+    r"tsx|jsx|go|rs|java|rb|php|c|cpp|h|sql|json|ya?ml|toml|ini|cfg|log|html|css|ipynb|png|jpe?g|"
+    r"gif|svg|webp|zip|tar|gz|mp3|mp4|wav))\b",
+    re.IGNORECASE,
+)
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_PHONE = re.compile(r"(?<![\w+])\+?\d[\d\s().-]{7,}\d(?!\w)")
+_SECRETS: list[tuple[str, re.Pattern[str]]] = [
+    ("api_key", re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}")),
+    ("api_key", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}\b")),
+    ("api_key", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b")),
+    ("api_key", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),
+    ("api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+    ("api_key", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
+    ("api_key", re.compile(r"\bmxk_[0-9a-f]{16}_[A-Za-z0-9]{40}\b")),
+    ("password", re.compile(r"(?i)\b(?:password|passcode|passwd|pin)\s*(?:is|:|=)\s*(\S{4,})")),
+]
+
+
+def _secrets_in(text: str) -> list[tuple[str, str]]:
+    found = []
+    for kind, pattern in _SECRETS:
+        for match in pattern.finditer(text):
+            found.append((kind, match.group(match.lastindex or 0)))
+    return found
+
+
+def _redact(text: str) -> str:
+    for _kind, value in _secrets_in(text):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def _sentence_around(text: str, needle: str) -> str:
+    start = text.find(needle)
+    if start < 0:
+        return _shorten(text)
+    left = max(text.rfind(".", 0, start), text.rfind("\n", 0, start)) + 1
+    right_candidates = [i for i in (text.find(". ", start), text.find("\n", start)) if i >= 0]
+    right = min(right_candidates) + 1 if right_candidates else len(text)
+    return _shorten(text[left:right].strip())
+
+
+def _exchanges(messages: list[Message]) -> list[list[Message]]:
+    """Consecutive turns of one session, each starting at a user turn (system turns left out)."""
+    exchanges: list[list[Message]] = []
+    for message in messages:
+        if message.role == Message.Role.SYSTEM:
+            continue
+        current = exchanges[-1] if exchanges else None
+        starts_new = (
+            current is None
+            or message.session_id != current[0].session_id
+            or (message.role == Message.Role.USER and current[-1].role != Message.Role.USER)
+        )
+        if starts_new:
+            exchanges.append([message])
+        else:
+            current.append(message)
+    return exchanges
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _context(before: Message | None) -> str | None:
+    """What an exchange answers: the last sentences (at most CONTEXT_CHARS) of the turn before
+    it, where the question or remark it replies to usually is. A reply without it is half an
+    event ("Caroline: a sunset, last week"), and a search for what was asked misses it."""
+    if before is None or before.role not in (Message.Role.USER, Message.Role.ASSISTANT):
+        return None
+    text = " ".join(before.text.split())
+    if not text:
+        return None
+    context = ""
+    for sentence in reversed(_SENTENCE_END.split(text)):
+        longer = f"{sentence} {context}" if context else sentence
+        if context and len(longer) > CONTEXT_CHARS:
+            break
+        context = longer
+    if len(context) > CONTEXT_CHARS:  # the last sentence alone is longer: its end
+        context = "…" + context[-(CONTEXT_CHARS - 1) :].lstrip()
+    return f"{speaker(before)}: {context}"
+
+
+def _episodic(exchange: list[Message], before: Message | None = None) -> Proposal | None:
+    lines = [transcript_line(message) for message in exchange if message.text or message.tool_calls]
+    if not lines:
+        return None
+    context = _context(before)
+    if context is not None:
+        lines.insert(0, f"(replying to {context})")
+    opener = exchange[0]
+    summary_source = next((message for message in exchange if message.text), opener)
+    return Proposal(
+        memory_type="episodic",
+        fields={
+            "event_type": "conversation",
+            "summary": _redact(_shorten(f"{speaker(summary_source)}: {summary_source.text}")),
+            "details": _redact("\n".join(lines)),
+            "actor": speaker(opener),
+        },
+        source_message_ids=[message.pk for message in exchange],
+        occurred_at=opener.occurred_at,
+        filter_tags=opener.filter_tags,
+    )
+
+
+def _resources(message: Message) -> list[Proposal]:
+    proposals = []
+    seen: set[str] = set()
+    for found in _URL.findall(message.text):
+        url = found.rstrip(".,;:!?")
+        if url in seen:
+            continue
+        seen.add(url)
+        parts = urlsplit(url)
+        proposals.append(
+            Proposal(
+                memory_type="resource",
+                fields={
+                    "title": _shorten(f"{parts.netloc}{parts.path}", 200),
+                    "summary": _redact(_sentence_around(message.text, url)),
+                    "content": _redact(message.text),
+                    "resource_type": "link",
+                    "uri": url,
+                },
+                source_message_ids=[message.pk],
+                occurred_at=message.occurred_at,
+                filter_tags=message.filter_tags,
+            )
+        )
+    text_without_urls = _URL.sub(" ", message.text)
+    for path in dict.fromkeys(_FILE.findall(text_without_urls)):
+        if _EMAIL.search(path):
+            continue
+        proposals.append(
+            Proposal(
+                memory_type="resource",
+                fields={
+                    "title": path,
+                    "summary": _redact(_sentence_around(message.text, path)),
+                    "content": _redact(message.text),
+                    "resource_type": "file",
+                    "uri": "",
+                },
+                source_message_ids=[message.pk],
+                occurred_at=message.occurred_at,
+                filter_tags=message.filter_tags,
+            )
+        )
+    for part in message.content or []:
+        url = (
+            (part.get("image_url") or {}).get("url", "") if part.get("type") == "image_url" else ""
+        )
+        image_id = part.get("image_id", "") if part.get("type") == "image" else ""
+        if not (url or image_id):
+            continue
+        remote = url.startswith(("http://", "https://"))
+        proposals.append(
+            Proposal(
+                memory_type="resource",
+                fields={
+                    "title": _shorten(url, 200) if remote else f"image {image_id[:12] or 'inline'}",
+                    "summary": _shorten(f"Image shared by {speaker(message)}. {message.text}"),
+                    "content": message.text,
+                    "resource_type": "image",
+                    "uri": url if remote else (f"image:{image_id}" if image_id else ""),
+                },
+                source_message_ids=[message.pk],
+                occurred_at=message.occurred_at,
+                filter_tags=message.filter_tags,
+            )
+        )
+    return proposals
+
+
+def _vault_items(message: Message) -> list[Proposal]:
+    found: list[tuple[str, str, str]] = []  # (entry type, value, sensitivity)
+    for kind, value in _secrets_in(message.text):
+        found.append((kind, value, "high"))
+    for email in _EMAIL.findall(message.text):
+        found.append(("email", email, "medium"))
+    for phone in _PHONE.findall(message.text):
+        digits = re.sub(r"\D", "", phone)
+        if 9 <= len(digits) <= 15:
+            found.append(("phone", phone.strip(), "medium"))
+    captions = {
+        "api_key": "API key",
+        "password": "Password",
+        "email": "Email address",
+        "phone": "Phone number",
+    }
+    proposals = []
+    for kind, value, sensitivity in dict.fromkeys(found):
+        proposals.append(
+            Proposal(
+                memory_type="knowledge_vault",
+                fields={
+                    "entry_type": kind,
+                    "caption": f"{captions[kind]} shared by {speaker(message)}: "
+                    + _redact(_sentence_around(message.text, value)).replace(value, f"<{kind}>"),
+                    "secret_value": value,
+                    "sensitivity": sensitivity,
+                    "source": f"{message.role} message",
+                },
+                source_message_ids=[message.pk],
+                occurred_at=message.occurred_at,
+                filter_tags=message.filter_tags,
+            )
+        )
+    return proposals
+
+
+def extract_deterministic(
+    messages: list[Message], preceding: dict[int, Message] | None = None
+) -> ExtractionOutcome:
+    """Episodic events (who said what, when, in reply to what) for each exchange, plus the
+    links, files, images and sensitive values the text shows. Secrets found are redacted from
+    the other memories. ``preceding``: per session, the turn before the first of these (from
+    an earlier batch), which the session's first exchange here replies to."""
+    proposals: list[Proposal] = []
+    last = dict(preceding or {})
+    for exchange in _exchanges(messages):
+        episodic = _episodic(exchange, before=last.get(exchange[0].session_id))
+        last[exchange[0].session_id] = exchange[-1]
+        if episodic is not None:
+            proposals.append(episodic)
+    for message in messages:
+        if message.role in (Message.Role.USER, Message.Role.ASSISTANT):
+            proposals.extend(_resources(message))
+            proposals.extend(_vault_items(message))
+    return ExtractionOutcome(proposals=proposals)
