@@ -131,6 +131,8 @@ def messages_pending_owners_list(*, created_before: datetime) -> list[PendingOwn
         for row in Message.objects.filter(
             extraction=Message.Extraction.PENDING, created_at__lt=created_before
         )
+        # Without clearing Meta.ordering its columns join the DISTINCT: one row per turn.
+        .order_by()
         .values_list("organization_id", "client_id", "end_user_id")
         .distinct()
     ]

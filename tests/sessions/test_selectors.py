@@ -1,16 +1,18 @@
 """The extraction worker's reads of the conversation store, where the end-to-end extraction tests
-cannot show them: two workers at once."""
+cannot show them: two workers at once, and what the recovery job is handed."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from sessions.models import Message
-from sessions.selectors import messages_pending_lock
-from tests.factories import chat_turns, tenant_fixture
+from sessions.selectors import PendingOwner, messages_pending_lock, messages_pending_owners_list
+from tests.factories import TenantFixture, chat_turns, tenant_fixture
 
 
 def _lock_in_another_worker(*, client_id: str, end_user_id: int) -> list[int]:
@@ -47,3 +49,17 @@ def test_a_second_worker_skips_the_turns_the_first_holds() -> None:
                 _lock_in_another_worker, client_id=first.client_id, end_user_id=first.end_user_id
             ).result()
     assert taken == [third.pk]
+
+
+def test_the_recovery_job_sees_each_owner_of_forgotten_turns_once(org: TenantFixture) -> None:
+    for session_id in ("s1", "s2"):
+        response = org.api.post(
+            "/memory/add",
+            {"user_id": "sam", "session_id": session_id, "messages": chat_turns("hi", "hello")},
+            format="json",
+        )
+        assert response.status_code == 202
+    sam = Message.objects.first().end_user
+    owners = messages_pending_owners_list(created_before=timezone.now() + timedelta(seconds=1))
+    assert owners == [PendingOwner(org.organization.pk, org.client.pk, sam.pk)]
+    assert messages_pending_owners_list(created_before=timezone.now() - timedelta(hours=1)) == []
