@@ -25,7 +25,8 @@ import redis
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
-from accounts.models import ApiKey, Client, Organization
+from accounts.models import ApiKey
+from accounts.selectors import API_KEY_RECORD, api_key_hydrate
 from mirix_site.redis import redis_client
 
 logger = logging.getLogger(__name__)
@@ -71,15 +72,12 @@ def _fields(model: type[models.Model]) -> list[models.Field]:
 
 
 def _dump(api_key: ApiKey) -> str:
+    instances = (api_key, api_key.client, api_key.client.organization)
     rows = {
         model.__name__: {
             field.attname: getattr(instance, field.attname) for field in _fields(model)
         }
-        for model, instance in (
-            (ApiKey, api_key),
-            (Client, api_key.client),
-            (Organization, api_key.client.organization),
-        )
+        for model, instance in zip(API_KEY_RECORD, instances, strict=True)
     }
     return json.dumps(rows, cls=DjangoJSONEncoder)
 
@@ -87,19 +85,14 @@ def _dump(api_key: ApiKey) -> str:
 def _load(raw: bytes) -> ApiKey | None:
     try:
         rows: dict[str, dict[str, Any]] = json.loads(raw)
-        loaded = {}
-        for model in (ApiKey, Client, Organization):
-            row = rows[model.__name__]
-            fields = _fields(model)
-            values = [field.to_python(row[field.attname]) for field in fields]
-            loaded[model] = model.from_db("default", [field.attname for field in fields], values)
+        values = [
+            field.to_python(rows[model.__name__][field.attname])
+            for model in API_KEY_RECORD
+            for field in _fields(model)
+        ]
+        return api_key_hydrate(values=values, from_cursor=False)
     except (ValueError, KeyError, TypeError):
         return None  # written by another version of the code: ignore it, the database decides
-    api_key, client, organization = loaded[ApiKey], loaded[Client], loaded[Organization]
-    client.organization = organization
-    api_key.client = client
-    api_key.organization = organization
-    return api_key
 
 
 def key_gate(*, key_id: str, presented_digest: str, rate: str) -> KeyGate:

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from accounts.admin import ReadOnlyAdmin
 from memory.models import (
     CoreMemoryBlock,
     EmbeddingSpace,
@@ -23,7 +24,6 @@ from memory.models import (
 from memory.retrieval.spaces import write_embedders
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
-from sessions.admin import ReadOnlyAdmin
 
 
 @admin.register(MetaAgent)

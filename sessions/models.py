@@ -71,7 +71,17 @@ class Session(models.Model):
 
 class Message(models.Model):
     """One turn as the caller sent it: role, content parts, tool calls. ``position`` orders the
-    turns of a session across repeated adds. ``extraction`` tracks memory extraction."""
+    turns of a session across repeated adds.
+
+    ``extraction``, ``extraction_attempts`` and ``extracted_at`` are the memory app's progress
+    on the turn, kept on the turn so that it is pending from the insert that stores it and
+    "what is left to extract" is one read of a partial index (``message_pending_by_user``).
+    A chat turn starts ``pending`` (a task turn ``skipped``: it feeds skill learning, not
+    memories). The extraction worker moves it to ``processed`` (at ``extracted_at``) in the
+    transaction that stores its memories, or counts a failed run in ``extraction_attempts``
+    and, past the worker's limit, marks it ``failed``, never to be taken again. This app owns
+    the columns: the worker reads and advances them only through ``sessions.selectors`` and
+    ``sessions.services``."""
 
     class Role(models.TextChoices):
         USER = "user"

@@ -1,8 +1,12 @@
-"""Reads of the conversation store; every read takes the tenant first."""
+"""Reads of the conversation store; every read a caller makes takes the tenant first."""
 
 from __future__ import annotations
 
-from django.db.models import Case, IntegerField, QuerySet, Value, When
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db import connection
+from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
@@ -52,3 +56,83 @@ def message_list(*, tenant: Tenant, session: Session) -> QuerySet[Message]:
     return Message.objects.filter(organization_id=tenant.organization.pk, session=session).order_by(
         "position"
     )
+
+
+# --- Extraction state (see Message): the memory app's worker reads turns only through these.
+# Not a caller's reads, hence no tenant: the worker keys them by ids from one organization's
+# job row (an end user, a session, a turn belongs to one organization). An organization
+# predicate would add no safety and, measured, makes PostgreSQL AND its organization index
+# into the pending count and the preceding-turn plans.
+
+
+class PendingOwner(NamedTuple):
+    """Whose turns wait for extraction: the ids an extraction job is keyed by."""
+
+    organization_id: str
+    client_id: str
+    end_user_id: int
+
+
+# One statement over the partial index of pending turns (message_pending_by_user), run while
+# the extraction claim holds its candidate jobs locked: it decides how many jobs share a run.
+_PENDING_COUNT_SQL = f"""
+SELECT client_id, end_user_id, count(*) FROM {Message._meta.db_table}
+ WHERE extraction = 'pending' AND end_user_id = ANY(%(end_user_ids)s)
+ GROUP BY client_id, end_user_id
+"""  # noqa: S608  (the table name comes from model metadata; every value is bound)
+
+
+def messages_pending_count(*, end_user_ids: list[int]) -> dict[tuple[str, int], int]:
+    """How many turns of each of these users wait for extraction, by (client id, end user
+    id); a user with none is absent."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING_COUNT_SQL, {"end_user_ids": end_user_ids})
+        return {(client_id, user_id): count for client_id, user_id, count in cursor.fetchall()}
+
+
+def messages_pending_lock(*, client_id: str, end_user_id: int, limit: int) -> list[Message]:
+    """The user's oldest ``limit`` pending turns, locked until the caller's transaction ends.
+    Turns another transaction holds are skipped, not waited for: two workers never extract
+    the same turn, and neither blocks on the other. Call inside ``transaction.atomic``."""
+    return list(
+        Message.objects.select_for_update(skip_locked=True)
+        .filter(client_id=client_id, end_user_id=end_user_id, extraction=Message.Extraction.PENDING)
+        .order_by("id")[:limit]
+    )
+
+
+def messages_preceding_get(*, messages: list[Message]) -> dict[int, Message]:
+    """Per session of ``messages``, its last turn before the first of them (system prompts
+    aside): what a session's first exchange among ``messages`` replies to. Sessions with no
+    earlier turn are absent. One query."""
+    firsts: dict[int, int] = {}
+    for message in messages:
+        first = firsts.get(message.session_id, message.position)
+        firsts[message.session_id] = min(first, message.position)
+    if not firsts:
+        return {}
+    condition = Q()
+    for session_id, position in firsts.items():
+        condition |= Q(session_id=session_id, position__lt=position)
+    rows = (
+        Message.objects.filter(condition)
+        .exclude(role=Message.Role.SYSTEM)
+        .order_by("session_id", "-position")
+        .distinct("session_id")
+    )
+    return {row.session_id: row for row in rows}
+
+
+def messages_pending_owners_list(*, created_before: datetime) -> list[PendingOwner]:
+    """Everyone, in every organization, with a turn pending since before ``created_before``:
+    the recovery job's look for work whose extraction job was never written or was lost."""
+    return [
+        PendingOwner(*row)
+        for row in Message.objects.filter(
+            extraction=Message.Extraction.PENDING, created_at__lt=created_before
+        )
+        # Without clearing Meta.ordering its columns join the DISTINCT: one row per turn.
+        .order_by()
+        .values_list("organization_id", "client_id", "end_user_id")
+        .distinct()
+    ]

@@ -1,4 +1,5 @@
-"""Writes of the conversation store. ``session_close`` is the one place a session closes."""
+"""Writes of the conversation store. ``session_close`` is the one place a session closes; the
+extraction state of turns changes only here (see ``Message``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import EndUser
@@ -33,6 +35,7 @@ class AddedMessages:
     tag: str
     messages: list[Message]
     session_created: bool
+    extraction_pending: bool  # the turns wait for memory extraction (chat, not task, turns)
 
 
 # Reserves positions for the new turns in an open session and stamps its activity, in one
@@ -179,6 +182,7 @@ def messages_add(
         tag=session_tag,
         messages=rows,
         session_created=created,
+        extraction_pending=bool(rows) and extraction == Message.Extraction.PENDING,
     )
 
 
@@ -221,3 +225,33 @@ def sessions_close_idle(
             session_close(session=locked, reason=reason)
             closed += 1
     return closed
+
+
+# --- Extraction state (see Message): the memory app's worker advances it only through these,
+# keyed like the reads in sessions.selectors (ids from one organization's job row, no tenant).
+# Both run inside the worker's transaction, where savepoint=False keeps them to their own
+# statements (a savepoint would add two round trips to every batch).
+
+
+@transaction.atomic(savepoint=False)
+def messages_mark_processed(*, message_ids: list[int], extracted_at: datetime) -> int:
+    """Record that these turns' memories are stored: no job takes them again. Returns how
+    many were marked."""
+    return Message.objects.filter(pk__in=message_ids).update(
+        extraction=Message.Extraction.PROCESSED, extracted_at=extracted_at
+    )
+
+
+@transaction.atomic(savepoint=False)
+def messages_mark_attempt_failed(*, client_id: str, end_user_id: int, give_up_after: int) -> int:
+    """Count a failed extraction attempt against every pending turn of the user; a turn that
+    has now failed ``give_up_after`` times is marked failed and no job takes it again. The
+    limit is the caller's: how patient extraction is belongs to the memory app. Returns how
+    many turns were given up."""
+    pending = Message.objects.filter(
+        client_id=client_id, end_user_id=end_user_id, extraction=Message.Extraction.PENDING
+    )
+    pending.update(extraction_attempts=F("extraction_attempts") + 1)
+    return pending.filter(extraction_attempts__gte=give_up_after).update(
+        extraction=Message.Extraction.FAILED
+    )

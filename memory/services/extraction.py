@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from memory.extractors import ExtractionOutcome, extract_deterministic, extract_with_llm
@@ -23,6 +23,13 @@ from memory.providers.llm import LLMProvider, llm_provider_from_settings
 from memory.retrieval.spaces import write_embedders
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from sessions.models import Message
+from sessions.selectors import (
+    messages_pending_count,
+    messages_pending_lock,
+    messages_pending_owners_list,
+    messages_preceding_get,
+)
+from sessions.services import messages_mark_attempt_failed, messages_mark_processed
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +107,6 @@ SELECT id, client_id, end_user_id FROM memory_extractionjob
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 """
-_PENDING_SQL = """
-SELECT client_id, end_user_id, count(*) FROM conversations_message
- WHERE extraction = 'pending' AND end_user_id = ANY(%(end_user_ids)s)
- GROUP BY client_id, end_user_id
-"""
 
 
 @transaction.atomic
@@ -119,10 +121,9 @@ def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
             {"organization_id": organization_id, "job_id": job_id, "limit": limit},
         )
         candidates = cursor.fetchall()
-        if not candidates:
-            return []
-        cursor.execute(_PENDING_SQL, {"end_user_ids": [row[2] for row in candidates]})
-        pending = {(client_id, user_id): count for client_id, user_id, count in cursor.fetchall()}
+    if not candidates:
+        return []
+    pending = messages_pending_count(end_user_ids=[row[2] for row in candidates])
     chosen, budget = [], settings.EXTRACTION_BATCH_MESSAGES
     for candidate_id, client_id, end_user_id in candidates:
         size = pending.get((client_id, end_user_id), 0)
@@ -138,14 +139,10 @@ def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
 
 def _job_batch(job: ExtractionJob) -> list[Message]:
     """The user's pending turns, oldest first, locked for this transaction."""
-    return list(
-        Message.objects.select_for_update(skip_locked=True)
-        .filter(
-            client_id=job.client_id,
-            end_user_id=job.end_user_id,
-            extraction=Message.Extraction.PENDING,
-        )
-        .order_by("id")[: settings.EXTRACTION_BATCH_MESSAGES]
+    return messages_pending_lock(
+        client_id=job.client_id,
+        end_user_id=job.end_user_id,
+        limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
 
 
@@ -178,27 +175,6 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
     return jobs
 
 
-def _preceding(batch: list[Message]) -> dict[int, Message]:
-    """Per session of the batch, the turn before its first one here (an earlier batch's):
-    what the session's first exchange in this batch replies to. One query."""
-    firsts: dict[int, int] = {}
-    for message in batch:
-        first = firsts.get(message.session_id, message.position)
-        firsts[message.session_id] = min(first, message.position)
-    if not firsts:
-        return {}
-    condition = Q()
-    for session_id, position in firsts.items():
-        condition |= Q(session_id=session_id, position__lt=position)
-    rows = (
-        Message.objects.filter(condition)
-        .exclude(role=Message.Role.SYSTEM)
-        .order_by("session_id", "-position")
-        .distinct("session_id")
-    )
-    return {row.session_id: row for row in rows}
-
-
 @transaction.atomic
 def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> None:
     batches = [_job_batch(job) for job in jobs]
@@ -206,7 +182,8 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
         (
             extract_with_llm(batch, provider)
             if provider
-            else extract_deterministic(batch, _preceding(batch))
+            # A batch's first exchange in a session may reply to a turn of an earlier batch.
+            else extract_deterministic(batch, messages_preceding_get(messages=batch))
         )
         if batch
         else ExtractionOutcome(proposals=[])
@@ -224,8 +201,8 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
         embedders=write_embedders(),
     )
     now = timezone.now()
-    Message.objects.filter(pk__in=[m.pk for batch in batches for m in batch]).update(
-        extraction=Message.Extraction.PROCESSED, extracted_at=now
+    messages_mark_processed(
+        message_ids=[message.pk for batch in batches for message in batch], extracted_at=now
     )
     for job, batch, outcome, job_counts in zip(jobs, batches, outcomes, counts, strict=True):
         job.status = ExtractionJob.Status.SUCCEEDED
@@ -259,12 +236,10 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
     if job is None:
         return
     job.error = error[:2000]
-    pending = Message.objects.filter(
-        client_id=job.client_id, end_user_id=job.end_user_id, extraction=Message.Extraction.PENDING
-    )
-    pending.update(extraction_attempts=F("extraction_attempts") + 1)
-    pending.filter(extraction_attempts__gte=settings.EXTRACTION_MAX_ATTEMPTS).update(
-        extraction=Message.Extraction.FAILED
+    messages_mark_attempt_failed(
+        client_id=job.client_id,
+        end_user_id=job.end_user_id,
+        give_up_after=settings.EXTRACTION_MAX_ATTEMPTS,
     )
     if final:
         job.status = ExtractionJob.Status.FAILED
@@ -303,13 +278,7 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
         )
     created = 0
     with transaction.atomic():
-        owners = (
-            Message.objects.filter(
-                extraction=Message.Extraction.PENDING, created_at__lt=now - older_than
-            )
-            .values_list("organization_id", "client_id", "end_user_id")
-            .distinct()
-        )
+        owners = messages_pending_owners_list(created_before=now - older_than)
         for organization_id, client_id, end_user_id in owners:
             created += extraction_job_ensure(
                 organization_id=organization_id, client_id=client_id, end_user_id=end_user_id

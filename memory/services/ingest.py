@@ -57,8 +57,7 @@ def memory_add(
         filter_tags=filter_tags,
         occurred_at=occurred_at,
     )
-    queued = any(message.extraction == Message.Extraction.PENDING for message in added.messages)
-    if queued:
+    if added.extraction_pending:
         extraction_job_ensure(
             organization_id=tenant.organization.pk,
             client_id=tenant.client.pk,
@@ -68,5 +67,5 @@ def memory_add(
         session_id=added.session_id,
         messages=added.messages,
         meta_agent=meta_agent,
-        extraction_queued=queued,
+        extraction_queued=added.extraction_pending,
     )

@@ -1,0 +1,97 @@
+"""Model instances from rows read with SQL, for the hot paths that skip the ORM's query building
+(the API key lookup on every request, the retrieval engine's rows). ``model_columns`` is a
+model's SELECT list; ``instance_build`` turns values in that order back into an instance the
+way the ORM's own iterator does: the fields' database converters, then ``Model.from_db``.
+
+Project-level because every app's SQL may use it; it knows no app's models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model
+from django.db.models.expressions import Col
+
+ModelT = TypeVar("ModelT", bound=Model)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A model's columns and what reading them back needs, worked out once per model: the
+    per-call field bookkeeping is what these SQL paths are there to avoid."""
+
+    columns: tuple[str, ...]  # in field order
+    attnames: tuple[str, ...]  # the fields' attribute names, same order
+    # (position, its converters in order, the column they are given): JSON arrives as text.
+    converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Col], ...]
+
+
+@cache
+def _layout(model: type[Model]) -> _Layout:
+    connection = connections[DEFAULT_DB_ALIAS]
+    fields = model._meta.concrete_fields
+    converters = []
+    for position, field in enumerate(fields):
+        column = field.get_col(model._meta.db_table)
+        # The backend's converters and the field's, as the ORM's compiler gathers them.
+        functions = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+        if functions:
+            converters.append((position, tuple(functions), column))
+    return _Layout(
+        columns=tuple(field.column for field in fields),
+        attnames=tuple(field.attname for field in fields),
+        converters=tuple(converters),
+    )
+
+
+def model_columns(*, model: type[Model], alias: str | None = None) -> list[str]:
+    """The model's concrete columns in field order (``alias.column`` with an alias): the
+    SELECT list whose values ``instance_build`` reads."""
+    columns = _layout(model).columns
+    if alias is None:
+        return list(columns)
+    return [f"{alias}.{column}" for column in columns]
+
+
+def instance_build(*, model: type[ModelT], values: Sequence[Any], from_cursor: bool) -> ModelT:
+    """An instance of ``model`` from one value per concrete field, in field order. Values
+    ``from_cursor`` go through the fields' database converters first; others (decoded by the
+    caller, e.g. with ``Field.to_python``) are taken as they are."""
+    return _build(model, _layout(model), values, from_cursor)
+
+
+def instances_build(
+    *, models: Sequence[type[Model]], values: Sequence[Any], from_cursor: bool
+) -> list[Model]:
+    """One instance of each model from a row holding their values side by side (the
+    ``model_columns`` of each, in turn, as a SELECT over a join gives them)."""
+    built = []
+    start = 0
+    for model in models:
+        layout = _layout(model)
+        end = start + len(layout.attnames)
+        built.append(_build(model, layout, values[start:end], from_cursor))
+        start = end
+    if start != len(values):
+        raise ValueError(f"{len(values) - start} values left over after {len(models)} models")
+    return built
+
+
+def _build(
+    model: type[ModelT], layout: _Layout, values: Sequence[Any], from_cursor: bool
+) -> ModelT:
+    if len(values) != len(layout.attnames):
+        # from_db would quietly defer the missing fields: the SELECT and the model disagree.
+        raise ValueError(f"{model.__name__} has {len(layout.attnames)} fields, got {len(values)}")
+    if from_cursor and layout.converters:
+        connection = connections[DEFAULT_DB_ALIAS]
+        values = list(values)
+        for position, functions, column in layout.converters:
+            for function in functions:
+                values[position] = function(values[position], column, connection)
+    return model.from_db(DEFAULT_DB_ALIAS, layout.attnames, values)

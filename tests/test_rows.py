@@ -1,0 +1,39 @@
+"""Rows read with SQL come back as the instances the ORM would have loaded."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from mirix_site.rows import instance_build, model_columns
+from sessions.models import Message
+from tests.factories import TenantFixture
+
+
+def _fields(instance: Message) -> dict[str, object]:
+    return {field.attname: getattr(instance, field.attname) for field in Message._meta.fields}
+
+
+def test_a_row_read_with_sql_builds_the_instance_the_orm_loads(org: TenantFixture) -> None:
+    tool_call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    message = {"role": "assistant", "content": "Calling f", "tool_calls": [tool_call]}
+    response = org.api.post(
+        "/memory/add",
+        {"user_id": "sam", "messages": [message], "filter_tags": {"project": "apollo"}},
+        format="json",
+    )
+    assert response.status_code == 202
+    loaded = Message.objects.get()
+    with connection.cursor() as cursor:
+        columns = ", ".join(model_columns(model=Message, alias="m"))
+        cursor.execute(f"SELECT {columns} FROM {Message._meta.db_table} m")  # noqa: S608
+        [row] = cursor.fetchall()
+
+    built = instance_build(model=Message, values=row, from_cursor=True)
+    # JSON columns arrive from the cursor as text; the converters make them what they were.
+    assert built.filter_tags == {"project": "apollo"}
+    assert _fields(built) == _fields(loaded)
+    assert not built._state.adding  # a save() updates the row rather than inserting one
+
+    with pytest.raises(ValueError, match="fields"):
+        instance_build(model=Message, values=row[:-1], from_cursor=True)
