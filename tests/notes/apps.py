@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class NotesConfig(AppConfig):
+    name = "tests.notes"
+    label = "notes"
+    verbose_name = "Notes (test kind)"
+
+    def ready(self) -> None:
+        from memory.retrieval.kinds import kind_register
+        from tests.notes.models import NOTE_KIND
+
+        kind_register(NOTE_KIND)
