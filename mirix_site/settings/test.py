@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from mirix_site.settings.base import *  # noqa: F403
-from mirix_site.settings.base import CACHES, DATABASES
+from mirix_site.settings.base import CACHES, DATABASES, INSTALLED_APPS
+
+# A searchable kind of a test app's own, to show the retrieval engine serves any app's kinds.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.notes"]
 
 SECRET_KEY = "test-secret-key"  # noqa: S105
 API_KEY_PEPPER = "test-pepper"

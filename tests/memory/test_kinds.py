@@ -5,6 +5,7 @@ indexes. And the registry refuses kinds that would mix their rows in the index."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.core import checks
@@ -38,7 +39,9 @@ NOTES = [
 ]
 
 
-def _notes(owner: TenantFixture, user: EndUser, items: list[tuple[str, str]], **fields) -> list:
+def _notes(
+    owner: TenantFixture, user: EndUser, items: list[tuple[str, str]], **fields: Any
+) -> list:
     rows = Note.objects.bulk_create(
         [
             Note(
@@ -60,7 +63,7 @@ def _notes(owner: TenantFixture, user: EndUser, items: list[tuple[str, str]], **
     return rows
 
 
-def _search(owner: TenantFixture, user: EndUser | None, query: str, **options):
+def _search(owner: TenantFixture, user: EndUser | None, query: str, **options: Any):
     return retrieval_search(
         tenant=owner.tenant,
         end_user=user,
@@ -190,7 +193,7 @@ def test_the_system_check_refuses_a_kind_code_taken_by_another_kind(db: None) ->
         errors = searchable_kinds_check()
         assert [error.id for error in errors] == ["retrieval.E001"]
         assert "episodic, clash" in errors[0].msg
-        with pytest.raises(SystemCheckError, match="retrieval.E001"):
+        with pytest.raises(SystemCheckError, match=r"retrieval\.E001"):
             call_command("check")
     finally:
         kind_unregister(clash)

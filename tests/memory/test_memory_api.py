@@ -179,3 +179,37 @@ def test_deleting_a_user_removes_everything_they_own(
     assert (
         _rows_of_user(EndUser.objects.get(organization=other_org.organization).pk) == others_before
     )
+
+
+def test_a_superseded_memory_answers_like_a_missing_one_unless_asked_for(
+    org: TenantFixture,
+) -> None:
+    extract(org, "The kayak is in the garage", "ok")
+    extract(org, "The kayak is in the shed now", "noted")
+    old, new = EpisodicMemory.objects.order_by("id")
+    EpisodicMemory.objects.filter(pk=old.pk).update(superseded_by=new)
+    missing = org.api.patch("/memory/episodic/999999", {"summary": "x"}, format="json")
+    assert missing.status_code == 404
+
+    for response in (
+        org.api.patch(f"/memory/episodic/{old.pk}", {"summary": "x"}, format="json"),
+        org.api.delete(f"/memory/episodic/{old.pk}"),
+    ):
+        assert (response.status_code, response.json()) == (404, missing.json())
+    components = org.api.get("/memory/components", {"user_id": "sam"}).json()
+    assert [m["id"] for m in components["memories"]["episodic"]] == [str(new.pk)]
+    found = org.api.get("/memory/search", {"user_id": "sam", "query": "kayak"}).json()
+    assert [m["id"] for m in found["results"]] == [str(new.pk)]
+
+    everything = org.api.get(
+        "/memory/components", {"user_id": "sam", "include_superseded": "true"}
+    ).json()
+    assert {m["id"] for m in everything["memories"]["episodic"]} == {str(old.pk), str(new.pk)}
+    edited = org.api.patch(
+        f"/memory/episodic/{old.pk}?include_superseded=true", {"summary": "old"}, format="json"
+    )
+    assert edited.status_code == 200
+    assert edited.json()["summary"] == "old"
+    deleted = org.api.delete(f"/memory/episodic/{old.pk}?include_superseded=true")
+    assert deleted.status_code == 200
+    assert not EpisodicMemory.objects.filter(pk=old.pk).exists()
