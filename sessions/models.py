@@ -6,10 +6,10 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
-from accounts.models import Client, EndUser, Organization
+from accounts.models import Owned
 
 
-class Session(models.Model):
+class Session(Owned):
     """One conversation (``chat``) or one unit of agent work (``task``) of an end user, named by
     the caller's ``session_id``. Chat turns sent without a session_id go to the user's open
     default conversation (``session_id`` NULL), which is opened again after it closes."""
@@ -27,9 +27,6 @@ class Session(models.Model):
         IDLE = "idle"
         SWEEPER = "sweeper"
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="sessions")
     # NULL, not "": the default conversation has no caller id, and NULLs never collide in
     # the per-user uniqueness of session ids.
     session_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
@@ -69,7 +66,7 @@ class Session(models.Model):
         return self.session_id or f"default conversation #{self.pk}"
 
 
-class Message(models.Model):
+class Message(Owned):
     """One turn as the caller sent it: role, content parts, tool calls. ``position`` orders the
     turns of a session across repeated adds.
 
@@ -95,9 +92,6 @@ class Message(models.Model):
         SKIPPED = "skipped"  # task-session turns: kept for skill learning, not for memories
         FAILED = "failed"
 
-    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="messages")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
     position = models.PositiveIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)

@@ -15,11 +15,7 @@ from sessions.models import Message, Session
 
 def session_list(*, tenant: Tenant, end_user: EndUser) -> QuerySet[Session]:
     """The user's sessions written by this client or by clients it may read."""
-    return Session.objects.filter(
-        organization_id=tenant.organization.pk,
-        end_user=end_user,
-        client_id__in=tenant.readable_client_ids,
-    )
+    return Session.objects.readable_by(tenant, end_user=end_user)
 
 
 def session_get(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Session:
@@ -43,19 +39,12 @@ def session_get(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Sessio
 
 def session_get_own(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Session:
     """The caller's own session (for writes such as close). Raises ``Session.DoesNotExist``."""
-    return Session.objects.get(
-        organization_id=tenant.organization.pk,
-        client_id=tenant.client.pk,
-        end_user=end_user,
-        session_id=session_id,
-    )
+    return Session.objects.owned_by(tenant, end_user=end_user).get(session_id=session_id)
 
 
 def message_list(*, tenant: Tenant, session: Session) -> QuerySet[Message]:
     """The session's turns in the order they were sent."""
-    return Message.objects.filter(organization_id=tenant.organization.pk, session=session).order_by(
-        "position"
-    )
+    return Message.objects.readable_by(tenant).filter(session=session).order_by("position")
 
 
 # --- Extraction state (see Message): the memory app's worker reads turns only through these.

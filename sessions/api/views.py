@@ -5,9 +5,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
-from accounts.api.errors import UnprocessableEntity
 from accounts.api.pagination import PositionPage
-from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from sessions.api.serializers import (
     MessageSerializer,
@@ -21,40 +19,36 @@ from sessions.services import session_close
 USER_ID = OpenApiParameter("user_id", str, required=True, description="the end user's id")
 
 
-class _UserScopedApi(TenantAPIView):
-    def end_user(self) -> EndUser:
-        user_id = self.request.query_params.get("user_id")
-        if not user_id:
-            raise UnprocessableEntity({"user_id": ["This query parameter is required."]})
-        return end_user_get(tenant=self.tenant, user_id=user_id)
-
-
-class SessionListApi(_UserScopedApi):
+class SessionListApi(TenantAPIView):
     @extend_schema(
         parameters=[USER_ID], responses=SessionSerializer(many=True), summary="The user's sessions"
     )
     def get(self, request: Request) -> Response:
-        sessions = session_list(tenant=self.tenant, end_user=self.end_user()).select_related(
+        sessions = session_list(tenant=self.tenant, end_user=self.query_end_user()).select_related(
             "end_user"
         )
         return self.paginate(sessions, SessionSerializer)
 
 
-class SessionDetailApi(_UserScopedApi):
+class SessionDetailApi(TenantAPIView):
     @extend_schema(parameters=[USER_ID], responses=SessionSerializer, summary="One session")
     def get(self, request: Request, session_id: str) -> Response:
-        session = session_get(tenant=self.tenant, end_user=self.end_user(), session_id=session_id)
+        session = session_get(
+            tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
+        )
         return Response(SessionSerializer(session).data)
 
 
-class SessionMessagesApi(_UserScopedApi):
+class SessionMessagesApi(TenantAPIView):
     @extend_schema(
         parameters=[USER_ID],
         responses=MessageSerializer(many=True),
         summary="The session's turns, in the order they were sent",
     )
     def get(self, request: Request, session_id: str) -> Response:
-        session = session_get(tenant=self.tenant, end_user=self.end_user(), session_id=session_id)
+        session = session_get(
+            tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
+        )
         messages = message_list(tenant=self.tenant, session=session)
         return self.paginate(messages, MessageSerializer, paginator_class=PositionPage)
 
