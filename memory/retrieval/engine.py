@@ -25,6 +25,7 @@ from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
 from memory.retrieval.query_vectors import query_vector
 from memory.retrieval.vectors import distances_of, vector_search
+from mirix_site.rows import instance_build, model_columns
 
 T = TypeVar("T")
 
@@ -102,33 +103,15 @@ def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> 
         return {row[0] for row in cursor.fetchall()}
 
 
-@dataclass(frozen=True)
-class _RowLoading:
-    columns: list[str]  # in field order
-    attributes: list[str]  # the fields' attribute names, same order
-    converters: list[tuple[int, list[Any]]]  # by position: JSON arrives as text
-
-
-@cache
-def _row_loading(model: type[models.Model]) -> _RowLoading:
-    fields = model._meta.concrete_fields
-    converters = []
-    for index, model_field in enumerate(fields):
-        if functions := model_field.get_db_converters(connection):
-            converters.append((index, functions))
-    return _RowLoading([f.column for f in fields], [f.attname for f in fields], converters)
-
-
 def _rows_by_id(kind: SearchableKind, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
     """These rows, those the scope may read, each with its end user's id loaded."""
     if not ids:
         return {}
-    model = kind.model
-    loading = _row_loading(model)
+    columns = ", ".join(model_columns(model=kind.model, alias="m"))
     where, params = _in_scope(kind, scope)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {', '.join('m.' + column for column in loading.columns)}, u.user_id "  # noqa: S608
+            f"SELECT {columns}, u.user_id "  # noqa: S608
             f"FROM {kind.table} m JOIN {EndUser._meta.db_table} u "
             f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s) AND {where}",
             params | {"ids": ids},
@@ -137,10 +120,8 @@ def _rows_by_id(kind: SearchableKind, scope: Scope, ids: list[int]) -> dict[int,
     rows: dict[int, models.Model] = {}
     for record in fetched:
         *values, user_id = record
-        for index, functions in loading.converters:
-            for function in functions:
-                values[index] = function(values[index], None, connection)
-        row = model.from_db(DEFAULT_DB_ALIAS, loading.attributes, values)
+        row = instance_build(model=kind.model, values=values, from_cursor=True)
+        # The serializers read only the user's id: the rest of the row stays unread.
         row.end_user = EndUser.from_db(
             DEFAULT_DB_ALIAS,
             ["id", "organization_id", "user_id"],
