@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from memory.models import ExtractionJob, MetaAgent
+from memory.models import MetaAgent
 from memory.models.records import CURRENT
 from memory.types import MemoryType
 
@@ -48,14 +48,8 @@ def memory_get(
     *, tenant: Tenant, memory_type: MemoryType, memory_id: str, include_superseded: bool = False
 ) -> models.Model:
     """One memory of ``memory_list``; raises the model's ``DoesNotExist`` for anything else."""
-    if not memory_id.isdigit():
+    if not (memory_id.isascii() and memory_id.isdigit()):
         raise memory_type.model.DoesNotExist(memory_id)
     return memory_list(
         tenant=tenant, memory_type=memory_type, include_superseded=include_superseded
     ).get(pk=int(memory_id))
-
-
-def extraction_job_list(
-    *, tenant: Tenant, end_user: EndUser | None = None
-) -> QuerySet[ExtractionJob]:
-    return ExtractionJob.objects.owned_by(tenant, end_user=end_user)

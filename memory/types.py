@@ -94,7 +94,6 @@ MEMORY_TYPES: dict[str, MemoryType] = {
         _searchable("knowledge_vault", 5, KnowledgeVaultItem, VaultEmbedding, ("caption",)),
     ),
 }
-SEARCHABLE_TYPES = tuple(name for name, memory_type in MEMORY_TYPES.items() if memory_type.kind)
 # Names the MIRIX client uses for the same types.
 TYPE_ALIASES = {"knowledge": "knowledge_vault", "knowledge_vault_memory": "knowledge_vault"}
 

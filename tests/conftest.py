@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from memory.retrieval.lanes import lanes_close
-from tests.factories import TenantFixture, api_client_with, tenant_fixture
+from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)
 
 
@@ -28,7 +28,3 @@ def other_org(db: None) -> TenantFixture:
     """Bob's organization: its rows must never be visible to alice."""
     return tenant_fixture("bob")
 
-
-@pytest.fixture
-def anonymous():
-    return api_client_with(None)
