@@ -19,6 +19,7 @@ from memory.models import (
     ProceduralMemory,
     ResourceMemory,
     RetrievalLog,
+    SearchableKindCode,
     SemanticMemory,
 )
 from memory.retrieval.spaces import write_embedders
@@ -271,3 +272,13 @@ class EmbeddingSpaceAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+@admin.register(SearchableKindCode)
+class SearchableKindCodeAdmin(ReadOnlyAdmin):
+    """The codes searchable kinds hold in the search index, recorded by every migrate."""
+
+    list_display = ["code", "name", "recorded_at"]
+    list_filter = ["recorded_at"]
+    search_fields = ["name"]
+    readonly_fields = ["code", "name", "recorded_at"]

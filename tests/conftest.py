@@ -27,4 +27,3 @@ def org(db: None) -> TenantFixture:
 def other_org(db: None) -> TenantFixture:
     """Bob's organization: its rows must never be visible to alice."""
     return tenant_fixture("bob")
-

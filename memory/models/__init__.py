@@ -25,6 +25,7 @@ from memory.models.search import (
     GateCalibration,
     Posting,
     RetrievalLog,
+    SearchableKindCode,
     TermStats,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "ResourceEmbedding",
     "ResourceMemory",
     "RetrievalLog",
+    "SearchableKindCode",
     "SemanticEmbedding",
     "SemanticMemory",
     "TermStats",

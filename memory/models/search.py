@@ -219,3 +219,19 @@ class EmbeddingSpace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} ({self.status})"
+
+
+class SearchableKindCode(models.Model):
+    """A searchable kind's code, recorded the first time the kind was migrated: the index keeps
+    a kind's postings and statistics under its code, and they outlive the kind, so a code once
+    given out names that kind for good (``memory.retrieval.checks``)."""
+
+    code = models.PositiveSmallIntegerField(primary_key=True)
+    name = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.name}"

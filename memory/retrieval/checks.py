@@ -1,5 +1,7 @@
 """System checks of the searchable-kind registry: a clash there would mix two kinds' rows in the
-search index (postings and statistics name a kind by its code), so it stops the server."""
+search index (postings and statistics name a kind by its code), so it stops the server. Two
+kinds may not share a code or a name, and a code recorded for one kind (``SearchableKindCode``,
+written after each migrate) is never taken by another: its postings may still be there."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from typing import Any
 
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.db import DatabaseError, connections
 
-from memory.models import Embedding
+from memory.models import Embedding, SearchableKindCode
 from memory.retrieval.kinds import MAX_CODE, NAME_PATTERN, SearchableKind, kinds
 
 
@@ -74,4 +77,34 @@ def searchable_kinds_check(**kwargs: Any) -> list[checks.CheckMessage]:
     errors = _clashes(registered)
     for kind in registered:
         errors += _declaration(kind)
+    return errors
+
+
+@checks.register(checks.Tags.database)
+def kind_codes_check(
+    databases: list[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """A registered kind whose code was recorded for another kind. Run by ``migrate`` and by
+    ``check --database default``: it reads the database."""
+    errors: list[checks.CheckMessage] = []
+    for alias in databases or []:
+        connection = connections[alias]
+        try:
+            if SearchableKindCode._meta.db_table not in connection.introspection.table_names():
+                continue  # the first migrate has not created it yet
+            recorded = dict(SearchableKindCode.objects.using(alias).values_list("code", "name"))
+        except DatabaseError:
+            continue  # no database to read: nothing recorded can be compared
+        for kind in kinds():
+            owner = recorded.get(kind.code)
+            if owner is not None and owner != kind.name:
+                errors.append(
+                    checks.Error(
+                        f"Searchable kind {kind.name!r} has the code {kind.code}, which the "
+                        f"index has been keeping for kind {owner!r}.",
+                        hint="Give the kind a code never used; a renamed kind keeps its code "
+                        "once its SearchableKindCode row is renamed too.",
+                        id="retrieval.E006",
+                    )
+                )
     return errors

@@ -162,4 +162,15 @@ def kind_get(name: str) -> SearchableKind | None:
     return next((kind for kind in _registry if kind.name == name), None)
 
 
+def kind_codes_record(*, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Record the code of every registered kind not recorded yet (after each migrate), so that
+    the system check can refuse a later kind that takes one of them."""
+    from memory.models import SearchableKindCode
+
+    SearchableKindCode.objects.using(using).bulk_create(
+        [SearchableKindCode(code=kind.code, name=kind.name) for kind in _registry],
+        ignore_conflicts=True,
+    )
+
+
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -3,7 +3,7 @@
 The configured provider (``EMBEDDING_*`` settings) is the target. Searches read it once its
 space is ready (or when no space was ever recorded: a fresh install's only model); until then
 they read the last ready model, so switching models never serves half-filled vectors. New
-memories are embedded with both while they differ, so neither space falls behind.
+rows are embedded with both while they differ, so neither space falls behind.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from django.db import connection
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Scope
-from memory.models import GateCalibration, Posting, RetrievalLog
+from memory.models import GateCalibration, Posting, RetrievalLog, SearchableKindCode
 from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval import vectors
-from memory.retrieval.checks import searchable_kinds_check
+from memory.retrieval.checks import kind_codes_check, searchable_kinds_check
 from memory.retrieval.engine import SearchRequest
 from memory.retrieval.index import documents_index, documents_unindex
 from memory.retrieval.kinds import SearchableKind, kind_get, kind_register, kind_unregister
@@ -212,3 +212,24 @@ def test_the_system_check_refuses_a_name_twice_and_a_bad_declaration(db: None) -
     finally:
         for kind in (twice, broken):
             kind_unregister(kind)
+
+
+def test_a_code_once_given_to_a_kind_is_refused_to_another(db: None) -> None:
+    # Migrating recorded the code of every registered kind.
+    assert SearchableKindCode.objects.get(code=NOTE_KIND.code).name == "note"
+    assert SearchableKindCode.objects.get(code=MEMORY_TYPES["episodic"].kind.code).name == (
+        "episodic"
+    )
+    assert kind_codes_check(databases=["default"]) == []
+    # A kind since removed, whose postings may still be in the index.
+    SearchableKindCode.objects.create(code=950, name="retired")
+    newcomer = _clashing(950, name="newcomer")
+    kind_register(newcomer)
+    try:
+        [error] = kind_codes_check(databases=["default"])
+        assert error.id == "retrieval.E006"
+        assert "'retired'" in error.msg
+        with pytest.raises(SystemCheckError, match=r"retrieval\.E006"):
+            call_command("check", "--database", "default")
+    finally:
+        kind_unregister(newcomer)
