@@ -26,6 +26,7 @@ from memory.api.serializers.retrieval import (
 from memory.retrieval.engine import SearchOutcome, SearchRequest
 from memory.retrieval.service import retrieval_search
 from memory.services.retrieval import (
+    Retrieved,
     memories_retrieve_by_topic,
     memories_retrieve_for_conversation,
 )
@@ -49,6 +50,12 @@ class _RetrievalApi(TenantAPIView):
                 f"{name};dur={ms:.2f}" for name, ms in timings.items()
             )
         return response
+
+    def memories(self, retrieved: Retrieved) -> dict[str, list[dict[str, Any]]]:
+        """The MIRIX ``memories`` of a topic or conversation retrieval (its timings go out in
+        the header)."""
+        self.outcome = retrieved.outcome
+        return memories_grouped(retrieved.outcome, retrieved.core, include_secrets=False)
 
 
 class MemorySearchApi(_RetrievalApi):
@@ -131,15 +138,8 @@ class RetrieveTopicApi(_RetrievalApi):
             limit=data["limit"],
             filter_tags=data.get("filter_tags") or {},
         )
-        self.outcome = retrieved.outcome
         return Response(
-            {
-                "success": True,
-                "topic": data["topic"],
-                "memories": memories_grouped(
-                    retrieved.outcome, retrieved.core, include_secrets=False
-                ),
-            }
+            {"success": True, "topic": data["topic"], "memories": self.memories(retrieved)}
         )
 
 
@@ -163,15 +163,12 @@ class RetrieveConversationApi(_RetrievalApi):
             end=data.get("end_date"),
             as_of=data["as_of"],
         )
-        self.outcome = retrieved.outcome
         return Response(
             {
                 "success": True,
                 "topics": retrieved.topics,
                 "temporal_expression": retrieved.temporal_expression,
                 "date_range": date_range_shape(retrieved.start, retrieved.end),
-                "memories": memories_grouped(
-                    retrieved.outcome, retrieved.core, include_secrets=False
-                ),
+                "memories": self.memories(retrieved),
             }
         )
