@@ -32,8 +32,8 @@ class SearchableKind:
     - ``embedding_model``: the kind's ``memory.models.Embedding`` table, with exactly one
       foreign key to ``model``.
     - ``text_fields``: what BM25 and the embeddings read, in this order.
-    - ``time_field``: the date a date range filters on (None: the kind has no date of its own;
-      a date-filtered search then leaves the kind's rows out).
+    - ``time_field``: the date a date range filters on (None: the kind has no date of its own,
+      and a date range does not filter it: a search across kinds still finds its rows).
     - ``current``: the rows a search and a plain read see; the others (superseded, retired) are
       kept but not returned.
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
