@@ -9,7 +9,7 @@ Run against a live server (``make run`` in another terminal, with the rate limit
 benchmark measures the limiter rather than hits it):
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/auth.py [--base-url URL] [--api-key KEY] [--threads 4] [--requests 5000]
+    .venv/bin/python -m bench.auth [--base-url URL] [--api-key KEY] [--threads 4] [--requests 5000]
 """
 
 from __future__ import annotations
@@ -17,18 +17,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _http import DEFAULT_BASE_URL, DEFAULT_KEY_FILE, run_load
+from bench.common import BenchError, api_key_read, run_load, server_arguments
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help=f"default: the key in {DEFAULT_KEY_FILE}")
+    server_arguments(parser)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--requests", type=int, default=5000, help="per thread and endpoint")
     parser.add_argument("--rounds", type=int, default=2, help="alternating health/users rounds")
     arguments = parser.parse_args()
-    api_key = arguments.api_key or DEFAULT_KEY_FILE.read_text().strip()
+    try:
+        api_key = api_key_read(arguments)
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
     common = {"base_url": arguments.base_url, "threads": arguments.threads}
 
     # Warm every worker process and connection before measuring.

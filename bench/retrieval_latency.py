@@ -65,7 +65,7 @@ Run against a live server with the rate limit raised, on a quiet machine. At 100
 1,000,000 vectors: likely over 30 minutes for both layouts; ``--layouts`` runs one of them.
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/retrieval_latency.py [--scale 100000] [--queries 300] [--users 1000]
+    .venv/bin/python -m bench.retrieval_latency [--scale 100000] [--queries 300] [--users 1000]
         [--layouts single,spread] [--embeddings auto|model|synthetic] [--keep]
         [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY]
 
@@ -79,8 +79,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import heapq
-import http.client
-import json
 import math
 import os
 import random
@@ -93,17 +91,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import numpy as np
-from _http import DEFAULT_BASE_URL
+
+from bench.common import (
+    PROGRESS_EVERY_SECONDS,
+    PROJECT_DIR,
+    RATE_LIMIT_HINT,
+    BenchError,
+    KeepAliveClient,
+    api_key_read,
+    percentile,
+    server_arguments,
+)
 
 if TYPE_CHECKING:
     from accounts.tenancy import Tenant
     from memory.providers.embeddings import EmbeddingProvider
     from memory.retrieval.bm25 import Scope
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 GOAL_SEARCH_P95_MS = 30.0
 LIMIT = 10
 # The hybrid search's lanes fetch limit x OVERFETCH (memory.retrieval.engine.OVERFETCH).
@@ -120,7 +127,6 @@ SYNTHETIC_NOISE = 1 / math.sqrt(384)
 
 LOAD_BATCH_ROWS = 2000
 EMBED_CHUNK_TEXTS = 2048
-PROGRESS_EVERY_SECONDS = 10.0
 HNSW_INDEX = "episodicembedding_hnsw"
 # The model's definition (memory.models.records), used only when an interrupted run left the
 # index missing; otherwise the index is rebuilt from what pg_indexes says it was.
@@ -144,21 +150,6 @@ DELETE_ORDER = (
     "memory_episodicembedding",
     "memory_episodicmemory",
 )
-
-_RATE_LIMIT_HINT = (
-    "429 Too Many Requests: restart the server with the rate limit raised, "
-    "API_RATE_LIMIT=10000000/min make run"
-)
-
-
-class BenchError(Exception):
-    pass
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """As ``_http.LoadResult.percentile``: the value below which ``fraction`` of them fall."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def _progress(label: str, done: int, total: int, began: float) -> None:
@@ -277,7 +268,6 @@ def django_setup(*, database_url: str, redis_url: str) -> None:
     """The server's settings against its database. The local model keeps the server's one
     torch thread (EMBEDDING_THREADS): with a second thread it ran 2.7 times slower here as soon
     as anything else wanted the other core."""
-    sys.path.insert(0, str(PROJECT_DIR))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = redis_url
@@ -553,65 +543,36 @@ def server_timing_parse(header: str) -> dict[str, float]:
     return timings
 
 
-class SearchClient:
-    """One keep-alive connection: the searches of a pass all reach one (warmed-up) worker."""
-
-    def __init__(self, base_url: str, api_key: str) -> None:
-        parts = urlsplit(base_url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.headers = {"X-API-Key": api_key}
-        self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
-        self.reconnects = 0
-
-    def search(self, user_id: str, query: str, *, method: str, limit: int) -> Answer:
-        path = "/memory/search?" + urlencode(
-            {
-                "user_id": user_id,
-                "query": query,
-                "memory_type": "episodic",
-                "search_method": method,
-                "limit": limit,
-            }
-        )
-        began = time.perf_counter()
-        try:
-            response = self._send(path)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            # gunicorn closes a keep-alive connection idle for a few seconds; a GET is safe to
-            # send again (the new connection may reach a cold worker: counted, and reported).
-            self.connection.close()
-            self.reconnects += 1
-            began = time.perf_counter()
-            response = self._send(path)
-        body = response.read()
-        client_ms = (time.perf_counter() - began) * 1000
-        try:
-            payload = json.loads(body) if body else None
-        except ValueError:
-            payload = body.decode(errors="replace")[:200]
-        timing = server_timing_parse(response.getheader("Server-Timing") or "")
-        return Answer(response.status, payload, timing, client_ms)
-
-    def _send(self, path: str) -> http.client.HTTPResponse:
-        self.connection.request("GET", path, headers=self.headers)
-        return self.connection.getresponse()
-
-    def close(self) -> None:
-        self.connection.close()
+def search(client: KeepAliveClient, user_id: str, query: str, *, method: str, limit: int) -> Answer:
+    """One search over the client's connection, timed from request sent to body read (a
+    reconnect after gunicorn dropped the idle connection may reach a cold worker: counted in
+    ``client.reconnects``, and reported)."""
+    path = "/memory/search?" + urlencode(
+        {
+            "user_id": user_id,
+            "query": query,
+            "memory_type": "episodic",
+            "search_method": method,
+            "limit": limit,
+        }
+    )
+    reply = client.exchange("GET", path)
+    timing = server_timing_parse(reply.headers.get("Server-Timing") or "")
+    return Answer(reply.status, reply.payload(), timing, reply.elapsed_ms)
 
 
 def _checked(answer: Answer, what: str) -> Answer:
     if answer.status == 429:
-        raise BenchError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     if answer.status != 200:
         raise BenchError(f"{what}: {answer.status} {answer.payload}")
     return answer
 
 
-def probe(client: SearchClient, user_id: str) -> None:
+def probe(client: KeepAliveClient, user_id: str) -> None:
     """Before the long load: a wrong key, a server on another database or a low rate limit stop
     the run here, with a clear message."""
-    answer = client.search(user_id, "probe", method="bm25", limit=1)
+    answer = search(client, user_id, "probe", method="bm25", limit=1)
     if answer.status == 401:
         raise BenchError(f"401: the server refused the API key ({answer.payload})")
     if answer.status == 404:
@@ -704,7 +665,7 @@ def exact_bm25(scope: Scope, memory_type: int, query: str, limit: int) -> list[t
 
 def measure(
     *,
-    client: SearchClient,
+    client: KeepAliveClient,
     layout: Layout,
     plan: list[Measurement],
     warmup: list[Measurement],
@@ -719,16 +680,24 @@ def measure(
     kind = MEMORY_TYPES["episodic"]
     for item in warmup:
         _checked(
-            client.search(
-                layout.user_ids[item.user_index], item.query, method="hybrid", limit=LIMIT
+            search(
+                client,
+                layout.user_ids[item.user_index],
+                item.query,
+                method="hybrid",
+                limit=LIMIT,
             ),
             "warm-up search",
         )
     began = time.perf_counter()
     for item in plan:
         answer = _checked(
-            client.search(
-                layout.user_ids[item.user_index], item.query, method="hybrid", limit=LIMIT
+            search(
+                client,
+                layout.user_ids[item.user_index],
+                item.query,
+                method="hybrid",
+                limit=LIMIT,
             ),
             "hybrid search",
         )
@@ -743,8 +712,8 @@ def measure(
     lanes: list[tuple[list[int], list[int]]] = []
     for item in plan:
         user_id = layout.user_ids[item.user_index]
-        vector_answer = client.search(user_id, item.query, method="embedding", limit=LANE_FETCH)
-        bm25_answer = client.search(user_id, item.query, method="bm25", limit=LANE_FETCH)
+        vector_answer = search(client, user_id, item.query, method="embedding", limit=LANE_FETCH)
+        bm25_answer = search(client, user_id, item.query, method="bm25", limit=LANE_FETCH)
         lanes.append(
             (
                 _ids(_checked(vector_answer, "embedding search"), LIMIT),
@@ -993,7 +962,7 @@ def layout_run(
     ]
     users_create(context.tenant, layout)
     context.created.append(layout)
-    client = SearchClient(arguments.base_url, context.api_key)
+    client = KeepAliveClient(arguments.base_url, context.api_key, timeout=60)
     try:
         probe(client, layout.user_ids[0])
         vectors = corpus_vectors(context)
@@ -1074,8 +1043,7 @@ def kept_delete(tenant: Tenant, run: str) -> None:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help="default: <data dir>/demo-api-key")
+    server_arguments(parser, key_help="default: <data dir>/demo-api-key")
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -1133,10 +1101,7 @@ def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
 def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     """Both layouts, loaded, measured and cleaned up; raises BenchError with what went wrong."""
     database_url, redis_url = _database_urls(arguments)
-    key_file = arguments.data_dir / "demo-api-key"
-    if arguments.api_key is None and not key_file.exists():
-        raise BenchError(f"no --api-key and no {key_file}")
-    api_key = arguments.api_key or key_file.read_text().strip()
+    api_key = api_key_read(arguments, key_file=arguments.data_dir / "demo-api-key")
     django_setup(database_url=database_url, redis_url=redis_url)
     from memory.models.records import DEFAULT_EMBEDDING_MODEL
     from memory.providers.embeddings import embedding_provider_from_settings
