@@ -1,5 +1,11 @@
 """What the benchmarks share: the server they talk to and its key, a keep-alive HTTP client for
-requests outside a load, a load generator, percentiles, and the options every bench takes."""
+requests outside a load, a load generator, percentiles, and the options every bench takes.
+
+Every bench has a smoke mode (``--smoke``): each step of the full run (load, measure, report,
+clean up) on a few hundred rows or requests at most, in seconds, so that ``make test`` runs
+every bench against a live server (``tests/test_bench.py``) and a bench cannot rot unnoticed.
+Its figures mean nothing; figures come from full runs, by hand.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -26,6 +33,7 @@ RATE_LIMIT_HINT = (
 # gunicorn closes a keep-alive connection after a few idle seconds; a write must not meet that.
 IDLE_RECONNECT_SECONDS = 1.0
 DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+SMOKE_NOTE = "smoke run: every step ran, on a few rows; its figures and verdicts mean nothing"
 
 
 class BenchError(Exception):
@@ -47,11 +55,29 @@ def verdict(met: bool) -> str:
 
 
 def server_arguments(parser: argparse.ArgumentParser, *, key_help: str | None = None) -> None:
-    """``--base-url`` and ``--api-key``, which every bench takes."""
+    """``--base-url``, ``--api-key`` and ``--smoke``, which every bench takes."""
     parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
     parser.add_argument(
         "--api-key", default=None, help=key_help or f"default: the key in {DEFAULT_KEY_FILE}"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every step on a few rows, in seconds: checks that the bench runs; figures mean "
+        "nothing (other options still apply)",
+    )
+
+
+def arguments_parse(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, smoke: dict[str, Any]
+) -> argparse.Namespace:
+    """``argv`` (None: the command line's); with ``--smoke``, ``smoke`` replaces the defaults
+    of the options it names, and an option given still wins."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--smoke", action="store_true")
+    if peek.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**smoke)
+    return parser.parse_args(argv)
 
 
 def api_key_read(arguments: argparse.Namespace, *, key_file: Path = DEFAULT_KEY_FILE) -> str:

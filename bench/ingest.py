@@ -24,7 +24,7 @@ Run against a live server started with the rate limit raised (one key sends ever
 
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.ingest [--base-url URL] [--api-key KEY] [--adds 20000]
-        [--threads 4] [--users 100] [--sessions 3]
+        [--threads 4] [--users 100] [--sessions 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
@@ -42,10 +42,12 @@ from urllib.parse import urlencode
 from bench.common import (
     PROGRESS_EVERY_SECONDS,
     RATE_LIMIT_HINT,
+    SMOKE_NOTE,
     BenchError,
     KeepAliveClient,
     LoadResult,
     api_key_read,
+    arguments_parse,
     run_load,
     server_arguments,
     verdict,
@@ -54,6 +56,15 @@ from bench.common import (
 GOAL_ADDS_PER_SECOND = 250.0
 GOAL_P95_MS = 50.0
 GOAL_MESSAGES_PER_SECOND = 100.0
+SMOKE = {
+    "adds": 24,
+    "threads": 2,
+    "users": 4,
+    "sessions": 2,
+    "warmup": 2,
+    "poll_interval": 0.2,
+    "stall_seconds": 60.0,
+}
 
 # --- Conversation text ---------------------------------------------------------------------------
 
@@ -351,7 +362,7 @@ def _report_adds(result: LoadResult) -> None:
     )
 
 
-def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, poll, report)
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 (one straight script)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     server_arguments(parser)
     parser.add_argument("--adds", type=int, default=20000, help="two-turn adds in total")
@@ -364,7 +375,7 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
         "--stall-seconds", type=float, default=300.0, help="give up when nothing moves this long"
     )
     parser.add_argument("--seed", type=int, default=1)
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if arguments.users < arguments.threads or arguments.adds < arguments.users:
         parser.error("need --threads <= --users <= --adds")
     try:
@@ -495,6 +506,8 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
         f"{verdict(end_to_end >= GOAL_MESSAGES_PER_SECOND)}"
     )
     print(f"(done times are known to within one poll sweep, every {arguments.poll_interval} s)")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
     return 0
 
 

@@ -71,11 +71,16 @@ Run against a live server with the rate limit raised, on a quiet machine. At 100
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_latency [--scale 100000] [--queries 300] [--users 1000]
         [--layouts single,spread] [--embeddings auto|model|synthetic] [--keep]
-        [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY]
+        [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY] [--smoke]
 
 The bench sets up Django with ``mirix_site.settings.local`` against ``--database-url`` (default:
 the embedded PostgreSQL of ``--data-dir``, itself ``MIRIX_DATA_DIR`` or ``.mirix-data``); give it
-the same ``TEXT_SEARCH_CONFIG`` and embedding settings as the server.
+the same ``TEXT_SEARCH_CONFIG`` and embedding settings as the server. Called in a process that
+has set Django up already (the test suite), it uses that setup and its database.
+
+``--smoke``: 200 memories per layout, 8 users, 8 queries, 2 warm-up searches; the shared HNSW
+index stays in place through the load and nothing is vacuumed (the database may be shared, as
+the test suite's is); per-user indexes are synced as in a full run.
 """
 
 from __future__ import annotations
@@ -103,9 +108,11 @@ from bench.common import (
     PROGRESS_EVERY_SECONDS,
     PROJECT_DIR,
     RATE_LIMIT_HINT,
+    SMOKE_NOTE,
     BenchError,
     KeepAliveClient,
     api_key_read,
+    arguments_parse,
     percentile,
     server_arguments,
 )
@@ -122,6 +129,7 @@ LIMIT = 10
 # The hybrid search's lanes fetch limit x OVERFETCH (memory.retrieval.engine.OVERFETCH).
 LANE_FETCH = 40
 MODEL_EMBEDDINGS_MAX_SCALE = 200_000
+SMOKE = {"scale": 200, "users": 8, "queries": 8, "warmup": 2}
 
 VOCABULARY_SIZE = 5000
 ZIPF_EXPONENT = 1.0
@@ -249,16 +257,24 @@ def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: P
 # --- The database -------------------------------------------------------------------------------
 
 
-def django_setup(*, database_url: str, redis_url: str) -> None:
-    """The server's settings against its database. The local model keeps the server's one
-    torch thread (EMBEDDING_THREADS): with a second thread it ran 2.7 times slower here as soon
-    as anything else wanted the other core."""
+def django_setup(arguments: argparse.Namespace) -> str:
+    """The server's settings against its database, unless this process has set Django up
+    already (a test): then its setup and database are the bench's. Returns which database.
+    The local model keeps the server's one torch thread (EMBEDDING_THREADS): with a second
+    thread it ran 2.7 times slower here as soon as anything else wanted the other core."""
+    import django
+    from django.apps import apps
+
+    if apps.ready:
+        from django.db import connection
+
+        return f"{connection.settings_dict['NAME']} (this process's Django setup)"
+    database_url, redis_url = _database_urls(arguments)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = redis_url
-    import django
-
     django.setup()
+    return database_url
 
 
 def tenant_from_key(api_key: str) -> Tenant:
@@ -547,6 +563,16 @@ def shared_hnsw_index(kind: SearchableKind) -> tuple[str, str]:
         return index.name, found[0]
     print(f"  note: {index.name} was missing (an interrupted run?); it will be rebuilt")
     return index.name, str(index.create_sql(kind.embedding_model, connection.schema_editor()))
+
+
+@contextmanager
+def hnsw_kept(kind: SearchableKind) -> Iterator[None]:
+    """A smoke run's load: the shared HNSW index stays (the database may be another's, as the
+    test suite's is, and a few hundred rows join the graph in no time). It is still looked up,
+    so that an index the model no longer declares fails a smoke run too."""
+    name, _definition = shared_hnsw_index(kind)
+    print(f"  smoke: {name} kept through the load, tables not vacuumed", flush=True)
+    yield
 
 
 @contextmanager
@@ -1071,7 +1097,7 @@ def layout_run(
     try:
         probe(client, layout.user_ids[0])
         vectors = corpus_vectors(context)
-        with hnsw_dropped(kind):
+        with hnsw_kept(kind) if arguments.smoke else hnsw_dropped(kind):
             if previous is not None and not arguments.keep:
                 began = time.perf_counter()
                 users_delete(kind, previous.pks)
@@ -1087,7 +1113,8 @@ def layout_run(
                 vectors=vectors,
                 model_name=context.embedder.model_name,
             )
-            tables_vacuum(kind)
+            if not arguments.smoke:
+                tables_vacuum(kind)
         own_indexes_sync()
         everyone = [item for _label, items in plan for item in items]
         client.close()  # a fresh connection after the load's long pause, warmed up below
@@ -1105,12 +1132,13 @@ def layout_run(
     return layout_rows(layout, plan, EXACT_SCAN_MAX_ROWS)
 
 
-def run_delete(kind: SearchableKind, pks: Sequence[int], run: str) -> None:
+def run_delete(kind: SearchableKind, pks: Sequence[int], run: str, *, smoke: bool) -> None:
     """Delete the bench's users (and their rows). Many vectors go without the HNSW index, which
-    is then rebuilt over what is left: cheaper than vacuum repairing the graph around each."""
+    is then rebuilt over what is left: cheaper than vacuum repairing the graph around each (not
+    in a smoke run, which leaves the index alone)."""
     began = time.perf_counter()
     vectors = kind.embedding_model.objects.filter(end_user_id__in=pks).count()
-    if vectors > LOAD_BATCH_ROWS:
+    if vectors > LOAD_BATCH_ROWS and not smoke:
         with hnsw_dropped(kind):
             users_delete(kind, pks)
         tables_vacuum(kind)
@@ -1130,7 +1158,7 @@ def cleanup(context: Context) -> None:
             f"delete them with --delete-run {context.run}"
         )
         return
-    run_delete(context.kind, users, context.run)
+    run_delete(context.kind, users, context.run, smoke=context.arguments.smoke)
     context.created.clear()
 
 
@@ -1143,12 +1171,12 @@ def kept_delete(tenant: Tenant, kind: SearchableKind, run: str) -> None:
         ).values_list("pk", flat=True)
     )
     if pks:
-        run_delete(kind, pks, run)
+        run_delete(kind, pks, run, smoke=False)
     else:
         print(f"no users lat-{run}-* in organization {tenant.organization.pk}")
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     server_arguments(parser, key_help="default: <data dir>/demo-api-key")
     parser.add_argument(
@@ -1183,7 +1211,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--delete-run", metavar="RUN", help="only delete the users a --keep run left, and exit"
     )
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if not arguments.layouts or set(arguments.layouts) - {"single", "spread"}:
         parser.error("--layouts takes single and/or spread")
     if arguments.scale < arguments.users or arguments.users < 1 or arguments.queries < 4:
@@ -1207,9 +1235,8 @@ def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
 
 def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     """Both layouts, loaded, measured and cleaned up; raises BenchError with what went wrong."""
-    database_url, redis_url = _database_urls(arguments)
     api_key = api_key_read(arguments, key_file=arguments.data_dir / "demo-api-key")
-    django_setup(database_url=database_url, redis_url=redis_url)
+    database = django_setup(arguments)
     from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 
     embedder = embedding_provider_from_settings()
@@ -1235,7 +1262,7 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     print(
         f"run {run}: {arguments.scale:,} memories, layouts {', '.join(arguments.layouts)}, "
         f"{arguments.queries} queries each, server {arguments.base_url}, database "
-        f"{database_url}, organization {tenant.organization.pk}\n"
+        f"{database}, organization {tenant.organization.pk}\n"
         f"similarity gate: {gate_state(kind, embedder.model_name)}",
         flush=True,
     )
@@ -1253,8 +1280,8 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     return rows
 
 
-def main() -> int:
-    arguments = _arguments()
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _arguments(argv)
     began = time.perf_counter()
     try:
         rows = bench(arguments)
@@ -1286,6 +1313,8 @@ def main() -> int:
             f"goal, search p95 <= {GOAL_SEARCH_P95_MS:.0f} ms at {arguments.scale:,} memories: "
             + "; ".join(verdicts)
         )
+        if arguments.smoke:
+            print(SMOKE_NOTE)
     return 0
 
 

@@ -50,7 +50,11 @@ limit raised (one key sends everything):
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_quality [--base-url URL] [--api-key KEY]
         [--dataset locomo|longmemeval|both] [--methods bm25,embedding,hybrid]
-        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE]
+        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE] [--smoke]
+
+``--smoke`` asks 2 questions per dataset (unless ``--limit-questions``) and tells each user only
+the sessions that hold its questions' gold units, then its first others, 3 sessions in all
+(``SMOKE_SESSIONS``; more when the gold needs more).
 """
 
 from __future__ import annotations
@@ -79,9 +83,11 @@ from bench.common import (
     PROGRESS_EVERY_SECONDS,
     PROJECT_DIR,
     RATE_LIMIT_HINT,
+    SMOKE_NOTE,
     BenchError,
     KeepAliveClient,
     api_key_read,
+    arguments_parse,
     percentile,
     server_arguments,
     verdict,
@@ -116,6 +122,8 @@ WARMUP_SEARCHES = 2  # per thread and lane
 # sessions, so those searches ask for the API's maximum. The first results do not depend on the
 # limit, except through hybrid's over-fetch (each lane fetches 4 x limit before fusion).
 SEARCH_LIMITS = {"locomo": 20, "longmemeval": 100}
+SMOKE = {"limit_questions": 2, "threads": 2, "poll_interval": 0.5, "stall_seconds": 60.0}
+SMOKE_SESSIONS = 3
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
@@ -399,6 +407,21 @@ def _round_robin(entries: list[dict[str, Any]], *, key: str) -> list[dict[str, A
     for rank in range(max((len(group) for group in by_kind.values()), default=0)):
         interleaved.extend(group[rank] for group in by_kind.values() if rank < len(group))
     return interleaved
+
+
+def dataset_trim(dataset: Dataset, *, sessions: int) -> None:
+    """Smoke runs: each user keeps the sessions that hold a gold unit of its questions, then its
+    first others, up to ``sessions`` in all (more when the gold needs more), in their order.
+    Every gold unit stays, so every question is still scored."""
+    wanted: dict[str, set[str]] = {}
+    for question in _questions_to_ask(dataset):
+        wanted.setdefault(question.user_id, set()).update(question.gold)
+    for haystack in dataset.haystacks:
+        gold = wanted.get(haystack.user_id, set())
+        needed = [session for session in haystack.sessions if gold & set(session.units)]
+        others = [session for session in haystack.sessions if not gold & set(session.units)]
+        kept = {id(session) for session in needed + others[: max(0, sessions - len(needed))]}
+        haystack.sessions = [session for session in haystack.sessions if id(session) in kept]
 
 
 def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
@@ -1155,7 +1178,7 @@ def _prepare(
     return provenance, report
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     server_arguments(parser)
     parser.add_argument("--dataset", choices=["locomo", "longmemeval", "both"], default="both")
@@ -1184,7 +1207,7 @@ def _arguments() -> argparse.Namespace:
         "--stall-seconds", type=float, default=600.0, help="give up when nothing moves this long"
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     arguments.methods = [method.strip() for method in arguments.methods.split(",") if method]
     if not arguments.methods or set(arguments.methods) - set(METHODS):
         parser.error(f"--methods: a comma-separated subset of {','.join(METHODS)}")
@@ -1215,9 +1238,11 @@ def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
                 limit=arguments.limit_questions,
             )
         )
-    if arguments.search_limit is not None:
-        for dataset in datasets:
+    for dataset in datasets:
+        if arguments.search_limit is not None:
             dataset.search_limit = arguments.search_limit
+        if arguments.smoke:
+            dataset_trim(dataset, sessions=SMOKE_SESSIONS)
     return datasets
 
 
@@ -1231,8 +1256,8 @@ def _check_key(client: KeepAliveClient) -> None:
         raise BenchError(f"GET /users answered {status} {payload}")
 
 
-def main() -> int:
-    arguments = _arguments()
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _arguments(argv)
     try:
         api_key = api_key_read(arguments)
     except BenchError as error:
@@ -1312,6 +1337,8 @@ def main() -> int:
         }
         arguments.json_out.write_text(json.dumps(_json_safe(document), indent=1) + "\n")
         print(f"\nfigures written to {arguments.json_out}")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
     return 0
 
 
