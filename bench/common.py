@@ -196,10 +196,12 @@ def run_load(
     request: RequestFactory,
 ) -> LoadResult:
     """``threads`` keep-alive connections, each sending ``requests_per_thread`` requests built by
-    ``request(thread_index, request_index) -> (method, path, body)``."""
+    ``request(thread_index, request_index) -> (method, path, body)``. A connection that fails
+    stops its thread; the first such error is raised once all threads are done."""
     parts = urlsplit(base_url)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     statuses: dict[int, int] = {}
+    errors: list[OSError | http.client.HTTPException] = []
     lock = threading.Lock()
     start_barrier = threading.Barrier(threads + 1)
 
@@ -207,15 +209,19 @@ def run_load(
         connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=30)
         seen: dict[int, int] = {}
         start_barrier.wait()
-        for number in range(requests_per_thread):
-            method, path, body = request(index, number)
-            began = time.perf_counter()
-            connection.request(method, path, body=body, headers=headers)
-            response = connection.getresponse()
-            response.read()
-            latencies[index].append((time.perf_counter() - began) * 1000)
-            seen[response.status] = seen.get(response.status, 0) + 1
-        connection.close()
+        try:
+            for number in range(requests_per_thread):
+                method, path, body = request(index, number)
+                began = time.perf_counter()
+                connection.request(method, path, body=body, headers=headers)
+                response = connection.getresponse()
+                response.read()
+                latencies[index].append((time.perf_counter() - began) * 1000)
+                seen[response.status] = seen.get(response.status, 0) + 1
+        except (OSError, http.client.HTTPException) as error:
+            errors.append(error)
+        finally:
+            connection.close()
         with lock:
             for status, count in seen.items():
                 statuses[status] = statuses.get(status, 0) + count
@@ -228,4 +234,6 @@ def run_load(
     for thread in workers:
         thread.join()
     seconds = time.perf_counter() - began
+    if errors:
+        raise errors[0]
     return LoadResult(label, [value for chunk in latencies for value in chunk], seconds, statuses)
