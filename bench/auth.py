@@ -9,33 +9,48 @@ Run against a live server (``make run`` in another terminal, with the rate limit
 benchmark measures the limiter rather than hits it):
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/auth.py [--base-url URL] [--api-key KEY] [--threads 4] [--requests 5000]
+    .venv/bin/python -m bench.auth [--base-url URL] [--api-key KEY] [--threads 4] [--requests 5000]
+        [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
-from _http import DEFAULT_BASE_URL, DEFAULT_KEY_FILE, run_load
+from bench.common import (
+    SMOKE_NOTE,
+    BenchError,
+    LoadResult,
+    api_key_read,
+    arguments_parse,
+    run_load,
+    server_arguments,
+)
+
+SMOKE = {"threads": 2, "requests": 20, "warmup": 10}
 
 
-def main() -> int:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help=f"default: the key in {DEFAULT_KEY_FILE}")
+    server_arguments(parser)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--requests", type=int, default=5000, help="per thread and endpoint")
     parser.add_argument("--rounds", type=int, default=2, help="alternating health/users rounds")
-    arguments = parser.parse_args()
-    api_key = arguments.api_key or DEFAULT_KEY_FILE.read_text().strip()
+    parser.add_argument("--warmup", type=int, default=200, help="unmeasured requests per thread")
+    return arguments_parse(parser, argv, smoke=SMOKE)
+
+
+def measure(arguments: argparse.Namespace, api_key: str) -> dict[str, LoadResult]:
+    """Both endpoints, each merged over its rounds."""
     common = {"base_url": arguments.base_url, "threads": arguments.threads}
 
     # Warm every worker process and connection before measuring.
     run_load(
         label="warm-up",
         headers={"X-API-Key": api_key},
-        requests_per_thread=200,
+        requests_per_thread=arguments.warmup,
         request=lambda _t, _n: ("GET", "/users", None),
         **common,
     )
@@ -72,15 +87,30 @@ def main() -> int:
             for status, count in extra.statuses.items():
                 first.statuses[status] = first.statuses.get(status, 0) + count
         merged[name] = first
+    return merged
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _arguments(argv)
+    try:
+        merged = measure(arguments, api_key_read(arguments))
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
+        return 1
+
+    per_endpoint = len(merged["health"].latencies_ms) // arguments.threads
     print(
-        f"{arguments.threads} threads x {per_round * arguments.rounds} requests per endpoint, "
-        f"{arguments.base_url}"
+        f"{arguments.threads} threads x {per_endpoint} requests per endpoint, {arguments.base_url}"
     )
     for result in merged.values():
         print(result.line())
     delta = merged["users"].percentile(0.5) - merged["health"].percentile(0.5)
     print(f"authenticated p50 - health p50 = {delta:+.2f} ms (goal: within 2 ms)")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
     if set(merged["users"].statuses) != {200} or set(merged["health"].statuses) != {200}:
         print(
             "non-200 answers seen: raise API_RATE_LIMIT for the server under test", file=sys.stderr

@@ -23,29 +23,48 @@ are warm. Users are named ``bench-<UTC time>-<n>``, so repeated runs do not coll
 Run against a live server started with the rate limit raised (one key sends every add):
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/ingest.py [--base-url URL] [--api-key KEY] [--adds 20000]
-        [--threads 4] [--users 100] [--sessions 3]
+    .venv/bin/python -m bench.ingest [--base-url URL] [--api-key KEY] [--adds 20000]
+        [--threads 4] [--users 100] [--sessions 3] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
-from _http import DEFAULT_BASE_URL, DEFAULT_KEY_FILE, LoadResult, run_load
+from bench.common import (
+    PROGRESS_EVERY_SECONDS,
+    RATE_LIMIT_HINT,
+    SMOKE_NOTE,
+    BenchError,
+    KeepAliveClient,
+    LoadResult,
+    api_key_read,
+    arguments_parse,
+    run_load,
+    server_arguments,
+    verdict,
+)
 
 GOAL_ADDS_PER_SECOND = 250.0
 GOAL_P95_MS = 50.0
 GOAL_MESSAGES_PER_SECOND = 100.0
-PROGRESS_EVERY_SECONDS = 10.0
+SMOKE = {
+    "adds": 24,
+    "threads": 2,
+    "users": 4,
+    "sessions": 2,
+    "warmup": 2,
+    "poll_interval": 0.2,
+    "stall_seconds": 60.0,
+}
 
 # --- Conversation text ---------------------------------------------------------------------------
 
@@ -238,45 +257,12 @@ def _plan(
 # --- Talking to the server -----------------------------------------------------------------------
 
 
-class ServerError(Exception):
-    pass
-
-
-class Client:
-    """One keep-alive connection for the requests outside the load: probing and polling."""
-
-    def __init__(self, base_url: str, api_key: str) -> None:
-        parts = urlsplit(base_url)
-        self.connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=30)
-        self.headers = {"X-API-Key": api_key, "Content-Type": "application/json"}
-
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
-        try:
-            response = self._send(method, path, body)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            # gunicorn closes a keep-alive connection after a few idle seconds (the add phase,
-            # the pause between polls). A GET is safe to send again; an add is not (it would
-            # count twice), and the only one sent here goes first, on a fresh connection.
-            if method != "GET":
-                raise
-            self.connection.close()
-            response = self._send(method, path, body)
-        payload = response.read()
-        try:
-            return response.status, json.loads(payload) if payload else None
-        except ValueError:
-            return response.status, payload.decode(errors="replace")[:200]
-
-    def _send(self, method: str, path: str, body: bytes | None) -> http.client.HTTPResponse:
-        self.connection.request(method, path, body=body, headers=self.headers)
-        return self.connection.getresponse()
-
-    def episodic_count(self, user_id: str) -> int:
-        query = urlencode({"user_id": user_id, "memory_type": "episodic", "limit": 1})
-        status, payload = self.request("GET", f"/memory/components?{query}")
-        if status != 200 or not isinstance(payload, dict):
-            raise ServerError(f"GET /memory/components for {user_id}: {status} {payload}")
-        return int(payload["counts"]["episodic"])
+def episodic_count(client: KeepAliveClient, user_id: str) -> int:
+    query = urlencode({"user_id": user_id, "memory_type": "episodic", "limit": 1})
+    status, payload = client.request("GET", f"/memory/components?{query}")
+    if status != 200 or not isinstance(payload, dict):
+        raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
+    return int(payload["counts"]["episodic"])
 
 
 @dataclass
@@ -296,9 +282,9 @@ class Progress:
     def processed_adds(self) -> int:
         return sum(self.processed.values())
 
-    def sweep(self, client: Client) -> None:
+    def sweep(self, client: KeepAliveClient) -> None:
         for user_id in self.pending_users:
-            count = min(client.episodic_count(user_id), self.expected[user_id])
+            count = min(episodic_count(client, user_id), self.expected[user_id])
             self.processed[user_id] = count
             if count == self.expected[user_id]:
                 self.done_at[user_id] = time.perf_counter()
@@ -306,14 +292,14 @@ class Progress:
 
 def _wait_until_processed(
     *,
-    client: Client,
+    client: KeepAliveClient,
     progress: Progress,
     poll_interval: float,
     stall_seconds: float,
     started: float,
     report_progress: bool,
 ) -> None:
-    """Sweep every ``poll_interval`` seconds until every user is done; raises ServerError when
+    """Sweep every ``poll_interval`` seconds until every user is done; raises BenchError when
     nothing moved for ``stall_seconds`` (worker down, jobs failing)."""
     last_change, last_seen = time.perf_counter(), progress.processed_adds
     next_report = time.perf_counter() + PROGRESS_EVERY_SECONDS
@@ -325,7 +311,7 @@ def _wait_until_processed(
         if progress.processed_adds != last_seen:
             last_change, last_seen = now, progress.processed_adds
         elif now - last_change > stall_seconds:
-            raise ServerError(
+            raise BenchError(
                 f"no add processed for {stall_seconds:.0f} s ({last_seen} of {total} done): "
                 "is the Celery worker running? Look at the extraction jobs in the admin."
             )
@@ -339,7 +325,7 @@ def _wait_until_processed(
             time.sleep(max(0.0, poll_interval - (time.perf_counter() - sweep_began)))
 
 
-def _probe(client: Client, user_id: str) -> None:
+def _probe(client: KeepAliveClient, user_id: str) -> None:
     """One add before anything else: a wrong key, a low rate limit or extraction switched off
     should stop the run with a clear message, not show up as a strange figure."""
     body = {
@@ -352,24 +338,14 @@ def _probe(client: Client, user_id: str) -> None:
     }
     status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
     if status == 401:
-        raise ServerError(f"401: the API key was refused ({payload})")
+        raise BenchError(f"401: the API key was refused ({payload})")
     if status == 429:
-        raise ServerError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     if status != 202 or not isinstance(payload, dict) or payload.get("status") != "queued":
-        raise ServerError(f"POST /memory/add answered {status} {payload}, expected 202 queued")
-
-
-_RATE_LIMIT_HINT = (
-    "429 Too Many Requests: restart the server with the rate limit raised, "
-    "API_RATE_LIMIT=10000000/min make run"
-)
+        raise BenchError(f"POST /memory/add answered {status} {payload}, expected 202 queued")
 
 
 # --- Reporting -----------------------------------------------------------------------------------
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "NOT met"
 
 
 def _report_adds(result: LoadResult) -> None:
@@ -377,19 +353,18 @@ def _report_adds(result: LoadResult) -> None:
     rate, p50, p95 = result.requests_per_second, result.percentile(0.5), result.percentile(0.95)
     print(
         f"  accepted adds/s {rate:8.1f}    goal >= {GOAL_ADDS_PER_SECOND:.0f}      "
-        f"{_verdict(rate >= GOAL_ADDS_PER_SECOND)}"
+        f"{verdict(rate >= GOAL_ADDS_PER_SECOND)}"
     )
     print(f"  p50 latency     {p50:8.2f} ms")
     print(
         f"  p95 latency     {p95:8.2f} ms goal <= {GOAL_P95_MS:.0f} ms    "
-        f"{_verdict(p95 <= GOAL_P95_MS)}"
+        f"{verdict(p95 <= GOAL_P95_MS)}"
     )
 
 
-def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, poll, report)
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 (one straight script)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help=f"default: the key in {DEFAULT_KEY_FILE}")
+    server_arguments(parser)
     parser.add_argument("--adds", type=int, default=20000, help="two-turn adds in total")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--users", type=int, default=100)
@@ -400,10 +375,14 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
         "--stall-seconds", type=float, default=300.0, help="give up when nothing moves this long"
     )
     parser.add_argument("--seed", type=int, default=1)
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if arguments.users < arguments.threads or arguments.adds < arguments.users:
         parser.error("need --threads <= --users <= --adds")
-    api_key = arguments.api_key or DEFAULT_KEY_FILE.read_text().strip()
+    try:
+        api_key = api_key_read(arguments)
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
     headers = {"X-API-Key": api_key, "Content-Type": "application/json"}
     threads = arguments.threads
     adds_per_thread = arguments.adds // threads
@@ -434,7 +413,7 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
         flush=True,
     )
 
-    client = Client(arguments.base_url, api_key)
+    client = KeepAliveClient(arguments.base_url, api_key)
     try:
         began = time.perf_counter()
         _probe(client, f"{run}-warmup-0")
@@ -449,7 +428,7 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
                 request=lambda index, number: ("POST", "/memory/add", warmup.bodies[index][number]),
             )
             if set(result.statuses) != {202}:
-                raise ServerError(f"warm-up adds answered {result.statuses}, expected only 202")
+                raise BenchError(f"warm-up adds answered {result.statuses}, expected only 202")
         _wait_until_processed(
             client=client,
             progress=Progress(warmup.expected),
@@ -482,7 +461,7 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
         if set(result.statuses) != {202}:
             print(f"non-202 answers: {result.statuses}", file=sys.stderr)
             if 429 in result.statuses:
-                print(_RATE_LIMIT_HINT, file=sys.stderr)
+                print(RATE_LIMIT_HINT, file=sys.stderr)
             return 1
 
         # One sweep right away: what the worker got through while the adds were arriving.
@@ -504,7 +483,7 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
             started=first_add,
             report_progress=True,
         )
-    except ServerError as error:
+    except BenchError as error:
         print(error, file=sys.stderr)
         return 1
     except OSError as error:
@@ -524,9 +503,11 @@ def main() -> int:  # noqa: PLR0915 (one straight script: plan, warm up, add, po
     print(
         f"add to searchable: {2 * plan.adds} messages in {total_seconds:.1f} s -> "
         f"{end_to_end:.1f} messages/s    goal >= {GOAL_MESSAGES_PER_SECOND:.0f}    "
-        f"{_verdict(end_to_end >= GOAL_MESSAGES_PER_SECOND)}"
+        f"{verdict(end_to_end >= GOAL_MESSAGES_PER_SECOND)}"
     )
     print(f"(done times are known to within one poll sweep, every {arguments.poll_interval} s)")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
     return 0
 
 

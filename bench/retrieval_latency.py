@@ -28,9 +28,13 @@ so only latency means anything). ``auto`` (default): ``model`` up to 200,000 mem
 
 Loading. The rows go straight into the server's PostgreSQL, into the demo tenant of the data
 directory (its key's client), as end users ``lat-<run id>-single-0`` and
-``lat-<run id>-spread-<n>``: memories and embeddings through COPY, the BM25 index through the
-server's own ``memory.retrieval.index.postings_add``, in batches of 2,000. The HNSW index
-``episodicembedding_hnsw`` is dropped for the load and rebuilt from its own definition after it
+``lat-<run id>-spread-<n>``: memories and embeddings through COPY into a staging table and one
+``INSERT ... SELECT`` each, whose tables and columns are read from the models (every column the
+bench has no value for gets what the model gives a new row: its default, ``now()`` for
+``auto_now``, NULL or ''; a required column with none stops the bench), the BM25 index through
+the server's own ``memory.retrieval.index.documents_index`` (text only), in batches of 2,000.
+The episodic kind's shared HNSW index (``episodicembedding_hnsw``) is dropped for the load and
+rebuilt from its own definition after it
 (a bulk build is several times faster than inserting into the graph), then the tables are
 vacuumed and analysed (steady state: visibility map set for BM25's index-only scans), and the
 server's ``vector_indexes_sync`` gives each user past 5,000 rows their own HNSW index, as beat
@@ -65,13 +69,18 @@ Run against a live server with the rate limit raised, on a quiet machine. At 100
 1,000,000 vectors: likely over 30 minutes for both layouts; ``--layouts`` runs one of them.
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/retrieval_latency.py [--scale 100000] [--queries 300] [--users 1000]
+    .venv/bin/python -m bench.retrieval_latency [--scale 100000] [--queries 300] [--users 1000]
         [--layouts single,spread] [--embeddings auto|model|synthetic] [--keep]
-        [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY]
+        [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY] [--smoke]
 
 The bench sets up Django with ``mirix_site.settings.local`` against ``--database-url`` (default:
 the embedded PostgreSQL of ``--data-dir``, itself ``MIRIX_DATA_DIR`` or ``.mirix-data``); give it
-the same ``TEXT_SEARCH_CONFIG`` and embedding settings as the server.
+the same ``TEXT_SEARCH_CONFIG`` and embedding settings as the server. Called in a process that
+has set Django up already (the test suite), it uses that setup and its database.
+
+``--smoke``: 200 memories per layout, 8 users, 8 queries, 2 warm-up searches; the shared HNSW
+index stays in place through the load and nothing is vacuumed (the database may be shared, as
+the test suite's is); per-user indexes are synced as in a full run.
 """
 
 from __future__ import annotations
@@ -79,8 +88,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import heapq
-import http.client
-import json
 import math
 import os
 import random
@@ -93,22 +100,36 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import numpy as np
-from _http import DEFAULT_BASE_URL
+
+from bench.common import (
+    PROGRESS_EVERY_SECONDS,
+    PROJECT_DIR,
+    RATE_LIMIT_HINT,
+    SMOKE_NOTE,
+    BenchError,
+    KeepAliveClient,
+    api_key_read,
+    arguments_parse,
+    percentile,
+    server_arguments,
+)
 
 if TYPE_CHECKING:
-    from accounts.tenancy import Tenant
-    from memory.providers.embeddings import EmbeddingProvider
-    from memory.retrieval.bm25 import Scope
+    from django.db import models
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+    from accounts.tenancy import Scope, Tenant
+    from memory.providers.embeddings import EmbeddingProvider
+    from memory.retrieval.kinds import SearchableKind
+
 GOAL_SEARCH_P95_MS = 30.0
 LIMIT = 10
 # The hybrid search's lanes fetch limit x OVERFETCH (memory.retrieval.engine.OVERFETCH).
 LANE_FETCH = 40
 MODEL_EMBEDDINGS_MAX_SCALE = 200_000
+SMOKE = {"scale": 200, "users": 8, "queries": 8, "warmup": 2}
 
 VOCABULARY_SIZE = 5000
 ZIPF_EXPONENT = 1.0
@@ -120,45 +141,8 @@ SYNTHETIC_NOISE = 1 / math.sqrt(384)
 
 LOAD_BATCH_ROWS = 2000
 EMBED_CHUNK_TEXTS = 2048
-PROGRESS_EVERY_SECONDS = 10.0
-HNSW_INDEX = "episodicembedding_hnsw"
-# The model's definition (memory.models.records), used only when an interrupted run left the
-# index missing; otherwise the index is rebuilt from what pg_indexes says it was.
-HNSW_FALLBACK_DEFINITION = (
-    "CREATE INDEX episodicembedding_hnsw ON memory_episodicembedding USING hnsw "
-    "((embedding::vector(384)) vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
-    "WHERE model = 'all-MiniLM-L6-v2'"
-)
-LOADED_TABLES = (
-    "memory_episodicmemory",
-    "memory_episodicembedding",
-    "memory_memoryposting",
-    "memory_termstats",
-    "memory_documentstats",
-)
-# Referencing tables before the tables they reference.
-DELETE_ORDER = (
-    "memory_memoryposting",
-    "memory_termstats",
-    "memory_documentstats",
-    "memory_episodicembedding",
-    "memory_episodicmemory",
-)
-
-_RATE_LIMIT_HINT = (
-    "429 Too Many Requests: restart the server with the rate limit raised, "
-    "API_RATE_LIMIT=10000000/min make run"
-)
-
-
-class BenchError(Exception):
-    pass
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """As ``_http.LoadResult.percentile``: the value below which ``fraction`` of them fall."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+# The bench's own staging table: one row per memory of a batch, filled by COPY.
+STAGE_TABLE = "lat_stage"
 
 
 def _progress(label: str, done: int, total: int, began: float) -> None:
@@ -273,17 +257,24 @@ def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: P
 # --- The database -------------------------------------------------------------------------------
 
 
-def django_setup(*, database_url: str, redis_url: str) -> None:
-    """The server's settings against its database. The local model keeps the server's one
-    torch thread (EMBEDDING_THREADS): with a second thread it ran 2.7 times slower here as soon
-    as anything else wanted the other core."""
-    sys.path.insert(0, str(PROJECT_DIR))
+def django_setup(arguments: argparse.Namespace) -> str:
+    """The server's settings against its database, unless this process has set Django up
+    already (a test): then its setup and database are the bench's. Returns which database.
+    The local model keeps the server's one torch thread (EMBEDDING_THREADS): with a second
+    thread it ran 2.7 times slower here as soon as anything else wanted the other core."""
+    import django
+    from django.apps import apps
+
+    if apps.ready:
+        from django.db import connection
+
+        return f"{connection.settings_dict['NAME']} (this process's Django setup)"
+    database_url, redis_url = _database_urls(arguments)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = redis_url
-    import django
-
     django.setup()
+    return database_url
 
 
 def tenant_from_key(api_key: str) -> Tenant:
@@ -351,7 +342,36 @@ def users_create(tenant: Tenant, layout: Layout) -> None:
     layout.pks = [user.pk for user in created]
 
 
-def users_delete(pks: Sequence[int]) -> None:
+def searched_kind() -> SearchableKind:
+    """What the bench loads and searches: episodic memories."""
+    from memory.types import MEMORY_TYPES
+
+    kind = MEMORY_TYPES["episodic"].kind
+    if kind is None:
+        raise BenchError("episodic memories are no longer a searchable kind")
+    return kind
+
+
+def loaded_models(kind: SearchableKind) -> tuple[type[models.Model], ...]:
+    """Every table a load writes, referencing tables before the tables they reference."""
+    from memory.models import DocumentStats, Posting, TermStats
+
+    return (Posting, TermStats, DocumentStats, kind.embedding_model, kind.model)
+
+
+def _table(model: type[models.Model]) -> str:
+    from django.db import connection
+
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    from django.db import connection
+
+    return connection.ops.quote_name(model._meta.get_field(name).column)
+
+
+def users_delete(kind: SearchableKind, pks: Sequence[int]) -> None:
     """The big tables in plain SQL first (the ORM's cascade would load every memory), then the
     users through the ORM, which cascades to the rest (their retrieval log)."""
     from django.db import connection, transaction
@@ -359,91 +379,155 @@ def users_delete(pks: Sequence[int]) -> None:
     from accounts.models import EndUser
 
     with transaction.atomic(), connection.cursor() as cursor:
-        for table in DELETE_ORDER:
-            cursor.execute(f"DELETE FROM {table} WHERE end_user_id = ANY(%s)", [list(pks)])  # noqa: S608
+        for model in loaded_models(kind):
+            cursor.execute(
+                f"DELETE FROM {_table(model)} WHERE {_column(model, 'end_user')} = ANY(%s)",  # noqa: S608
+                [list(pks)],
+            )
         EndUser.objects.filter(pk__in=pks).delete()
 
 
 _STAGE_SQL = (
-    "CREATE TEMP TABLE IF NOT EXISTS lat_stage "
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} "
     "(id bigint, end_user_id bigint, body text, embedding vector) ON COMMIT DELETE ROWS"
 )
-_MEMORIES_SQL = """
-INSERT INTO memory_episodicmemory
-       (id, organization_id, client_id, end_user_id, source_message_ids, filter_tags,
-        search_vector, created_at, updated_at, fingerprint, event_type, summary, details, actor,
-        occurred_at)
-SELECT id, %(organization_id)s, %(client_id)s, end_user_id, '{}', '{}',
-       to_tsvector(%(config)s::regconfig, body), now(), now(), 'lat-' || id, 'conversation',
-       body, '', '', now() - random() * interval '365 days'
-  FROM lat_stage
-"""
-_EMBEDDINGS_SQL = """
-INSERT INTO memory_episodicembedding
-       (organization_id, client_id, end_user_id, memory_id, model, chunk_index, embedding,
-        created_at)
-SELECT %(organization_id)s, %(client_id)s, end_user_id, id, %(model)s, 0, embedding, now()
-  FROM lat_stage
-"""
+
+
+def insert_from_stage(
+    model: type[models.Model], values: dict[str, str]
+) -> tuple[str, dict[str, Any]]:
+    """``INSERT INTO <the model's table> (every concrete column) SELECT ... FROM`` the staging
+    table (aliased ``s``), and its parameters. ``values`` maps a field's name (or attname) to
+    the SQL of its value; every other column gets what the model gives a new row it is told
+    nothing about: the database's own value for a generated key or a ``db_default``, ``now()``
+    for ``auto_now``/``auto_now_add`` (as ``pre_save`` would, once per batch), else the field's
+    default (NULL for a nullable field, '' for a blank text). A required column with none of
+    these stops the bench, so that a new column cannot be loaded with a value the server would
+    never write."""
+    from django.db import connection
+    from django.db.models import NOT_PROVIDED, AutoField
+
+    fields: dict[str, models.Field] = {}
+    for model_field in model._meta.concrete_fields:
+        fields[model_field.name] = fields[model_field.attname] = model_field
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise BenchError(
+            f"{model.__name__} has no field {', '.join(unknown)}: the bench's loader needs "
+            "updating to the model"
+        )
+    given = {fields[name].attname: sql for name, sql in values.items()}
+    columns, expressions, params = [], [], {}
+    for model_field in model._meta.concrete_fields:
+        if model_field.attname in given:
+            expression = given[model_field.attname]
+        elif model_field.db_default is not NOT_PROVIDED or (
+            model_field.primary_key and isinstance(model_field, AutoField)
+        ):
+            continue
+        elif getattr(model_field, "auto_now", False) or getattr(model_field, "auto_now_add", False):
+            expression = "now()"
+        elif (
+            model_field.has_default()
+            or model_field.null
+            or (model_field.blank and model_field.empty_strings_allowed)
+        ):
+            name = f"default_{model_field.column}"
+            params[name] = model_field.get_db_prep_save(model_field.get_default(), connection)
+            expression = f"%({name})s::{model_field.cast_db_type(connection)}"
+        else:
+            raise BenchError(
+                f"{model.__name__}.{model_field.name} is required and has no default: the "
+                "bench's loader has no value for it and needs updating to the model"
+            )
+        columns.append(connection.ops.quote_name(model_field.column))
+        expressions.append(expression)
+    sql = (
+        f"INSERT INTO {_table(model)} ({', '.join(columns)}) "  # noqa: S608
+        f"SELECT {', '.join(expressions)} FROM {STAGE_TABLE} AS s"
+    )
+    return sql, params
 
 
 def rows_load(
-    tenant: Tenant, layout: Layout, texts: list[str], vectors: np.ndarray, model: str
+    *,
+    tenant: Tenant,
+    kind: SearchableKind,
+    layout: Layout,
+    texts: list[str],
+    vectors: np.ndarray,
+    model_name: str,
 ) -> None:
     """The layout's memories, embeddings and BM25 postings, a transaction per batch."""
-    from django.conf import settings
     from django.db import connection, transaction
-    from pgvector.psycopg import register_vector
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
 
-    from memory.models import EpisodicMemory
-    from memory.retrieval.index import postings_add
-    from memory.types import MEMORY_TYPES
+    from memory.retrieval.index import documents_index
 
-    kind = MEMORY_TYPES["episodic"]
     owners = [pk for pk, size in zip(layout.pks, layout.sizes, strict=True) for _ in range(size)]
-    parameters = {
-        "organization_id": tenant.organization.pk,
-        "client_id": tenant.client.pk,
-        "config": settings.TEXT_SEARCH_CONFIG,
-        "model": model,
+    tenant_ids = {"organization_id": tenant.organization.pk, "client_id": tenant.client.pk}
+    owner_values = {
+        "organization": "%(organization_id)s",
+        "client": "%(client_id)s",
+        "end_user": "s.end_user_id",
     }
+    primary_key = kind.model._meta.pk
+    memory_values = owner_values | {
+        primary_key.name: "s.id",
+        kind.text_fields[0]: "s.body",
+        # No proposal to derive it from, as the service does: unique per row, as the
+        # (user, client, fingerprint) constraint wants, and as long as the service's.
+        "fingerprint": "encode(sha256(convert_to('lat-' || s.id, 'UTF8')), 'hex')",
+    }
+    if kind.time_field is not None:
+        memory_values[kind.time_field] = "now() - random() * interval '365 days'"
+    memories_sql, memory_params = insert_from_stage(kind.model, memory_values)
+    embeddings_sql, embedding_params = insert_from_stage(
+        kind.embedding_model,
+        owner_values
+        | {kind.embedding_attname: "s.id", "model": "%(model)s", "embedding": "s.embedding"},
+    )
+    memory_params |= tenant_ids
+    embedding_params |= tenant_ids | {"model": model_name}
     connection.ensure_connection()
-    register_vector(connection.connection)  # binary COPY of numpy vectors
+    vector_type = TypeInfo.fetch(connection.connection, "vector")
     began = last_report = time.perf_counter()
     for start in range(0, layout.rows, LOAD_BATCH_ROWS):
         stop = min(start + LOAD_BATCH_ROWS, layout.rows)
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_STAGE_SQL)
             cursor.execute(
-                "SELECT nextval(pg_get_serial_sequence('memory_episodicmemory', 'id')) "
-                "FROM generate_series(1, %s)",
-                [stop - start],
+                "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                [kind.table, primary_key.column, stop - start],
             )
             ids = [row[0] for row in cursor.fetchall()]
+            # Binary COPY of numpy vectors. On this cursor only: registered on the connection,
+            # every later read of a vector through it would return pgvector's own type.
+            register_vector_info(cursor.cursor, vector_type)
             with cursor.cursor.copy(
-                "COPY lat_stage (id, end_user_id, body, embedding) FROM STDIN (FORMAT BINARY)"
+                f"COPY {STAGE_TABLE} (id, end_user_id, body, embedding) FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(["bigint", "bigint", "text", "vector"])
                 for offset, memory_id in enumerate(ids):
                     row = start + offset
                     copy.write_row((memory_id, owners[row], texts[row], vectors[row]))
-            cursor.execute(_MEMORIES_SQL, parameters)
-            cursor.execute(_EMBEDDINGS_SQL, parameters)
-            postings_add(
-                [
+            cursor.execute(memories_sql, memory_params)
+            cursor.execute(embeddings_sql, embedding_params)
+            documents_index(
+                documents=[
                     (
                         kind,
-                        EpisodicMemory(
-                            id=memory_id,
-                            organization_id=tenant.organization.pk,
-                            client_id=tenant.client.pk,
+                        kind.model(
+                            pk=memory_id,
                             end_user_id=owners[start + offset],
-                            summary=texts[start + offset],
-                            details="",
+                            **tenant_ids,
+                            **{kind.text_fields[0]: texts[start + offset]},
                         ),
                     )
                     for offset, memory_id in enumerate(ids)
-                ]
+                ],
+                embedders=[],
             )
         if time.perf_counter() - last_report >= PROGRESS_EVERY_SECONDS:
             _progress("loaded", stop, layout.rows, began)
@@ -452,10 +536,49 @@ def rows_load(
     print(f"  loaded {layout.rows:,} memories in {seconds:.0f} s ({layout.rows / seconds:,.0f}/s)")
 
 
+def shared_hnsw_index(kind: SearchableKind) -> tuple[str, str]:
+    """The name of the kind's shared HNSW index (the local model's, declared on its embeddings
+    model) and its definition: as the database has it, or, when an interrupted run left it
+    missing, as the model declares it."""
+    from django.db import connection
+    from pgvector.django import HnswIndex
+
+    declared = [
+        index for index in kind.embedding_model._meta.indexes if isinstance(index, HnswIndex)
+    ]
+    if len(declared) != 1:
+        raise BenchError(
+            f"{kind.embedding_model.__name__} declares {len(declared)} HNSW indexes; the bench "
+            "drops and rebuilds exactly one"
+        )
+    [index] = declared
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname = %s",
+            [index.name],
+        )
+        found = cursor.fetchone()
+    if found is not None:
+        return index.name, found[0]
+    print(f"  note: {index.name} was missing (an interrupted run?); it will be rebuilt")
+    return index.name, str(index.create_sql(kind.embedding_model, connection.schema_editor()))
+
+
 @contextmanager
-def hnsw_dropped() -> Iterator[None]:
-    """Without the HNSW index while inside; rebuilt from its own definition on the way out,
-    with room to build the graph in memory and every core. Inside, the server's sync of
+def hnsw_kept(kind: SearchableKind) -> Iterator[None]:
+    """A smoke run's load: the shared HNSW index stays (the database may be another's, as the
+    test suite's is, and a few hundred rows join the graph in no time). It is still looked up,
+    so that an index the model no longer declares fails a smoke run too."""
+    name, _definition = shared_hnsw_index(kind)
+    print(f"  smoke: {name} kept through the load, tables not vacuumed", flush=True)
+    yield
+
+
+@contextmanager
+def hnsw_dropped(kind: SearchableKind) -> Iterator[None]:
+    """Without the shared HNSW index while inside; rebuilt from its own definition on the way
+    out, with room to build the graph in memory and every core. Inside, the server's sync of
     per-user indexes waits (its lock is held): beat would otherwise give a user who crossed
     5,000 rows mid-load an index that every later row of the load is inserted into."""
     from django.db import connection
@@ -464,22 +587,14 @@ def hnsw_dropped() -> Iterator[None]:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
-        cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND indexname = %s",
-            [HNSW_INDEX],
-        )
-        found = cursor.fetchone()
-        if found is None:
-            print(f"  note: {HNSW_INDEX} was missing (an interrupted run?); it will be rebuilt")
-        definition = found[0] if found else HNSW_FALLBACK_DEFINITION
-        cursor.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+    name, definition = shared_hnsw_index(kind)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX IF EXISTS {connection.ops.quote_name(name)}")
     try:
         yield
     finally:
+        vectors = kind.embedding_model.objects.count()
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM memory_episodicembedding")
-            vectors = cursor.fetchone()[0]
             # 2-3 kB of graph per 384-dimension vector (m = 16); a graph that outgrows
             # maintenance_work_mem is finished on disk, many times slower.
             memory_mb = max(1024, math.ceil(vectors * 3 / 1000))
@@ -509,24 +624,26 @@ def own_indexes_sync() -> None:
     )
 
 
-def tables_vacuum() -> None:
+def tables_vacuum(kind: SearchableKind) -> None:
     from django.db import connection
 
     began = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM (ANALYZE) {', '.join(LOADED_TABLES)}")
+        cursor.execute(
+            f"VACUUM (ANALYZE) {', '.join(_table(model) for model in loaded_models(kind))}"
+        )
     print(f"  vacuumed and analysed in {time.perf_counter() - began:.0f} s", flush=True)
 
 
-def gate_state(model: str) -> str:
-    from memory.models import GateCalibration
+def gate_state(kind: SearchableKind, model: str) -> str:
+    from memory.retrieval.gate import gate_thresholds
 
-    calibration = GateCalibration.objects.filter(model=model).first()
-    if calibration is None:
+    thresholds = gate_thresholds(model=model, kinds=[kind])[kind.name]
+    if thresholds is None:
         return f"off (no calibration for {model}: no distance look-ups for BM25-only hits)"
     return (
-        f"calibrated (min {calibration.min_similarity:.3f}, "
-        f"strong {calibration.strong_similarity:.3f})"
+        f"calibrated (min {thresholds.min_similarity:.3f}, "
+        f"strong {thresholds.strong_similarity:.3f})"
     )
 
 
@@ -553,65 +670,36 @@ def server_timing_parse(header: str) -> dict[str, float]:
     return timings
 
 
-class SearchClient:
-    """One keep-alive connection: the searches of a pass all reach one (warmed-up) worker."""
-
-    def __init__(self, base_url: str, api_key: str) -> None:
-        parts = urlsplit(base_url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.headers = {"X-API-Key": api_key}
-        self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
-        self.reconnects = 0
-
-    def search(self, user_id: str, query: str, *, method: str, limit: int) -> Answer:
-        path = "/memory/search?" + urlencode(
-            {
-                "user_id": user_id,
-                "query": query,
-                "memory_type": "episodic",
-                "search_method": method,
-                "limit": limit,
-            }
-        )
-        began = time.perf_counter()
-        try:
-            response = self._send(path)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            # gunicorn closes a keep-alive connection idle for a few seconds; a GET is safe to
-            # send again (the new connection may reach a cold worker: counted, and reported).
-            self.connection.close()
-            self.reconnects += 1
-            began = time.perf_counter()
-            response = self._send(path)
-        body = response.read()
-        client_ms = (time.perf_counter() - began) * 1000
-        try:
-            payload = json.loads(body) if body else None
-        except ValueError:
-            payload = body.decode(errors="replace")[:200]
-        timing = server_timing_parse(response.getheader("Server-Timing") or "")
-        return Answer(response.status, payload, timing, client_ms)
-
-    def _send(self, path: str) -> http.client.HTTPResponse:
-        self.connection.request("GET", path, headers=self.headers)
-        return self.connection.getresponse()
-
-    def close(self) -> None:
-        self.connection.close()
+def search(client: KeepAliveClient, user_id: str, query: str, *, method: str, limit: int) -> Answer:
+    """One search over the client's connection, timed from request sent to body read (a
+    reconnect after gunicorn dropped the idle connection may reach a cold worker: counted in
+    ``client.reconnects``, and reported)."""
+    path = "/memory/search?" + urlencode(
+        {
+            "user_id": user_id,
+            "query": query,
+            "memory_type": "episodic",
+            "search_method": method,
+            "limit": limit,
+        }
+    )
+    reply = client.exchange("GET", path)
+    timing = server_timing_parse(reply.headers.get("Server-Timing") or "")
+    return Answer(reply.status, reply.payload(), timing, reply.elapsed_ms)
 
 
 def _checked(answer: Answer, what: str) -> Answer:
     if answer.status == 429:
-        raise BenchError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     if answer.status != 200:
         raise BenchError(f"{what}: {answer.status} {answer.payload}")
     return answer
 
 
-def probe(client: SearchClient, user_id: str) -> None:
+def probe(client: KeepAliveClient, user_id: str) -> None:
     """Before the long load: a wrong key, a server on another database or a low rate limit stop
     the run here, with a clear message."""
-    answer = client.search(user_id, "probe", method="bm25", limit=1)
+    answer = search(client, user_id, "probe", method="bm25", limit=1)
     if answer.status == 401:
         raise BenchError(f"401: the server refused the API key ({answer.payload})")
     if answer.status == 404:
@@ -652,42 +740,46 @@ def _recall(found: list[int], exact: list[int]) -> float | None:
     return len(set(found) & set(exact)) / len(exact) if exact else None
 
 
-def exact_bm25(scope: Scope, memory_type: int, query: str, limit: int) -> list[tuple[int, float]]:
+def exact_bm25(
+    scope: Scope, kind: SearchableKind, query: str, limit: int
+) -> list[tuple[int, float]]:
     """Okapi BM25 as the server scores it (same statistics, same formula), reading every
     posting of every query term in scope: what MaxScore pruning saves."""
     from django.db import connection
 
+    from memory.models import DocumentStats, Posting, TermStats
     from memory.retrieval.bm25 import idf, query_lexemes, term_weight
 
     lexemes = query_lexemes(query)
     if not lexemes:
         return []
-    parameters = {
-        "end_user_id": scope.end_user_id,
-        "memory_type": memory_type,
-        "client_ids": list(scope.client_ids),
-        "lexemes": lexemes,
-    }
-    owner = (
-        "end_user_id = %(end_user_id)s AND memory_type = %(memory_type)s "
-        "AND client_id = ANY(%(client_ids)s)"
-    )
+    where, parameters = scope.where()
+    parameters |= {"kind": kind.code, "lexemes": lexemes}
+
+    def of_kind(model: type[models.Model]) -> str:
+        return f"{where} AND {_column(model, 'kind')} = %(kind)s"
+
+    term_lexeme, posting_lexeme = _column(TermStats, "lexeme"), _column(Posting, "lexeme")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT coalesce(sum(doc_count), 0), coalesce(sum(total_length), 0) "  # noqa: S608
-            f"FROM memory_documentstats WHERE {owner}",
+            f"SELECT coalesce(sum({_column(DocumentStats, 'doc_count')}), 0), "  # noqa: S608
+            f"coalesce(sum({_column(DocumentStats, 'total_length')}), 0) "
+            f"FROM {_table(DocumentStats)} WHERE {of_kind(DocumentStats)}",
             parameters,
         )
         documents, total_length = cursor.fetchone()
         cursor.execute(
-            "SELECT lexeme, sum(doc_frequency) FROM memory_termstats "  # noqa: S608
-            f"WHERE {owner} AND lexeme = ANY(%(lexemes)s) GROUP BY lexeme",
+            f"SELECT {term_lexeme}, sum({_column(TermStats, 'doc_frequency')}) "  # noqa: S608
+            f"FROM {_table(TermStats)} WHERE {of_kind(TermStats)} "
+            f"AND {term_lexeme} = ANY(%(lexemes)s) GROUP BY {term_lexeme}",
             parameters,
         )
         frequencies = dict(cursor.fetchall())
         cursor.execute(
-            "SELECT lexeme, memory_id, tf, doc_length FROM memory_memoryposting "  # noqa: S608
-            f"WHERE {owner} AND lexeme = ANY(%(lexemes)s)",
+            f"SELECT {posting_lexeme}, {_column(Posting, 'document_id')}, "  # noqa: S608
+            f"{_column(Posting, 'tf')}, {_column(Posting, 'doc_length')} "
+            f"FROM {_table(Posting)} WHERE {of_kind(Posting)} "
+            f"AND {posting_lexeme} = ANY(%(lexemes)s)",
             parameters,
         )
         postings = cursor.fetchall()
@@ -696,39 +788,46 @@ def exact_bm25(scope: Scope, memory_type: int, query: str, limit: int) -> list[t
     average = float(total_length) / documents
     weights = {lexeme: idf(documents, int(df)) for lexeme, df in frequencies.items() if df > 0}
     scores: dict[int, float] = defaultdict(float)
-    for lexeme, memory_id, tf, doc_length in postings:
+    for lexeme, document_id, tf, doc_length in postings:
         if lexeme in weights:
-            scores[memory_id] += weights[lexeme] * term_weight(tf, doc_length, average)
+            scores[document_id] += weights[lexeme] * term_weight(tf, doc_length, average)
     return heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
 
 
 def measure(
     *,
-    client: SearchClient,
+    client: KeepAliveClient,
     layout: Layout,
     plan: list[Measurement],
     warmup: list[Measurement],
     tenant: Tenant,
+    kind: SearchableKind,
     embedder: EmbeddingProvider,
 ) -> None:
     """Fills in ``plan``: the hybrid pass, the lane checks, then the exact scans."""
-    from memory.retrieval.bm25 import Scope
+    from accounts.tenancy import Scope
     from memory.retrieval.vectors import vector_search
-    from memory.types import MEMORY_TYPES
 
-    kind = MEMORY_TYPES["episodic"]
     for item in warmup:
         _checked(
-            client.search(
-                layout.user_ids[item.user_index], item.query, method="hybrid", limit=LIMIT
+            search(
+                client,
+                layout.user_ids[item.user_index],
+                item.query,
+                method="hybrid",
+                limit=LIMIT,
             ),
             "warm-up search",
         )
     began = time.perf_counter()
     for item in plan:
         answer = _checked(
-            client.search(
-                layout.user_ids[item.user_index], item.query, method="hybrid", limit=LIMIT
+            search(
+                client,
+                layout.user_ids[item.user_index],
+                item.query,
+                method="hybrid",
+                limit=LIMIT,
             ),
             "hybrid search",
         )
@@ -743,8 +842,8 @@ def measure(
     lanes: list[tuple[list[int], list[int]]] = []
     for item in plan:
         user_id = layout.user_ids[item.user_index]
-        vector_answer = client.search(user_id, item.query, method="embedding", limit=LANE_FETCH)
-        bm25_answer = client.search(user_id, item.query, method="bm25", limit=LANE_FETCH)
+        vector_answer = search(client, user_id, item.query, method="embedding", limit=LANE_FETCH)
+        bm25_answer = search(client, user_id, item.query, method="bm25", limit=LANE_FETCH)
         lanes.append(
             (
                 _ids(_checked(vector_answer, "embedding search"), LIMIT),
@@ -772,7 +871,7 @@ def measure(
         )
         item.exact_vector_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        best = exact_bm25(scope, kind.code, item.query, LANE_FETCH)
+        best = exact_bm25(scope, kind, item.query, LANE_FETCH)
         item.exact_bm25_ms = (time.perf_counter() - started) * 1000
         item.vector_recall = _recall(vector_found, [memory_id for memory_id, _ in nearest[:LIMIT]])
         item.bm25_recall = _recall(bm25_found, [memory_id for memory_id, _ in best[:LIMIT]])
@@ -930,6 +1029,7 @@ class Context:
     api_key: str
     run: str
     tenant: Tenant
+    kind: SearchableKind
     embedder: EmbeddingProvider
     texts: list[str]
     queries: QuerySource
@@ -980,7 +1080,7 @@ def layout_run(
 ) -> list[ReportRow]:
     from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS
 
-    arguments = context.arguments
+    arguments, kind = context.arguments, context.kind
     print(
         f"\n[{layout.name}] {layout.rows:,} memories over {len(layout.user_ids):,} users "
         f"(largest {max(layout.sizes):,}, smallest {min(layout.sizes):,})",
@@ -993,20 +1093,28 @@ def layout_run(
     ]
     users_create(context.tenant, layout)
     context.created.append(layout)
-    client = SearchClient(arguments.base_url, context.api_key)
+    client = KeepAliveClient(arguments.base_url, context.api_key, timeout=60)
     try:
         probe(client, layout.user_ids[0])
         vectors = corpus_vectors(context)
-        with hnsw_dropped():
+        with hnsw_kept(kind) if arguments.smoke else hnsw_dropped(kind):
             if previous is not None and not arguments.keep:
                 began = time.perf_counter()
-                users_delete(previous.pks)
+                users_delete(kind, previous.pks)
                 context.created.remove(previous)
                 print(
                     f"  deleted the {previous.name} layout in {time.perf_counter() - began:.0f} s"
                 )
-            rows_load(context.tenant, layout, context.texts, vectors, context.embedder.model_name)
-            tables_vacuum()
+            rows_load(
+                tenant=context.tenant,
+                kind=kind,
+                layout=layout,
+                texts=context.texts,
+                vectors=vectors,
+                model_name=context.embedder.model_name,
+            )
+            if not arguments.smoke:
+                tables_vacuum(kind)
         own_indexes_sync()
         everyone = [item for _label, items in plan for item in items]
         client.close()  # a fresh connection after the load's long pause, warmed up below
@@ -1016,6 +1124,7 @@ def layout_run(
             plan=everyone,
             warmup=warmup,
             tenant=context.tenant,
+            kind=kind,
             embedder=context.embedder,
         )
     finally:
@@ -1023,23 +1132,18 @@ def layout_run(
     return layout_rows(layout, plan, EXACT_SCAN_MAX_ROWS)
 
 
-def run_delete(pks: Sequence[int], run: str) -> None:
+def run_delete(kind: SearchableKind, pks: Sequence[int], run: str, *, smoke: bool) -> None:
     """Delete the bench's users (and their rows). Many vectors go without the HNSW index, which
-    is then rebuilt over what is left: cheaper than vacuum repairing the graph around each."""
-    from django.db import connection
-
+    is then rebuilt over what is left: cheaper than vacuum repairing the graph around each (not
+    in a smoke run, which leaves the index alone)."""
     began = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM memory_episodicembedding WHERE end_user_id = ANY(%s)", [list(pks)]
-        )
-        vectors = cursor.fetchone()[0]
-    if vectors > LOAD_BATCH_ROWS:
-        with hnsw_dropped():
-            users_delete(pks)
-        tables_vacuum()
+    vectors = kind.embedding_model.objects.filter(end_user_id__in=pks).count()
+    if vectors > LOAD_BATCH_ROWS and not smoke:
+        with hnsw_dropped(kind):
+            users_delete(kind, pks)
+        tables_vacuum(kind)
     else:
-        users_delete(pks)
+        users_delete(kind, pks)
     own_indexes_sync()
     print(f"deleted {len(pks):,} users lat-{run}-* in {time.perf_counter() - began:.0f} s")
 
@@ -1054,11 +1158,11 @@ def cleanup(context: Context) -> None:
             f"delete them with --delete-run {context.run}"
         )
         return
-    run_delete(users, context.run)
+    run_delete(context.kind, users, context.run, smoke=context.arguments.smoke)
     context.created.clear()
 
 
-def kept_delete(tenant: Tenant, run: str) -> None:
+def kept_delete(tenant: Tenant, kind: SearchableKind, run: str) -> None:
     from accounts.models import EndUser
 
     pks = list(
@@ -1067,15 +1171,14 @@ def kept_delete(tenant: Tenant, run: str) -> None:
         ).values_list("pk", flat=True)
     )
     if pks:
-        run_delete(pks, run)
+        run_delete(kind, pks, run, smoke=False)
     else:
         print(f"no users lat-{run}-* in organization {tenant.organization.pk}")
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help="default: <data dir>/demo-api-key")
+    server_arguments(parser, key_help="default: <data dir>/demo-api-key")
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -1108,7 +1211,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--delete-run", metavar="RUN", help="only delete the users a --keep run left, and exit"
     )
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if not arguments.layouts or set(arguments.layouts) - {"single", "spread"}:
         parser.error("--layouts takes single and/or spread")
     if arguments.scale < arguments.users or arguments.users < 1 or arguments.queries < 4:
@@ -1132,21 +1235,17 @@ def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
 
 def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     """Both layouts, loaded, measured and cleaned up; raises BenchError with what went wrong."""
-    database_url, redis_url = _database_urls(arguments)
-    key_file = arguments.data_dir / "demo-api-key"
-    if arguments.api_key is None and not key_file.exists():
-        raise BenchError(f"no --api-key and no {key_file}")
-    api_key = arguments.api_key or key_file.read_text().strip()
-    django_setup(database_url=database_url, redis_url=redis_url)
-    from memory.models.records import DEFAULT_EMBEDDING_MODEL
-    from memory.providers.embeddings import embedding_provider_from_settings
+    api_key = api_key_read(arguments, key_file=arguments.data_dir / "demo-api-key")
+    database = django_setup(arguments)
+    from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 
     embedder = embedding_provider_from_settings()
-    if embedder.model_name != DEFAULT_EMBEDDING_MODEL:
-        raise BenchError(f"the bench needs the local {DEFAULT_EMBEDDING_MODEL} embedder")
+    if embedder.model_name != LOCAL_MODEL_NAME:
+        raise BenchError(f"the bench needs the local {LOCAL_MODEL_NAME} embedder")
     tenant = tenant_from_key(api_key)
+    kind = searched_kind()
     if arguments.delete_run:
-        kept_delete(tenant, arguments.delete_run)
+        kept_delete(tenant, kind, arguments.delete_run)
         return []
     run = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     vocabulary = Vocabulary.load()
@@ -1155,6 +1254,7 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
         api_key=api_key,
         run=run,
         tenant=tenant,
+        kind=kind,
         embedder=embedder,
         texts=corpus_texts(vocabulary, scale=arguments.scale, seed=arguments.seed),
         queries=QuerySource(vocabulary, f"{arguments.seed}:{run}"),
@@ -1162,8 +1262,8 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     print(
         f"run {run}: {arguments.scale:,} memories, layouts {', '.join(arguments.layouts)}, "
         f"{arguments.queries} queries each, server {arguments.base_url}, database "
-        f"{database_url}, organization {tenant.organization.pk}\n"
-        f"similarity gate: {gate_state(embedder.model_name)}",
+        f"{database}, organization {tenant.organization.pk}\n"
+        f"similarity gate: {gate_state(kind, embedder.model_name)}",
         flush=True,
     )
     rng = random.Random(f"{arguments.seed}:{run}:users")
@@ -1180,8 +1280,8 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     return rows
 
 
-def main() -> int:
-    arguments = _arguments()
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _arguments(argv)
     began = time.perf_counter()
     try:
         rows = bench(arguments)
@@ -1213,6 +1313,8 @@ def main() -> int:
             f"goal, search p95 <= {GOAL_SEARCH_P95_MS:.0f} ms at {arguments.scale:,} memories: "
             + "; ".join(verdicts)
         )
+        if arguments.smoke:
+            print(SMOKE_NOTE)
     return 0
 
 

@@ -48,9 +48,13 @@ Data: ``../shared/bench-data`` (see its README). Run against a live server start
 limit raised (one key sends everything):
 
     API_RATE_LIMIT=10000000/min make run
-    .venv/bin/python bench/retrieval_quality.py [--base-url URL] [--api-key KEY]
+    .venv/bin/python -m bench.retrieval_quality [--base-url URL] [--api-key KEY]
         [--dataset locomo|longmemeval|both] [--methods bm25,embedding,hybrid]
-        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE]
+        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE] [--smoke]
+
+``--smoke`` asks 2 questions per dataset (unless ``--limit-questions``) and tells each user only
+the sessions that hold its questions' gold units, then its first others, 3 sessions in all
+(``SMOKE_SESSIONS``; more when the gold needs more).
 """
 
 from __future__ import annotations
@@ -74,11 +78,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from _http import DEFAULT_BASE_URL, DEFAULT_KEY_FILE
-from ingest import Client as KeepAliveClient
-from ingest import ServerError
+from bench.common import (
+    DROPPED,
+    PROGRESS_EVERY_SECONDS,
+    PROJECT_DIR,
+    RATE_LIMIT_HINT,
+    SMOKE_NOTE,
+    BenchError,
+    KeepAliveClient,
+    api_key_read,
+    arguments_parse,
+    percentile,
+    server_arguments,
+    verdict,
+)
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "bench-data"
+DEFAULT_DATA_DIR = PROJECT_DIR.parent / "shared" / "bench-data"
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz"
 
@@ -99,9 +114,6 @@ ADVERSARIAL = "5 adversarial"
 
 SESSION_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.@:+-]{1,100}$")
-# gunicorn drops a keep-alive connection after a few idle seconds; an add must not meet that.
-IDLE_RECONNECT_SECONDS = 1.0
-PROGRESS_EVERY_SECONDS = 10.0
 WARMUP_SEARCHES = 2  # per thread and lane
 # Memories asked per search. recall@k counts the first k distinct units, so a search must return
 # at least 20 of them (LongMemEval's own turn-to-session scoring likewise reads on until it has
@@ -110,6 +122,8 @@ WARMUP_SEARCHES = 2  # per thread and lane
 # sessions, so those searches ask for the API's maximum. The first results do not depend on the
 # limit, except through hybrid's over-fetch (each lane fetches 4 x limit before fusion).
 SEARCH_LIMITS = {"locomo": 20, "longmemeval": 100}
+SMOKE = {"limit_questions": 2, "threads": 2, "poll_interval": 0.5, "stall_seconds": 60.0}
+SMOKE_SESSIONS = 3
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
@@ -395,6 +409,21 @@ def _round_robin(entries: list[dict[str, Any]], *, key: str) -> list[dict[str, A
     return interleaved
 
 
+def dataset_trim(dataset: Dataset, *, sessions: int) -> None:
+    """Smoke runs: each user keeps the sessions that hold a gold unit of its questions, then its
+    first others, up to ``sessions`` in all (more when the gold needs more), in their order.
+    Every gold unit stays, so every question is still scored."""
+    wanted: dict[str, set[str]] = {}
+    for question in _questions_to_ask(dataset):
+        wanted.setdefault(question.user_id, set()).update(question.gold)
+    for haystack in dataset.haystacks:
+        gold = wanted.get(haystack.user_id, set())
+        needed = [session for session in haystack.sessions if gold & set(session.units)]
+        others = [session for session in haystack.sessions if not gold & set(session.units)]
+        kept = {id(session) for session in needed + others[: max(0, sessions - len(needed))]}
+        haystack.sessions = [session for session in haystack.sessions if id(session) in kept]
+
+
 def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
     sessions, used, undated = [], set(), 0
     for original, turns, date in zip(
@@ -428,46 +457,26 @@ def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haysta
 # --- Talking to the server -----------------------------------------------------------------------
 
 
-class Client(KeepAliveClient):
-    """ingest.py's keep-alive client, with a longer timeout (long haystack adds, searches under
-    load) and a fresh connection for an add after an idle pause."""
-
-    def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
-        super().__init__(base_url, api_key)
-        self.connection.timeout = timeout
-        self.last_used = time.monotonic()
-
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
-        if method != "GET" and time.monotonic() - self.last_used > IDLE_RECONNECT_SECONDS:
-            self.connection.close()
-        try:
-            return super().request(method, path, body)
-        finally:
-            self.last_used = time.monotonic()
-
-
 class Clients:
-    """One keep-alive client per thread."""
+    """One keep-alive client per thread (a longer timeout than the default: long haystack adds,
+    searches under load)."""
 
     def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
         self.base_url, self.api_key, self.timeout = base_url, api_key, timeout
         self.local = threading.local()
 
-    def get(self) -> Client:
+    def get(self) -> KeepAliveClient:
         client = getattr(self.local, "client", None)
         if client is None:
-            client = self.local.client = Client(self.base_url, self.api_key, self.timeout)
+            client = self.local.client = KeepAliveClient(
+                self.base_url, self.api_key, timeout=self.timeout
+            )
         return client
 
 
-_RATE_LIMIT_HINT = (
-    "429 Too Many Requests: restart the server with the rate limit raised, "
-    "API_RATE_LIMIT=10000000/min make run"
-)
-_DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-
-
-def _session_messages(client: Client, user_id: str, session_id: str) -> list[dict[str, Any]]:
+def _session_messages(
+    client: KeepAliveClient, user_id: str, session_id: str
+) -> list[dict[str, Any]]:
     """All messages of a session, oldest first; [] when the session does not exist."""
     messages: list[dict[str, Any]] = []
     cursor: str | None = None
@@ -478,14 +487,14 @@ def _session_messages(client: Client, user_id: str, session_id: str) -> list[dic
         if status == 404:
             return []
         if status != 200 or not isinstance(payload, dict):
-            raise ServerError(f"GET {path}: {status} {payload}")
+            raise BenchError(f"GET {path}: {status} {payload}")
         messages.extend(payload["results"])
         cursor = payload.get("next_cursor")
         if not cursor:
             return messages
 
 
-def _add_session(client: Client, user_id: str, session: SessionPlan) -> list[str]:
+def _add_session(client: KeepAliveClient, user_id: str, session: SessionPlan) -> list[str]:
     """One add; the stored messages' ids, in the order sent."""
     body: dict[str, Any] = {
         "user_id": user_id,
@@ -496,32 +505,32 @@ def _add_session(client: Client, user_id: str, session: SessionPlan) -> list[str
         body["occurred_at"] = session.occurred_at
     try:
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
-    except _DROPPED:
+    except DROPPED:
         # The connection dropped under the add: whether it was stored decides what to do, as
         # sending it again would append the turns a second time.
-        client.connection.close()
+        client.close()
         stored = _session_messages(client, user_id, session.session_id)
         if len(stored) == len(session.messages):
             return [str(message["id"]) for message in stored]
         if stored:
-            raise ServerError(
+            raise BenchError(
                 f"{user_id}/{session.session_id}: partly stored after a drop"
             ) from None
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
     if status == 429:
-        raise ServerError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     if status != 202 or not isinstance(payload, dict):
-        raise ServerError(f"POST /memory/add ({user_id}/{session.session_id}): {status} {payload}")
+        raise BenchError(f"POST /memory/add ({user_id}/{session.session_id}): {status} {payload}")
     ids = [str(value) for value in payload.get("message_ids") or []]
     if len(ids) != len(session.messages):
-        raise ServerError(
+        raise BenchError(
             f"POST /memory/add answered {len(ids)} message_ids for {len(session.messages)} "
             f"messages ({user_id}/{session.session_id})"
         )
     return ids
 
 
-def _search_available(client: Client) -> bool:
+def _search_available(client: KeepAliveClient) -> bool:
     """False when the server's OpenAPI schema has no ``/memory/search`` (not built yet)."""
     status, payload = client.request("GET", "/api/schema/?format=json")
     if status != 200 or not isinstance(payload, dict) or "paths" not in payload:
@@ -621,7 +630,7 @@ def _provenance_read(
         for session in haystack.sessions:
             stored = _session_messages(client, haystack.user_id, session.session_id)
             if len(stored) != len(session.messages):
-                raise ServerError(
+                raise BenchError(
                     f"{haystack.user_id}/{session.session_id}: {len(stored)} messages stored, "
                     f"{len(session.messages)} expected: was this run ingested with the same "
                     "--dataset and --limit-questions?"
@@ -670,7 +679,7 @@ def _wait_until_extracted(
         if done[0] != last_done:
             last_change, last_done = now, done[0]
         elif now - last_change > stall_seconds:
-            raise ServerError(
+            raise BenchError(
                 f"no message processed for {stall_seconds:.0f} s ({done[0]} of {total}): "
                 "is the Celery worker running? Look at the extraction jobs in the admin."
             )
@@ -691,7 +700,7 @@ def _coverage(
         query = urlencode({"user_id": user_id, "memory_type": "all", "limit": 0})
         status, payload = clients.get().request("GET", f"/memory/components?{query}")
         if status != 200 or not isinstance(payload, dict):
-            raise ServerError(f"GET /memory/components for {user_id}: {status} {payload}")
+            raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
         episodic, cited = set(), set()
         for kind, memories in payload["memories"].items():
             for memory in memories:
@@ -790,11 +799,6 @@ def mean_scores(answers: Iterable[Answer], gold: Gold) -> dict[str, float]:
     return means
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else math.nan
-
-
 @dataclass
 class MethodRun:
     """Every question of a dataset asked with one search_method."""
@@ -812,7 +816,7 @@ class MethodRun:
         return counted
 
     def latency(self, fraction: float) -> float:
-        return _percentile([answer.latency_ms for answer in self.answers], fraction)
+        return percentile([answer.latency_ms for answer in self.answers], fraction)
 
     def shape(self) -> dict[str, Any]:
         """Mean memories and units per answered search, and the gate decisions seen."""
@@ -855,7 +859,7 @@ def _questions_to_ask(dataset: Dataset) -> list[Question]:
 
 
 def _search(
-    client: Client,
+    client: KeepAliveClient,
     question: Question,
     *,
     method: str,
@@ -877,12 +881,12 @@ def _search(
     try:
         status, payload = client.request("GET", f"/memory/search?{query}")
     except (OSError, http.client.HTTPException) as error:
-        client.connection.close()
+        client.close()
         elapsed = (time.perf_counter() - began) * 1000
         return Answer(question, [], elapsed, error=type(error).__name__), 0
     elapsed = (time.perf_counter() - began) * 1000
     if status == 429:
-        raise ServerError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     results = payload.get("results") if isinstance(payload, dict) else None
     if status != 200 or not isinstance(results, list):
         code = payload.get("code") if isinstance(payload, dict) else None
@@ -933,10 +937,6 @@ def _run_method(
 
 
 # --- Reporting -----------------------------------------------------------------------------------
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "NOT met"
 
 
 TABLE_COLUMNS = [
@@ -1099,7 +1099,7 @@ def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str)
     print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions{reference})")
     for name, method in methods.items():
         value = method["overall"][metric]
-        print(f"    {name:<11}{value:.3f}  {_verdict(value >= goal)}")
+        print(f"    {name:<11}{value:.3f}  {verdict(value >= goal)}")
 
 
 def _report_ingest(report: IngestReport) -> None:
@@ -1178,10 +1178,9 @@ def _prepare(
     return provenance, report
 
 
-def _arguments() -> argparse.Namespace:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    parser.add_argument("--api-key", default=None, help=f"default: the key in {DEFAULT_KEY_FILE}")
+    server_arguments(parser)
     parser.add_argument("--dataset", choices=["locomo", "longmemeval", "both"], default="both")
     parser.add_argument(
         "--limit-questions",
@@ -1208,7 +1207,7 @@ def _arguments() -> argparse.Namespace:
         "--stall-seconds", type=float, default=600.0, help="give up when nothing moves this long"
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
-    arguments = parser.parse_args()
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
     arguments.methods = [method.strip() for method in arguments.methods.split(",") if method]
     if not arguments.methods or set(arguments.methods) - set(METHODS):
         parser.error(f"--methods: a comma-separated subset of {','.join(METHODS)}")
@@ -1239,25 +1238,31 @@ def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
                 limit=arguments.limit_questions,
             )
         )
-    if arguments.search_limit is not None:
-        for dataset in datasets:
+    for dataset in datasets:
+        if arguments.search_limit is not None:
             dataset.search_limit = arguments.search_limit
+        if arguments.smoke:
+            dataset_trim(dataset, sessions=SMOKE_SESSIONS)
     return datasets
 
 
-def _check_key(client: Client) -> None:
+def _check_key(client: KeepAliveClient) -> None:
     status, payload = client.request("GET", "/users?limit=1")
     if status == 401:
-        raise ServerError(f"401: the API key was refused ({payload})")
+        raise BenchError(f"401: the API key was refused ({payload})")
     if status == 429:
-        raise ServerError(_RATE_LIMIT_HINT)
+        raise BenchError(RATE_LIMIT_HINT)
     if status != 200:
-        raise ServerError(f"GET /users answered {status} {payload}")
+        raise BenchError(f"GET /users answered {status} {payload}")
 
 
-def main() -> int:
-    arguments = _arguments()
-    api_key = arguments.api_key or DEFAULT_KEY_FILE.read_text().strip()
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _arguments(argv)
+    try:
+        api_key = api_key_read(arguments)
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
     run_id = arguments.run_id or datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     datasets = _datasets(arguments, run_id)
     clients = Clients(arguments.base_url, api_key, arguments.timeout)
@@ -1311,7 +1316,7 @@ def main() -> int:
     except SearchMissingError:
         print(_SEARCH_MISSING.format(run_id=run_id), file=sys.stderr)
         return 2
-    except ServerError as error:
+    except BenchError as error:
         print(error, file=sys.stderr)
         return 1
     except OSError as error:
@@ -1332,6 +1337,8 @@ def main() -> int:
         }
         arguments.json_out.write_text(json.dumps(_json_safe(document), indent=1) + "\n")
         print(f"\nfigures written to {arguments.json_out}")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
     return 0
 
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from celery.contrib.testing.worker import start_worker
 
 from memory.retrieval.lanes import lanes_close
+from mirix_site.celery import app as celery_app
 from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)
 
@@ -27,3 +29,16 @@ def org(db: None) -> TenantFixture:
 def other_org(db: None) -> TenantFixture:
     """Bob's organization: its rows must never be visible to alice."""
     return tenant_fixture("bob")
+
+
+@pytest.fixture
+def worker(transactional_db: None) -> Iterator[None]:
+    """A real Celery worker in this process, on the test database and Redis."""
+    with start_worker(
+        celery_app,
+        pool="solo",
+        perform_ping_check=False,
+        queues=["ingest", "maintenance", "learning"],
+        loglevel="WARNING",
+    ):
+        yield

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from mirix import MirixClient
 
 from memory.models import EpisodicMemory, ExtractionJob
 from memory.services import extraction_jobs_recover
 from mirix_site import launcher
-from mirix_site.celery import app as celery_app
 from sessions.models import Message
 from tests.factories import chat_turns, tenant_fixture
 from tests.memory.test_agents_api import QUICKSTART_CONFIG
@@ -28,18 +26,6 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for the worker")
         time.sleep(0.2)
-
-
-@pytest.fixture
-def worker(transactional_db: None) -> Iterator[None]:
-    with start_worker(
-        celery_app,
-        pool="solo",
-        perform_ping_check=False,
-        queues=["ingest", "maintenance", "learning"],
-        loglevel="WARNING",
-    ):
-        yield
 
 
 def test_the_mirix_quickstart_sees_its_episodic_memories(live_server, worker) -> None:

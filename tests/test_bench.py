@@ -1,0 +1,239 @@
+"""Every benchmark's smoke mode against a live server, a real Celery worker and Redis. The benches
+are run by hand, so this is what keeps them running as the code under them changes: each must
+load, measure, report and clean up, and print figures of the right shape. Figures of a smoke run
+mean nothing, except where the toy data makes one certain."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from accounts.models import EndUser
+from bench import auth, ingest, retrieval_latency, retrieval_quality
+from bench.common import SMOKE_NOTE
+from memory.types import MEMORY_TYPES
+from tests.factories import TenantFixture
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+SCORE = r"\d\.\d{3}|nan"
+RECALL = r"\d\.\d{3}|-"  # "-": no query of the row had an exact answer to compare with
+
+
+@pytest.fixture
+def smoke_argv(live_server, org: TenantFixture) -> list[str]:
+    return ["--base-url", live_server.url, "--api-key", org.key, "--smoke"]
+
+
+def test_auth_compares_the_two_endpoints_with_every_answer_a_200(smoke_argv, capsys) -> None:
+    assert auth.main(smoke_argv) == 0
+
+    out = capsys.readouterr().out
+    threads, requests = map(int, re.search(r"(\d+) threads x (\d+) requests", out).groups())
+    for label in ("GET /health", "GET /users (authenticated)"):
+        [line] = [line for line in out.splitlines() if line.startswith(label)]
+        assert re.search(r"p50 +\d+\.\d\d ms +p95 +\d+\.\d\d ms", line)
+        assert line.endswith(f"statuses {{200: {threads * requests}}}")
+    assert re.search(r"authenticated p50 - health p50 = [-+]\d+\.\d\d ms", out)
+    assert SMOKE_NOTE in out
+
+
+def test_ingest_times_the_adds_and_waits_until_each_is_searchable(
+    smoke_argv, worker, capsys
+) -> None:
+    assert ingest.main(smoke_argv) == 0
+
+    out = capsys.readouterr().out
+    adds, messages = map(int, re.search(r"(\d+) two-turn adds \((\d+) messages\)", out).groups())
+    assert messages == 2 * adds
+    assert re.search(rf"POST /memory/add .* statuses \{{202: {adds}\}}", out)
+    searchable = re.search(
+        r"add to searchable: (\d+) messages in [\d.]+ s -> ([\d.]+) messages/s", out
+    )
+    assert int(searchable.group(1)) == messages
+    assert float(searchable.group(2)) > 0
+    assert SMOKE_NOTE in out
+
+
+# --- Retrieval quality: toy datasets in the benchmarks' own shapes (../shared/bench-data/README.md)
+
+# No word of a question (stop words aside) is said anywhere but in its evidence turn, so BM25
+# finds that turn's exchange and nothing else.
+LOCOMO = [
+    {
+        "sample_id": "toy-1",
+        "conversation": {
+            "speaker_a": "Ada",
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "I repainted my sailboat vermilion."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "That sounds lovely."},
+                {"speaker": "Ada", "dia_id": "D1:3", "text": "My cousin's greyhound is Pixel."},
+                {"speaker": "Bo", "dia_id": "D1:4", "text": "Dogs are good company."},
+            ],
+            "session_2_date_time": "10:02 am on 20 May, 2023",
+            "session_2": [
+                {
+                    "speaker": "Ada",
+                    "dia_id": "D2:1",
+                    "text": "We baked sourdough for the village fair.",
+                    "blip_caption": "a photo of bread",
+                },
+                {"speaker": "Bo", "dia_id": "D2:2", "text": "Good luck!"},
+            ],
+        },
+        "qa": [
+            {
+                "question": "Which colour was the sailboat repainted?",
+                "answer": "vermilion",
+                "evidence": ["D1:1"],
+                "category": 4,
+            },
+            {
+                "question": "What did they bake for the village fair?",
+                "answer": "sourdough",
+                "evidence": ["D02:01"],
+                "category": 2,
+            },
+        ],
+    }
+]
+
+
+def _longmemeval_entry(
+    question_id: str, question_type: str, question: str, sessions: list[list[dict]], gold: str
+) -> dict:
+    return {
+        "question_id": question_id,
+        "question_type": question_type,
+        "question": question,
+        "answer": "-",
+        "question_date": "2023/05/30 (Tue) 10:00",
+        "haystack_dates": [
+            f"2023/05/{20 + day} (Sat) 09:{day:02d}" for day in range(len(sessions))
+        ],
+        "haystack_session_ids": [f"{question_id}-s{index}" for index in range(len(sessions))],
+        "haystack_sessions": sessions,
+        "answer_session_ids": [f"{question_id}-s{gold}"],
+    }
+
+
+def _turns(user: str, assistant: str, *, answer_in: str | None = None) -> list[dict]:
+    return [
+        {"role": "user", "content": user, "has_answer": answer_in == "user"},
+        {"role": "assistant", "content": assistant, "has_answer": answer_in == "assistant"},
+    ]
+
+
+LONGMEMEVAL = [
+    # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
+    _longmemeval_entry(
+        "toy-user",
+        "single-session-user",
+        "What breed is the puppy I adopted?",
+        [
+            _turns("Suggest a lentil soup recipe.", "Lentils, carrots, cumin and stock."),
+            _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
+            _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
+            _turns("Is it going to rain on Friday?", "Take an umbrella."),
+        ],
+        gold="2",
+    ),
+    # The answer is in an assistant turn: not scored by the official rules, asked all the same.
+    _longmemeval_entry(
+        "toy-assistant",
+        "single-session-assistant",
+        "Which museum did you recommend?",
+        [
+            _turns("Where should I go in Lisbon?", "The tile museum.", answer_in="assistant"),
+            _turns("What is a good stretch for my back?", "Try the cat-cow pose."),
+        ],
+        gold="0",
+    ),
+    _longmemeval_entry(
+        "toy-user_abs",
+        "single-session-user",
+        "What is my cat called?",
+        [_turns("I like tea.", "Noted.")],
+        gold="0",
+    ),
+]
+
+
+def _datasets_write(directory: Path) -> None:
+    (directory / "locomo").mkdir()
+    (directory / "locomo" / "locomo10.json").write_text(json.dumps(LOCOMO))
+    (directory / "longmemeval").mkdir()
+    with gzip.open(directory / "longmemeval" / "longmemeval_s_cleaned_sample60.json.gz", "wt") as f:
+        json.dump(LONGMEMEVAL, f)
+
+
+def _all_questions_table(out: str, title: str) -> dict[str, dict[str, float]]:
+    """A dataset's "all questions" table as printed: method -> column -> figure."""
+    section = out.split(f"\n== {title}:", 1)[1].split("\n== ", 1)[0]
+    lines = section.split("\n  all questions\n", 1)[1].splitlines()
+    columns = lines[0].split()[2:]  # after "method" and "n"
+    table = {}
+    for line in lines[1:]:
+        match = re.fullmatch(rf" {{4}}(\w+) +(\d+)((?: +(?:{SCORE}))+)", line)
+        if match is None:
+            break
+        table[match.group(1)] = dict(zip(columns, map(float, match.group(3).split()), strict=True))
+        table[match.group(1)]["n"] = int(match.group(2))
+    return table
+
+
+def test_retrieval_quality_scores_both_datasets_through_add_and_search(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    _datasets_write(tmp_path)
+
+    assert retrieval_quality.main([*smoke_argv, "--data-dir", str(tmp_path)]) == 0
+
+    out = capsys.readouterr().out
+    for title, scored in (("LoCoMo", 2), ("LongMemEval-S", 1)):
+        table = _all_questions_table(out, title)
+        assert set(table) == {"bm25", "embedding", "hybrid"}
+        for figures in table.values():
+            assert figures.pop("n") == scored
+            assert all(0 <= value <= 1 for value in figures.values())
+        # The evidence is the only exchange holding the question's words.
+        assert table["bm25"]["any@1"] == 1.0
+        # A toy haystack has fewer than 20 units: a lane that returns every memory has them all.
+        assert table["embedding"]["any@20"] == 1.0
+    assert "not scored, no answer session has a user turn marked has_answer: 1" in out
+    assert SMOKE_NOTE in out
+
+
+# --- Retrieval latency ----------------------------------------------------------------------------
+
+
+def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
+    smoke_argv, tmp_path, capsys
+) -> None:
+    assert retrieval_latency.main([*smoke_argv, "--data-dir", str(tmp_path)]) == 0
+
+    out = capsys.readouterr().out
+    rows = re.findall(rf"^(.{{30}}) .*?({RECALL}) +/ +({RECALL}) +(?:NOT )?met$", out, re.MULTILINE)
+    labels = [label.strip() for label, _vector, _bm25 in rows]
+    assert labels[0] == "single (exact scan)"
+    assert labels[1] == "spread"
+    assert len(labels) > 2  # the spread layout's size buckets
+    # Every smoke user is under the exact-scan line, where the server's lanes and the bench's
+    # exact scans rank the same rows.
+    for lane in (1, 2):  # vector, BM25
+        recalls = {row[lane] for row in rows}
+        assert "1.000" in recalls
+        assert recalls <= {"1.000", "-"}
+    assert re.search(
+        r"goal, search p95 <= 30 ms at 200 memories: single \(exact scan\) [\d.]+ ms", out
+    )
+    assert SMOKE_NOTE in out
+
+    assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
+    assert not MEMORY_TYPES["episodic"].model.objects.exists()
