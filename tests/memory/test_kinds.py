@@ -4,7 +4,7 @@ indexes. And the registry refuses kinds that would mix their rows in the index."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,50 +17,25 @@ from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Scope
 from memory.models import GateCalibration, Posting, RetrievalLog, SearchableKindCode
-from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval import vectors
 from memory.retrieval.checks import kind_codes_check, searchable_kinds_check
 from memory.retrieval.engine import SearchRequest
-from memory.retrieval.index import documents_index, documents_unindex
+from memory.retrieval.index import documents_unindex
 from memory.retrieval.kinds import SearchableKind, kind_get, kind_register, kind_unregister
 from memory.retrieval.service import retrieval_search
 from memory.retrieval.vector_indexes import index_exists, vector_indexes_sync
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture
+from tests.notes.factories import WRITTEN, notes_create
 from tests.notes.models import NOTE_KIND, Note, NoteEmbedding
 
 MODEL = "all-MiniLM-L6-v2"
-WRITTEN = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 NOTES = [
     ("Kayak trip", "Packed the red kayak for the lake on Saturday"),
     ("Tea", "Green tea in the morning, never coffee"),
     ("Dentist", "The dentist moved the appointment to Thursday"),
     ("Guitar", "New strings before the concert"),
 ]
-
-
-def _notes(
-    owner: TenantFixture, user: EndUser, items: list[tuple[str, str]], **fields: Any
-) -> list:
-    rows = Note.objects.bulk_create(
-        [
-            Note(
-                organization=owner.organization,
-                client=owner.client,
-                end_user=user,
-                title=title,
-                body=body,
-                written_at=fields.get("written_at", WRITTEN),
-                tags=fields.get("tags", {}),
-            )
-            for title, body in items
-        ]
-    )
-    documents_index(
-        documents=[(NOTE_KIND, row) for row in rows],
-        embedders=[embedding_provider_from_settings()],
-    )
-    return rows
 
 
 def _search(owner: TenantFixture, user: EndUser | None, query: str, **options: Any):
@@ -79,7 +54,7 @@ def _titles(outcome) -> list[str]:
 def test_a_kind_registered_by_another_app_is_searched_by_every_lane(org: TenantFixture) -> None:
     assert kind_get("note") is NOTE_KIND
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
-    _notes(org, sam, NOTES)
+    notes_create(org, sam, NOTES)
     assert Posting.objects.filter(kind=NOTE_KIND.code, end_user=sam).exists()
     assert NoteEmbedding.objects.filter(end_user=sam, model=MODEL).count() == len(NOTES)
 
@@ -95,8 +70,8 @@ def test_a_kind_registered_by_another_app_is_searched_by_every_lane(org: TenantF
 
 def test_a_kinds_own_rules_current_time_and_tags_filter_its_rows(org: TenantFixture) -> None:
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
-    [kept] = _notes(org, sam, [("Kayak trip", "the red kayak")], tags={"trip": "lake"})
-    [archived] = _notes(
+    [kept] = notes_create(org, sam, [("Kayak trip", "the red kayak")], tags={"trip": "lake"})
+    [archived] = notes_create(
         org, sam, [("Old kayak", "the blue kayak")], written_at=WRITTEN - timedelta(days=30)
     )
     assert set(_titles(_search(org, sam, "kayak"))) == {"Kayak trip", "Old kayak"}
@@ -116,7 +91,7 @@ def test_another_tenant_never_sees_a_kinds_rows(
     org: TenantFixture, other_org: TenantFixture
 ) -> None:
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
-    _notes(org, sam, NOTES)
+    notes_create(org, sam, NOTES)
     bob_sam, _ = end_user_create_or_get(tenant=other_org.tenant, user_id="sam", name=None)
     for method in ("bm25", "embedding", "hybrid"):
         assert _search(other_org, bob_sam, "kayak lake", method=method).hits == []
@@ -129,7 +104,7 @@ def test_another_tenant_never_sees_a_kinds_rows(
 
 def test_a_kinds_gate_thresholds_and_retrieval_log(org: TenantFixture) -> None:
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
-    _notes(org, sam, NOTES)
+    notes_create(org, sam, NOTES)
     GateCalibration.objects.create(model=MODEL, min_similarity=0.1, strong_similarity=0.99)
     # The kind's own calibration wins over the model's: here nothing passes it but BM25's top 3.
     GateCalibration.objects.create(
@@ -162,8 +137,8 @@ def test_a_large_user_of_a_kind_gets_an_index_of_their_own(
     monkeypatch.setattr(vectors, "EXACT_SCAN_MAX_ROWS", 20)
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
     ana, _ = end_user_create_or_get(tenant=org.tenant, user_id="ana", name=None)
-    _notes(org, sam, [(f"Trip {n}", f"kayak trip number {n} on the lake") for n in range(30)])
-    _notes(org, ana, NOTES)
+    notes_create(org, sam, [(f"Trip {n}", f"kayak trip number {n} on the lake") for n in range(30)])
+    notes_create(org, ana, NOTES)
     own = vectors.own_index_name(NOTE_KIND, MODEL, sam.pk)
     with connection.cursor() as cursor:
         # The test's transaction holds deferred foreign-key checks; an index build waits for none.

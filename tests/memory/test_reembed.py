@@ -9,12 +9,18 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from accounts.services import end_user_create_or_get
 from memory.models import EmbeddingSpace, EpisodicEmbedding, EpisodicMemory
+from memory.retrieval.engine import SearchRequest
+from memory.retrieval.service import retrieval_search
 from memory.retrieval.spaces import read_embedder, write_embedders
+from memory.retrieval.vector_indexes import index_exists
 from memory.retrieval.vectors import shared_index_name
 from memory.types import MEMORY_TYPES
 from tests.factories import TenantFixture, memories_create
 from tests.loopback import LoopbackServer, Reply
+from tests.notes.factories import notes_create
+from tests.notes.models import NOTE_KIND, NoteEmbedding
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NEW_MODEL = "text-embedding-3-small-8d"
@@ -93,3 +99,33 @@ def test_reembed_resumes_indexes_and_switches_reads_only_when_complete(
         "/memory/search", {"user_id": "ana", "query": "draft", "search_method": "embedding"}
     ).json()
     assert body["results"] and body["results"][0]["memory_type"] in {"episodic", "resource"}
+
+
+def test_reembed_fills_every_registered_kind_and_its_index(
+    org: TenantFixture, embeddings_api: LoopbackServer, settings
+) -> None:
+    # The test app's notes are a kind reembed has never been told of.
+    sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
+    notes = notes_create(org, sam, [("Kayak", "the red kayak"), ("Tea", "green tea at nine")])
+    tea = notes[1]
+    memories_create(org, user_id="sam")
+
+    output = reembed(embeddings_api)
+
+    assert f"{NEW_MODEL} is ready." in output
+    assert sorted(
+        NoteEmbedding.objects.filter(model=NEW_MODEL).values_list("note_id", flat=True)
+    ) == sorted(note.pk for note in notes)
+    assert index_exists(shared_index_name(NOTE_KIND, NEW_MODEL))
+    settings.EMBEDDING_PROVIDER = "openai"
+    settings.EMBEDDING_MODEL = NEW_MODEL
+    settings.EMBEDDING_API_BASE = f"{embeddings_api.url}/v1"
+    settings.EMBEDDING_DIMENSIONS = 8
+    found = retrieval_search(
+        tenant=org.tenant,
+        end_user=sam,
+        endpoint="notes/search",
+        request=SearchRequest(kinds=(NOTE_KIND,), query=NOTE_KIND.text(tea), method="embedding"),
+    )
+    # The loopback model's vectors are hashes of the text: only the same text is nearest.
+    assert found.hits[0].row.title == "Tea"
