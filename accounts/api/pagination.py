@@ -30,12 +30,19 @@ def _value_encode(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
+# The ordering keys are times (``*_at``) and integers (ids, positions), PostgreSQL bigints.
+_BIGINT = range(-(2**63), 2**63)
+
+
 def _value_decode(field: str, value: Any) -> Any:
+    """A cursor value back to its key's type; anything else is not a cursor we wrote."""
     if field.endswith("_at"):
         parsed = parse_datetime(value) if isinstance(value, str) else None
         if parsed is None:
             raise ValueError(value)
         return parsed
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _BIGINT:
+        raise ValueError(value)
     return value
 
 

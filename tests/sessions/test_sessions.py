@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -124,3 +126,37 @@ def test_recent_activity_keeps_a_session_open(org: TenantFixture, settings) -> N
     add(org, "busy")  # activity now
     assert sessions_close_idle(idle_for=timeout) == 0
     assert Session.objects.get().status == "open"
+
+
+def _cursor(values: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+# Well-formed base64 JSON that no page ever handed out: wrong types, out of range, wrong shape.
+CRAFTED_CURSORS = [
+    ["2999-01-01T00:00:00+00:00", "abc"],
+    ["2999-01-01T00:00:00+00:00", 2**63],
+    ["2999-01-01T00:00:00+00:00", True],
+    ["2999-01-01T00:00:00+00:00", 1.5],
+    ["abc"],
+    [2**63],
+    [None],
+    [1, 2],
+    True,
+    None,
+]
+
+
+def test_a_crafted_cursor_is_422_on_every_list(org: TenantFixture) -> None:
+    add(org, "a")
+    lists = {
+        "/users": {},
+        "/sessions": {"user_id": "sam"},
+        "/sessions/a/messages": {"user_id": "sam"},
+    }
+    for path, params in lists.items():
+        assert org.api.get(path, params).status_code == 200, path
+        for values in CRAFTED_CURSORS:
+            response = org.api.get(path, {**params, "cursor": _cursor(values)})
+            assert response.status_code == 422, (path, values)
+            assert response.json()["fields"] == {"cursor": ["Invalid cursor."]}
