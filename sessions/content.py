@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
-MAX_MESSAGE_TEXT = 65_536
 MAX_TOOL_CALLS = 128
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DATA_IMAGE = re.compile(r"^data:image/[a-z0-9.+-]+(;[a-z0-9=.+-]+)*;base64,", re.IGNORECASE)
@@ -129,11 +129,11 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
         if url:
             image_urls.append(url)
     text = "\n".join(texts)
-    if len(text) > MAX_MESSAGE_TEXT:
+    if len(text) > settings.MESSAGE_MAX_CHARS:
         raise ValidationError(
             {
                 f"{where}.content": [
-                    f"At most {MAX_MESSAGE_TEXT} characters of text ({len(text)} sent)."
+                    f"At most {settings.MESSAGE_MAX_CHARS} characters of text ({len(text)} sent)."
                 ]
             }
         )

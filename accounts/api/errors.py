@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, JsonResponse
@@ -20,6 +21,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from accounts.api.authentication import UNAUTHENTICATED_DETAIL
+from accounts.api.parsers import JsonTooDeepError
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,14 @@ class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The request conflicts with the current state of the resource."
     default_code = "conflict"
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+    def __init__(self) -> None:
+        super().__init__(f"The request body is over {settings.API_MAX_BODY_BYTES:,} bytes.")
 
 
 class UnprocessableEntity(exceptions.ValidationError):
@@ -77,6 +87,8 @@ def _as_api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound(NOT_FOUND_DETAIL)
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
         return exceptions.ValidationError(detail)
@@ -100,6 +112,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     elif isinstance(exc, exceptions.ValidationError):
         response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
         response.data = _validation_body(exc)
+    elif isinstance(exc, JsonTooDeepError):
+        response.data = error_body(str(exc.detail), exc.default_code)
     elif isinstance(exc, exceptions.ParseError):
         response.data = error_body("Malformed JSON body.", "parse_error")
     elif isinstance(exc, exceptions.NotFound):

@@ -168,6 +168,18 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # --- API -------------------------------------------------------------------------------------
 API_RATE_LIMIT = env_rate("API_RATE_LIMIT", "6000/min")
+# One message's text, in characters: pasted documents and logs are ordinary in agent
+# conversations (a LongMemEval-S turn holds 76,560); the embedder chunks long texts.
+MESSAGE_MAX_CHARS = env_int("MESSAGE_MAX_CHARS", 200_000, minimum=1)
+# A request body, in bytes (413 above it): room for a message at the cap written wholly in
+# JSON \uXXXX escapes, six bytes a character, and the rest of a session beside it.
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
+if API_MAX_BODY_BYTES < 6 * MESSAGE_MAX_CHARS:
+    raise ImproperlyConfigured(
+        f"API_MAX_BODY_BYTES ({API_MAX_BODY_BYTES}) must hold a message of MESSAGE_MAX_CHARS "
+        f"({MESSAGE_MAX_CHARS}) characters: at least {6 * MESSAGE_MAX_CHARS} bytes."
+    )
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": [
@@ -176,10 +188,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_THROTTLE_CLASSES": ["accounts.api.throttling.ApiKeyRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    "DEFAULT_PARSER_CLASSES": ["accounts.api.parsers.JsonBodyParser"],
     "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.KeysetPage",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "accounts.api.errors.exception_handler",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 
+from accounts.api.parsers import MAX_JSON_DEPTH
+from accounts.models import EndUser
 from memory.models import ExtractionJob
 from sessions.models import Message, Session
 from tests.factories import TenantFixture
@@ -24,6 +28,13 @@ def add(org: TenantFixture, **body: Any):
     body.setdefault("user_id", "demo-user")
     body.setdefault("messages", turns())
     return org.api.post("/memory/add", body, format="json")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
 
 
 def stored_nothing() -> bool:
@@ -101,7 +112,10 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         ({"session_id": "a/b"}, "session_id"),
         ({"session_id": "a b"}, "session_id"),
         ({"session_id": "s1", "filter_tags": {"session_id": "s2"}}, "filter_tags.session_id"),
-        ({"messages": turns(user="x" * 65_537)}, "messages.0.content"),
+        (
+            {"messages": turns(user="x" * (django_settings.MESSAGE_MAX_CHARS + 1))},
+            "messages.0.content",
+        ),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
         ({"messages": [*turns(), {"role": "robot", "content": "hi"}]}, "messages.2.role"),
         ({"session_tag": "task"}, "session_id"),
@@ -158,8 +172,71 @@ def test_invalid_adds_are_422_and_store_nothing(
     assert stored_nothing()
 
 
-def test_text_of_exactly_65536_characters_is_accepted(org: TenantFixture) -> None:
-    assert add(org, messages=turns(user="x" * 65_536)).status_code == 202
+def test_a_long_pasted_document_is_accepted_up_to_the_cap(org: TenantFixture) -> None:
+    # A LongMemEval-S user turn is 76,560 characters long; the default cap is well above it.
+    assert django_settings.MESSAGE_MAX_CHARS >= 150_000
+    assert add(org, messages=turns(user="x" * 76_560)).status_code == 202
+    at_cap = add(org, messages=turns(user="y" * django_settings.MESSAGE_MAX_CHARS))
+    assert at_cap.status_code == 202
+    assert Message.objects.filter(text__startswith="y").count() == 1
+
+
+def test_the_text_cap_is_a_setting(org: TenantFixture, settings) -> None:
+    settings.MESSAGE_MAX_CHARS = 1000
+    response = add(org, messages=turns(user="x" * 1001))
+    assert response.status_code == 422
+    assert response.json()["fields"]["messages.0.content"] == [
+        "At most 1000 characters of text (1001 sent)."
+    ]
+    assert stored_nothing()
+
+
+def _raw_add(org: TenantFixture, body: bytes | str, content_type: str = "application/json"):
+    return org.api.generic("POST", "/memory/add", body, content_type=content_type)
+
+
+def test_a_body_over_the_limit_is_413_saying_the_limit(org: TenantFixture) -> None:
+    limit = django_settings.API_MAX_BODY_BYTES
+    big = json.dumps({"user_id": "demo-user", "messages": turns(user="x" * limit)})
+    response = _raw_add(org, big)
+    assert response.status_code == 413
+    assert response.json() == {
+        "detail": f"The request body is over {limit:,} bytes.",
+        "code": "too_large",
+    }
+    assert stored_nothing()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 100_000,
+        '{"user_id": "demo-user", "messages": ' + "[" * 5000 + "]" * 5000 + "}",
+        # Within the decoder's own limit, beyond ours: tags nested 100 deep.
+        json.dumps({"user_id": "demo-user", "messages": turns(), "filter_tags": _nested(100)}),
+    ],
+    ids=["100k-brackets", "5000-deep", "100-deep-tags"],
+)
+def test_json_nested_too_deep_is_400_and_stores_nothing(org: TenantFixture, body: str) -> None:
+    response = _raw_add(org, body)
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep.",
+        "code": "too_deep",
+    }
+    assert stored_nothing()
+
+
+def test_a_form_body_is_415_and_creates_nothing(org: TenantFixture) -> None:
+    for path, body in [
+        ("/users/create_or_get", {"user_id": "formed"}),
+        ("/memory/add", {"user_id": "demo-user", "messages": "x"}),
+    ]:
+        response = org.api.post(path, body, format="multipart")
+        assert response.status_code == 415, path
+        assert response.json()["code"] == "unsupported_media_type"
+    assert not EndUser.objects.filter(user_id="formed").exists()
+    assert stored_nothing()
 
 
 def test_adding_to_a_closed_session_is_409_and_stores_nothing(org: TenantFixture) -> None:
