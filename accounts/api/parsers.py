@@ -1,23 +1,38 @@
 """The one request-body parser of the API: JSON, at most ``API_MAX_BODY_BYTES`` (Django's
 ``DATA_UPLOAD_MAX_MEMORY_SIZE``, answered 413) and nested at most ``MAX_JSON_DEPTH`` deep
 (answered 400). Forms are refused (415): multipart is for uploads, and a view that takes a
-file (the image upload of DESIGN.md) names its parsers itself."""
+file (the image upload of DESIGN.md) names its parsers itself.
+
+Text PostgreSQL cannot store (NUL, and lone UTF-16 surrogates, which JSON's ``\\u`` escapes
+can spell) is replaced by U+FFFD in every string of a body, keys included: a chat turn with a
+pasted binary snippet is still a chat turn. Fields with a pattern (``user_id``) then refuse
+it as they refuse any other character they do not allow. ``json_text_load`` applies the same
+rules to JSON sent inside a query parameter.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
+from rest_framework.utils import json  # refuses NaN and Infinity, as the parser does
 
 # Deeper than any memory, message or tag object has reason to be; the validation behind the
 # parser (and the error report of a failed one) walks bodies recursively.
 MAX_JSON_DEPTH = 64
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class JsonTooDeepError(ParseError):
     default_detail = f"The JSON body is nested more than {MAX_JSON_DEPTH} levels deep."
     default_code = "too_deep"
+
+
+def text_storable(text: str) -> str:
+    """``text`` with what PostgreSQL refuses in text (NUL, lone surrogates) as U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def _deeper_than(data: Any, limit: int) -> bool:
@@ -32,12 +47,38 @@ def _deeper_than(data: Any, limit: int) -> bool:
     return False
 
 
+def _storable(value: Any) -> Any:
+    # Recursive, but only ever over data no deeper than MAX_JSON_DEPTH.
+    if isinstance(value, str):
+        return text_storable(value)
+    if isinstance(value, dict):
+        return {text_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
+
+
+def json_checked(data: Any) -> Any:
+    """Decoded JSON held to the parser's rules: at most ``MAX_JSON_DEPTH`` deep
+    (``JsonTooDeepError``), every string storable."""
+    if _deeper_than(data, MAX_JSON_DEPTH):
+        raise JsonTooDeepError()
+    return _storable(data)
+
+
+def json_text_load(text: str) -> Any:
+    """JSON text from a query parameter, by the body's rules. Raises ``ValueError`` when it
+    is not JSON and ``JsonTooDeepError`` when nested too deep."""
+    try:
+        return json_checked(json.loads(text))
+    except RecursionError:
+        raise JsonTooDeepError() from None
+
+
 class JsonBodyParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:  # the decoder's own limit, far deeper than ours
             raise JsonTooDeepError() from None
-        if _deeper_than(data, MAX_JSON_DEPTH):
-            raise JsonTooDeepError()
-        return data
+        return json_checked(data)

@@ -4,13 +4,13 @@ included; the views only call the retrieval services."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts.api.parsers import JsonTooDeepError, json_text_load
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import MemorySerializer, filter_tags_check, messages_check
 from memory.models import CoreMemoryBlock
@@ -27,8 +27,10 @@ def _filter_tags(raw: Any) -> dict[str, Any]:
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
+            raw = json_text_load(raw)
+        except JsonTooDeepError as error:
+            raise serializers.ValidationError(str(error.detail)) from None
+        except ValueError:
             raise serializers.ValidationError("A JSON object of tag names to values.") from None
     return filter_tags_check(raw)
 
