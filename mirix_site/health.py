@@ -7,13 +7,13 @@ import logging
 import redis
 from django.db import DatabaseError, connection
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import mirix_site
+from accounts.api.fields import TextChoiceField, TextField
 from mirix_site.redis import redis_client
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,10 @@ class HealthApi(APIView):
         responses=inline_serializer(
             "Health",
             {
-                "status": serializers.ChoiceField(["ok", "degraded", "unavailable"]),
-                "database": serializers.ChoiceField(["ok", "down"]),
-                "redis": serializers.ChoiceField(["ok", "down"]),
-                "version": serializers.CharField(),
+                "status": TextChoiceField(["ok", "degraded", "unavailable"]),
+                "database": TextChoiceField(["ok", "down"]),
+                "redis": TextChoiceField(["ok", "down"]),
+                "version": TextField(),
             },
         ),
     )

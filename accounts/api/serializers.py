@@ -6,6 +6,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts.api.fields import PatternField, TextField
 from accounts.models import EndUser
 from accounts.selectors import EndUserRow
 
@@ -13,7 +14,7 @@ from accounts.selectors import EndUserRow
 USER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,255}$"
 
 
-class UserIdField(serializers.RegexField):
+class UserIdField(PatternField):
     def __init__(self, **kwargs: object) -> None:
         kwargs.setdefault("max_length", 255)
         super().__init__(
@@ -33,7 +34,7 @@ class UserQuerySerializer(serializers.Serializer):
 
 class UserCreateOrGetInputSerializer(serializers.Serializer):
     user_id = UserIdField(required=False, allow_null=True)
-    name = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=255)
+    name = TextField(required=False, allow_null=True, allow_blank=True, max_length=255)
 
 
 def datetime_text(value: datetime) -> str:
@@ -46,9 +47,9 @@ def datetime_text(value: datetime) -> str:
 class UserOutputSerializer(serializers.Serializer):
     """The MIRIX user shape: ``id`` is the caller's own ``user_id``."""
 
-    id = serializers.CharField(source="user_id")
-    name = serializers.CharField()
-    organization_id = serializers.CharField()
+    id = TextField(source="user_id")
+    name = TextField()
+    organization_id = TextField()
     created_at = serializers.DateTimeField()
 
     def to_representation(self, instance: EndUser | EndUserRow) -> dict[str, Any]:
@@ -64,5 +65,5 @@ class UserOutputSerializer(serializers.Serializer):
 
 class UserDeleteOutputSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    id = serializers.CharField()
+    id = TextField()
     deleted = serializers.DictField(child=serializers.IntegerField())

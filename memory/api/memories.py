@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
+from accounts.api.fields import TextField
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
     ComponentsParamsSerializer,
@@ -72,8 +73,8 @@ class MemoryComponentsApi(TenantAPIView):
             "MemoryComponents",
             {
                 "success": serializers.BooleanField(),
-                "user_id": serializers.CharField(),
-                "memory_type": serializers.CharField(),
+                "user_id": TextField(),
+                "memory_type": TextField(),
                 "limit": serializers.IntegerField(),
                 "memories": serializers.DictField(child=MemorySerializer(many=True)),
                 "counts": serializers.DictField(child=serializers.IntegerField()),
@@ -119,7 +120,7 @@ class MemoryClearApi(TenantAPIView):
             "MemoryCleared",
             {
                 "success": serializers.BooleanField(),
-                "message": serializers.CharField(),
+                "message": TextField(),
                 "deleted": serializers.DictField(child=serializers.IntegerField()),
             },
         ),
@@ -179,9 +180,7 @@ class MemoryDetailApi(TenantAPIView):
 
     @extend_schema(
         parameters=[MemoryDetailParamsSerializer],
-        request=inline_serializer(
-            "MemoryUpdate", {"summary": serializers.CharField(required=False)}
-        ),
+        request=inline_serializer("MemoryUpdate", {"summary": TextField(required=False)}),
         responses=MemorySerializer,
         summary="Edit a memory (its search text and embeddings follow)",
     )

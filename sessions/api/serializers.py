@@ -2,17 +2,18 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from accounts.api.fields import TextField
 from accounts.api.serializers import UserIdField
 
 
 class SessionSerializer(serializers.Serializer):
-    id = serializers.CharField(source="pk")
-    session_id = serializers.CharField(allow_null=True)
-    user_id = serializers.CharField(source="end_user.user_id")
-    client_id = serializers.CharField()
-    tag = serializers.CharField()
-    status = serializers.CharField()
-    close_reason = serializers.CharField(allow_blank=True)
+    id = TextField(source="pk")
+    session_id = TextField(allow_null=True)
+    user_id = TextField(source="end_user.user_id")
+    client_id = TextField()
+    tag = TextField()
+    status = TextField()
+    close_reason = TextField(allow_blank=True)
     message_count = serializers.IntegerField()
     filter_tags = serializers.DictField()
     created_at = serializers.DateTimeField()
@@ -23,16 +24,16 @@ class SessionSerializer(serializers.Serializer):
 class MessageSerializer(serializers.Serializer):
     """A turn as it was sent, with the id that memories cite as provenance."""
 
-    id = serializers.CharField(source="pk")
+    id = TextField(source="pk")
     position = serializers.IntegerField()
-    role = serializers.CharField()
+    role = TextField()
     content = serializers.JSONField()
     tool_calls = serializers.JSONField(allow_null=True)
-    name = serializers.CharField(allow_blank=True)
-    tool_call_id = serializers.CharField(allow_blank=True)
+    name = TextField(allow_blank=True)
+    tool_call_id = TextField(allow_blank=True)
     filter_tags = serializers.DictField()
     occurred_at = serializers.DateTimeField()
-    extraction = serializers.CharField()
+    extraction = TextField()
 
 
 class SessionCloseInputSerializer(serializers.Serializer):

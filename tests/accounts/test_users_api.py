@@ -134,3 +134,20 @@ def test_wrong_method_is_405_in_the_error_shape(org: TenantFixture) -> None:
 )
 def test_user_times_read_as_drf_writes_them(moment: datetime) -> None:
     assert datetime_text(moment) == serializers.DateTimeField().to_representation(moment)
+
+
+@pytest.mark.parametrize("user_id", [12345, 1.5, True, ["a"], {"a": 1}])
+def test_a_user_id_that_is_not_a_string_is_422_and_creates_nothing(
+    org: TenantFixture, user_id: object
+) -> None:
+    response = org.api.post("/users/create_or_get", {"user_id": user_id}, format="json")
+    assert response.status_code == 422
+    assert "user_id" in response.json()["fields"]
+    assert not EndUser.objects.filter(organization=org.organization).exists()
+
+
+def test_text_fields_everywhere_refuse_numbers(org: TenantFixture) -> None:
+    body = {"user_id": "sam", "messages": [{"role": "user", "content": "hi"}], "session_id": 7}
+    response = org.api.post("/memory/add", body, format="json")
+    assert response.status_code == 422
+    assert response.json()["fields"] == {"session_id": ["Not a valid string."]}

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from accounts.api.fields import TextChoiceField, TextField
 from memory.agent_config import (
     COMPONENT_AGENT_TYPES,
     PROVIDERS,
@@ -23,11 +24,9 @@ from memory.models import MetaAgent
 
 class MetaAgentInitializeInputSerializer(serializers.Serializer):
     config = serializers.DictField(required=False, allow_null=True)
-    provider = serializers.ChoiceField(choices=PROVIDERS, required=False, allow_null=True)
-    api_key = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=500
-    )
-    model = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=200)
+    provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
+    api_key = TextField(required=False, allow_null=True, allow_blank=True, max_length=500)
+    model = TextField(required=False, allow_null=True, allow_blank=True, max_length=200)
     update_agents = serializers.BooleanField(required=False, default=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -52,43 +51,43 @@ class MetaAgentInitializeInputSerializer(serializers.Serializer):
 
 
 class LLMConfigSerializer(serializers.Serializer):
-    model = serializers.CharField()
-    model_endpoint_type = serializers.CharField()
-    model_endpoint = serializers.CharField(required=False, allow_null=True)
-    model_wrapper = serializers.CharField(required=False, allow_null=True)
+    model = TextField()
+    model_endpoint_type = TextField()
+    model_endpoint = TextField(required=False, allow_null=True)
+    model_wrapper = TextField(required=False, allow_null=True)
     context_window = serializers.IntegerField()
     temperature = serializers.FloatField(required=False)
     max_tokens = serializers.IntegerField(required=False, allow_null=True)
-    handle = serializers.CharField(required=False, allow_null=True)
+    handle = TextField(required=False, allow_null=True)
     enable_reasoner = serializers.BooleanField(required=False)
-    reasoning_effort = serializers.CharField(required=False, allow_null=True)
+    reasoning_effort = TextField(required=False, allow_null=True)
     max_reasoning_tokens = serializers.IntegerField(required=False)
     put_inner_thoughts_in_kwargs = serializers.BooleanField(required=False, allow_null=True)
     is_local_model = serializers.BooleanField(required=False, allow_null=True)
-    api_version = serializers.CharField(required=False, allow_null=True)
-    azure_endpoint = serializers.CharField(required=False, allow_null=True)
-    azure_deployment = serializers.CharField(required=False, allow_null=True)
+    api_version = TextField(required=False, allow_null=True)
+    azure_endpoint = TextField(required=False, allow_null=True)
+    azure_deployment = TextField(required=False, allow_null=True)
 
 
 class EmbeddingConfigSerializer(serializers.Serializer):
-    embedding_model = serializers.CharField()
-    embedding_endpoint_type = serializers.CharField()
-    embedding_endpoint = serializers.CharField(required=False, allow_null=True)
+    embedding_model = TextField()
+    embedding_endpoint_type = TextField()
+    embedding_endpoint = TextField(required=False, allow_null=True)
     embedding_dim = serializers.IntegerField()
     embedding_chunk_size = serializers.IntegerField(required=False, allow_null=True)
-    handle = serializers.CharField(required=False, allow_null=True)
-    azure_endpoint = serializers.CharField(required=False, allow_null=True)
-    azure_version = serializers.CharField(required=False, allow_null=True)
-    azure_deployment = serializers.CharField(required=False, allow_null=True)
+    handle = TextField(required=False, allow_null=True)
+    azure_endpoint = TextField(required=False, allow_null=True)
+    azure_version = TextField(required=False, allow_null=True)
+    azure_deployment = TextField(required=False, allow_null=True)
 
 
 class BlockSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    label = serializers.CharField()
-    value = serializers.CharField(allow_blank=True)
+    id = TextField()
+    label = TextField()
+    value = TextField(allow_blank=True)
     limit = serializers.IntegerField()
-    agent_id = serializers.CharField()
-    organization_id = serializers.CharField()
+    agent_id = TextField()
+    organization_id = TextField()
 
 
 class AgentMemorySerializer(serializers.Serializer):
@@ -158,14 +157,14 @@ def agent_view(meta_agent: MetaAgent, component: str | None = None) -> AgentView
 class AgentStateSerializer(serializers.Serializer):
     """The MIRIX ``AgentState``. Provider API keys are never echoed back."""
 
-    id = serializers.CharField()
-    name = serializers.CharField()
-    agent_type = serializers.CharField()
-    system = serializers.CharField(allow_blank=True)
+    id = TextField()
+    name = TextField()
+    agent_type = TextField()
+    system = TextField(allow_blank=True)
     llm_config = LLMConfigSerializer()
     embedding_config = EmbeddingConfigSerializer(allow_null=True)
-    organization_id = serializers.CharField()
-    parent_id = serializers.CharField(allow_null=True)
+    organization_id = TextField()
+    parent_id = TextField(allow_null=True)
     memory = AgentMemorySerializer()
     tools = serializers.SerializerMethodField()
     mcp_tools = serializers.SerializerMethodField()
@@ -177,7 +176,7 @@ class AgentStateSerializer(serializers.Serializer):
     def get_tools(self, agent: AgentView) -> list[dict[str, Any]]:
         return []
 
-    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    @extend_schema_field(serializers.ListField(child=TextField()))
     def get_mcp_tools(self, agent: AgentView) -> list[str]:
         return []
 

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from rest_framework import serializers
 
+from accounts.api.fields import TextChoiceField, TextField
 from accounts.api.serializers import UserIdField
 from memory.crypto import secret_decrypt
 from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
@@ -49,14 +50,12 @@ def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
 
 class MemoryAddInputSerializer(serializers.Serializer):
     user_id = UserIdField(required=False, allow_null=True)
-    meta_agent_id = serializers.CharField(required=False, allow_null=True, max_length=64)
+    meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
     messages = serializers.ListField(
         child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
     )
-    session_id = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
-    )
-    session_tag = serializers.ChoiceField(
+    session_id = TextField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    session_tag = TextChoiceField(
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
     filter_tags = serializers.JSONField(required=False, allow_null=True)
@@ -66,7 +65,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
     verbose = serializers.BooleanField(required=False)
     use_cache = serializers.BooleanField(required=False)
     async_add = serializers.BooleanField(required=False)
-    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+    local_model_for_retrieval = TextField(required=False, allow_null=True)
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
         return filter_tags_check(value)
@@ -120,12 +119,12 @@ class MemoryAddInputSerializer(serializers.Serializer):
 
 class MemoryAddOutputSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    message = serializers.CharField()
-    status = serializers.ChoiceField(["queued", "stored"])
-    agent_id = serializers.CharField(allow_null=True)
+    message = TextField()
+    status = TextChoiceField(["queued", "stored"])
+    agent_id = TextField(allow_null=True)
     message_count = serializers.IntegerField()
-    session_id = serializers.CharField(allow_null=True)
-    message_ids = serializers.ListField(child=serializers.CharField())
+    session_id = TextField(allow_null=True)
+    message_ids = serializers.ListField(child=TextField())
 
 
 class UserScopedInputSerializer(serializers.Serializer):
@@ -140,7 +139,7 @@ class ComponentsParamsSerializer(serializers.Serializer):
     """``GET /memory/components``: which types, how many of each, secrets and superseded
     memories shown or not."""
 
-    memory_type = serializers.CharField(
+    memory_type = TextField(
         required=False,
         default="all",
         help_text="all, core, episodic, semantic, procedural, resource, knowledge_vault "
@@ -184,12 +183,12 @@ class MemorySerializer(serializers.Serializer):
     """Any memory, as its type's fields plus id, memory_type, provenance and filter tags.
     A knowledge-vault value is masked unless the serializer context says ``include_secrets``."""
 
-    id = serializers.CharField()
-    memory_type = serializers.CharField()
-    user_id = serializers.CharField()
-    client_id = serializers.CharField()
+    id = TextField()
+    memory_type = TextField()
+    user_id = TextField()
+    client_id = TextField()
     filter_tags = serializers.DictField()
-    source_message_ids = serializers.ListField(child=serializers.CharField())
+    source_message_ids = serializers.ListField(child=TextField())
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -224,14 +223,13 @@ def memory_update_serializer(memory_type: MemoryType) -> type[serializers.Serial
     field_types: dict[str, serializers.Field] = {
         "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
         "steps": serializers.ListField(
-            child=serializers.CharField(max_length=2000), max_length=100, **optional
+            child=TextField(max_length=2000), max_length=100, **optional
         ),
         "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
-        "sensitivity": serializers.ChoiceField(["low", "medium", "high"], **optional),
+        "sensitivity": TextChoiceField(["low", "medium", "high"], **optional),
     }
     fields = {
-        name: field_types.get(name)
-        or serializers.CharField(allow_blank=True, max_length=65_536, **optional)
+        name: field_types.get(name) or TextField(allow_blank=True, max_length=65_536, **optional)
         for name in memory_type.editable_fields
     }
     return type(

@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
+from accounts.api.fields import TextChoiceField, TextField
 from accounts.api.parsers import JsonTooDeepError, json_text_load
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import MemorySerializer, filter_tags_check, messages_check
@@ -61,19 +62,19 @@ class SearchParamsSerializer(serializers.Serializer):
     of the memory types asked for), ``start``/``end`` (the explicit dates, or the range of a
     time phrase in the query with ``temporal``) and ``temporal_expression``."""
 
-    query = serializers.CharField(max_length=10_000, trim_whitespace=True)
-    memory_type = serializers.CharField(
+    query = TextField(max_length=10_000, trim_whitespace=True)
+    memory_type = TextField(
         required=False,
         default="all",
         help_text="all (default), episodic, semantic, procedural, resource, knowledge_vault",
     )
-    search_field = serializers.CharField(
+    search_field = TextField(
         required=False,
         allow_null=True,
         allow_blank=True,
         help_text="one text field of the type: narrows the keyword lane",
     )
-    search_method = serializers.ChoiceField(
+    search_method = TextChoiceField(
         METHODS, required=False, default="hybrid", help_text="default hybrid"
     )
     limit = serializers.IntegerField(
@@ -83,7 +84,7 @@ class SearchParamsSerializer(serializers.Serializer):
         max_value=MAX_LIMIT,
         help_text="per memory type, 1-100 (default 10)",
     )
-    filter_tags = serializers.CharField(
+    filter_tags = TextField(
         required=False,
         allow_blank=True,
         help_text="JSON object; memories whose tags contain it",
@@ -180,12 +181,12 @@ class SearchResultSerializer(MemorySerializer):
 
 class SearchOutputSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    query = serializers.CharField()
-    memory_type = serializers.CharField()
-    search_field = serializers.CharField(allow_null=True)
-    search_method = serializers.CharField()
+    query = TextField()
+    memory_type = TextField()
+    search_field = TextField(allow_null=True)
+    search_method = TextField()
     date_range = serializers.DictField(allow_null=True)
-    temporal_expression = serializers.CharField(allow_null=True)
+    temporal_expression = TextField(allow_null=True)
     results = SearchResultSerializer(many=True)
     count = serializers.IntegerField()
 
@@ -206,9 +207,9 @@ def memories_grouped(
 
 class RetrieveTopicParamsSerializer(serializers.Serializer):
     user_id = UserIdField()
-    topic = serializers.CharField(max_length=10_000)
+    topic = TextField(max_length=10_000)
     limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
-    filter_tags = serializers.CharField(required=False, allow_blank=True)
+    filter_tags = TextField(required=False, allow_blank=True)
     use_cache = serializers.BooleanField(required=False)
 
     def validate_filter_tags(self, value: str) -> dict[str, Any]:
@@ -217,7 +218,7 @@ class RetrieveTopicParamsSerializer(serializers.Serializer):
 
 class RetrievedByTopicSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    topic = serializers.CharField()
+    topic = TextField()
     memories = serializers.DictField(child=SearchResultSerializer(many=True))
 
 
@@ -232,7 +233,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
     as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; accepted and ignored.
     use_cache = serializers.BooleanField(required=False)
-    local_model_for_retrieval = serializers.CharField(required=False, allow_null=True)
+    local_model_for_retrieval = TextField(required=False, allow_null=True)
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
         return _filter_tags(value)
@@ -258,7 +259,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
 
 class RetrievedByConversationSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    topics = serializers.ListField(child=serializers.CharField())
-    temporal_expression = serializers.CharField(allow_null=True)
+    topics = serializers.ListField(child=TextField())
+    temporal_expression = TextField(allow_null=True)
     date_range = serializers.DictField(allow_null=True)
     memories = serializers.DictField(child=SearchResultSerializer(many=True))
