@@ -339,6 +339,31 @@ def _manage(*arguments: str) -> None:
     subprocess.run([sys.executable, str(PROJECT_DIR / "manage.py"), *arguments], check=True)  # noqa: S603
 
 
+def web_command(*, port: str) -> list[str]:
+    """The web server `make run` starts (and the keep-alive test starts the same way)."""
+    return [
+        str(Path(sys.executable).parent / "gunicorn"),
+        "mirix_site.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        os.environ.get("WEB_CONCURRENCY", "4"),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        os.environ.get("WEB_THREADS", "2"),
+        # Idle connections stay open longer than clients pause between requests: a client
+        # that reuses a socket the server has just closed loses that request (gunicorn's
+        # default is 2 s). Above the usual proxy idle timeouts (60-75 s), which then close first.
+        "--keep-alive",
+        os.environ.get("WEB_KEEPALIVE", "90"),
+        "--graceful-timeout",
+        "10",
+        "--access-logfile",
+        "-",
+    ]
+
+
 def command_run() -> int:
     """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
@@ -349,22 +374,7 @@ def command_run() -> int:
         _manage("collectstatic", "--noinput", "--verbosity", "0")
         _manage("demo_tenant", "--key-file", str(services.data_dir / "demo-api-key"))
         commands = {
-            "web": [
-                str(bin_dir / "gunicorn"),
-                "mirix_site.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                os.environ.get("WEB_CONCURRENCY", "4"),
-                "--worker-class",
-                "gthread",
-                "--threads",
-                os.environ.get("WEB_THREADS", "2"),
-                "--graceful-timeout",
-                "10",
-                "--access-logfile",
-                "-",
-            ],
+            "web": web_command(port=port),
             # Background work yields the CPU to requests (nice 10): under a burst of adds the
             # API keeps answering fast and the worker catches up as soon as the burst ends.
             "worker": [
