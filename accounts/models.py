@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.apps import apps
 from django.db import models
 
 from accounts.tenancy import Scope, Tenant
@@ -150,3 +151,8 @@ class Owned(models.Model):
 
     class Meta:
         abstract = True
+
+
+def owned_models() -> list[type[Owned]]:
+    """Every installed concrete ``Owned`` model, of every app."""
+    return [model for model in apps.get_models() if issubclass(model, Owned)]

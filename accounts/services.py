@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.keys import key_format, key_generate, secret_digest
-from accounts.models import ApiKey, Client, EndUser, Organization
+from accounts.models import ApiKey, Client, EndUser, Organization, owned_models
 from accounts.tenancy import Tenant
 
 
@@ -123,6 +123,25 @@ def end_user_create_or_get(
 
 @transaction.atomic
 def end_user_delete(*, end_user: EndUser) -> dict[str, int]:
-    """Delete the end user and, by cascade, everything stored for them."""
+    """Delete the end user and, by cascade, everything every client stored for them: an
+    operator's action (the admin), not a client's (``end_user_delete_own``)."""
     _, deleted = end_user.delete()
     return deleted
+
+
+@transaction.atomic
+def end_user_delete_own(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
+    """A client forgets an end user: every row its own client holds about them, in every app
+    (``Owned`` models), goes; other clients' rows stay. The end user row itself goes once no
+    client holds anything about them. Returns the counts of the caller's rows deleted, by
+    model label: nothing about other clients' rows, not even whether there are any."""
+    # Held until commit: a concurrent write for the user waits, then finds it or not.
+    list(EndUser.objects.select_for_update().filter(pk=end_user.pk).values_list("pk"))
+    counts: dict[str, int] = {}
+    for model in owned_models():
+        _, per_model = model.objects.owned_by(tenant, end_user=end_user).delete()
+        for label, count in per_model.items():
+            counts[label] = counts.get(label, 0) + count
+    if not any(model.objects.filter(end_user=end_user).exists() for model in owned_models()):
+        end_user.delete()
+    return counts

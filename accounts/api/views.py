@@ -14,7 +14,7 @@ from accounts.api.serializers import (
     UserOutputSerializer,
 )
 from accounts.selectors import EndUserRow, end_user_get, end_users_page
-from accounts.services import end_user_create_or_get, end_user_delete
+from accounts.services import end_user_create_or_get, end_user_delete_own
 
 
 class UserCreateOrGetApi(TenantAPIView):
@@ -58,9 +58,12 @@ class UserDetailApi(TenantAPIView):
             200: UserDeleteOutputSerializer,
             404: OpenApiResponse(description="No such user"),
         },
-        summary="Delete an end user and everything stored for them",
+        summary="Delete everything this client holds about an end user",
+        description="Other clients' rows about the user stay; the user goes with the last "
+        "of them. `deleted` counts this client's rows only. Forgetting a person across every "
+        "client is an operator's action (the admin).",
     )
     def delete(self, request: Request, user_id: str) -> Response:
         user = end_user_get(tenant=self.tenant, user_id=user_id)
-        deleted = end_user_delete(end_user=user)
+        deleted = end_user_delete_own(tenant=self.tenant, end_user=user)
         return Response({"success": True, "id": user_id, "deleted": deleted})

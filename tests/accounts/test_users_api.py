@@ -7,8 +7,8 @@ import pytest
 from rest_framework import serializers
 
 from accounts.api.serializers import datetime_text
-from accounts.models import EndUser
-from tests.factories import TenantFixture
+from accounts.models import EndUser, owned_models
+from tests.factories import TenantFixture, memories_create
 
 
 def test_create_or_get_creates_then_returns_the_same_user(org: TenantFixture) -> None:
@@ -107,7 +107,6 @@ def test_delete_user(org: TenantFixture) -> None:
     response = org.api.delete("/users/gone")
     assert response.status_code == 200
     assert response.json()["success"] is True
-    assert response.json()["deleted"]["accounts.EndUser"] == 1
     assert not EndUser.objects.filter(user_id="gone").exists()
     assert org.api.delete("/users/gone").status_code == 404
 
@@ -151,3 +150,39 @@ def test_text_fields_everywhere_refuse_numbers(org: TenantFixture) -> None:
     response = org.api.post("/memory/add", body, format="json")
     assert response.status_code == 422
     assert response.json()["fields"] == {"session_id": ["Not a valid string."]}
+
+
+def test_a_client_deletes_only_its_own_rows_about_a_user(org: TenantFixture) -> None:
+    # A second client of the organization without a read scope on the first: it sees none
+    # of the first's rows, and its delete must not remove them either.
+    second = org.another_client("second-app")
+    for owner in (org, second):
+        memories_create(owner, user_id="victim")
+        owner.api.get("/memory/search", {"user_id": "victim", "query": "draft"})  # a log row
+    user = EndUser.objects.get(organization=org.organization, user_id="victim")
+
+    def rows(owner: TenantFixture) -> dict[str, int]:
+        counts = {
+            model._meta.label: model.objects.filter(client=owner.client, end_user=user).count()
+            for model in owned_models()
+        }
+        return {label: count for label, count in counts.items() if count}
+
+    first_rows, second_rows = rows(org), rows(second)
+    for label in ("conversations.Session", "conversations.Message", "memory.EpisodicMemory",
+                  "memory.Posting", "memory.ExtractionJob", "memory.RetrievalLog"):  # fmt: skip
+        assert first_rows.get(label) and second_rows.get(label), label
+
+    response = second.api.delete("/users/victim")
+
+    assert response.status_code == 200
+    assert response.json()["deleted"] == second_rows  # its own rows, nothing else
+    assert rows(second) == {}
+    assert rows(org) == first_rows
+    assert org.api.get("/users/victim").status_code == 200
+    assert org.api.get("/memory/components", {"user_id": "victim"}).json()["counts"]["episodic"]
+
+    # The last client holding anything about the user takes the user with its rows.
+    assert org.api.delete("/users/victim").json()["deleted"] == first_rows
+    assert not EndUser.objects.filter(pk=user.pk).exists()
+    assert second.api.get("/users/victim").status_code == 404
