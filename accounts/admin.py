@@ -67,7 +67,7 @@ class ClientAdmin(admin.ModelAdmin):
 class ApiKeyCreateForm(forms.ModelForm):
     class Meta:
         model = ApiKey
-        fields = ["client", "name", "read_only"]
+        fields = ["client", "name", "read_only", "reveals_secrets"]
 
 
 @admin.register(ApiKey)
@@ -81,10 +81,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "client",
         "organization",
         "read_only",
+        "reveals_secrets",
         "created_at",
         "revoked_at",
     ]
-    list_filter = ["read_only", "organization", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_filter = [
+        "read_only",
+        "reveals_secrets",
+        "organization",
+        ("revoked_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["key_id", "name", "client__name", "organization__name"]
     list_select_related = ["client", "organization"]
     raw_id_fields = ["client"]
@@ -97,19 +103,41 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
-            return ["client", "name", "read_only"]
-        return ["key_id", "name", "client", "organization", "read_only", "created_at", "revoked_at"]
+            return ["client", "name", "read_only", "reveals_secrets"]
+        return [
+            "key_id",
+            "name",
+            "client",
+            "organization",
+            "read_only",
+            "reveals_secrets",
+            "created_at",
+            "revoked_at",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
-        return ["key_id", "client", "organization", "read_only", "created_at", "revoked_at"]
+        return [
+            "key_id",
+            "client",
+            "organization",
+            "read_only",
+            "reveals_secrets",
+            "created_at",
+            "revoked_at",
+        ]
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             obj.save(update_fields=["name"])
             return
-        issued = api_key_create(client=obj.client, name=obj.name, read_only=obj.read_only)
+        issued = api_key_create(
+            client=obj.client,
+            name=obj.name,
+            read_only=obj.read_only,
+            reveals_secrets=obj.reveals_secrets,
+        )
         obj.pk = issued.api_key.pk
         obj.key_id = issued.api_key.key_id
         self.message_user(

@@ -78,6 +78,9 @@ class ApiKey(models.Model):
     secret_digest = models.CharField(max_length=64, editable=False)
     name = models.CharField(max_length=200, blank=True)
     read_only = models.BooleanField(default=False)
+    # Knowledge-vault values its client wrote are shown in plain text when asked for
+    # (include_secrets=true); without it they are masked for every key.
+    reveals_secrets = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 

@@ -61,7 +61,9 @@ def client_read_scopes_set(*, client: Client, scopes: Iterable[Client]) -> Clien
 
 
 @transaction.atomic
-def api_key_create(*, client: Client, name: str = "", read_only: bool = False) -> IssuedKey:
+def api_key_create(
+    *, client: Client, name: str = "", read_only: bool = False, reveals_secrets: bool = False
+) -> IssuedKey:
     key_id, secret = key_generate()
     api_key = ApiKey.objects.create(
         organization_id=client.organization_id,
@@ -70,6 +72,7 @@ def api_key_create(*, client: Client, name: str = "", read_only: bool = False) -
         secret_digest=secret_digest(secret),
         name=name,
         read_only=read_only,
+        reveals_secrets=reveals_secrets,
     )
     return IssuedKey(api_key=api_key, plaintext=key_format(key_id=key_id, secret=secret))
 

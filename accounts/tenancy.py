@@ -37,6 +37,11 @@ class Tenant:
     def read_only(self) -> bool:
         return self.api_key is not None and self.api_key.read_only
 
+    @property
+    def reveals_secrets(self) -> bool:
+        """The key may show its client's knowledge-vault values in plain text."""
+        return self.api_key is not None and self.api_key.reveals_secrets
+
     @cached_property
     def readable_client_ids(self) -> frozenset[str]:
         """This client and the clients it has read scopes on, within its own organization."""

@@ -23,6 +23,7 @@ from memory.api.serializers.memories import (
     MemorySerializer,
     UserScopedInputSerializer,
     memory_update_serializer,
+    secrets_context,
 )
 from memory.retrieval.spaces import write_embedders
 from memory.selectors import memory_get, memory_list
@@ -88,6 +89,7 @@ class MemoryComponentsApi(TenantAPIView):
         data = params.validated_data
         end_user = self.query_end_user()
         memories, counts = {}, {}
+        secrets = secrets_context(self.tenant, requested=data["include_secrets"])
         for memory_type in data["memory_types"]:
             rows = memory_list(
                 tenant=self.tenant,
@@ -99,7 +101,7 @@ class MemoryComponentsApi(TenantAPIView):
             page = rows.order_by("-created_at", "-id")
             if data["limit"] > 0:
                 page = page[: data["limit"]]
-            context = {"memory_type": memory_type, "include_secrets": data["include_secrets"]}
+            context = {"memory_type": memory_type} | secrets
             memories[memory_type.name] = MemorySerializer(page, many=True, context=context).data
         return Response(
             {

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.selectors import end_user_get
+from memory.api.serializers.memories import secrets_context
 from memory.api.serializers.retrieval import (
     RetrieveConversationInputSerializer,
     RetrievedByConversationSerializer,
@@ -55,7 +56,7 @@ class _RetrievalApi(TenantAPIView):
         """The MIRIX ``memories`` of a topic or conversation retrieval (its timings go out in
         the header)."""
         self.outcome = retrieved.outcome
-        return memories_grouped(retrieved.outcome, retrieved.core, include_secrets=False)
+        return memories_grouped(retrieved.outcome, retrieved.core)
 
 
 class MemorySearchApi(_RetrievalApi):
@@ -80,7 +81,7 @@ class MemorySearchApi(_RetrievalApi):
         self.outcome = retrieval_search(
             tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
         )
-        context = {"include_secrets": data["include_secrets"]}
+        context = secrets_context(self.tenant, requested=data["include_secrets"])
         results = SearchResultSerializer(self.outcome.hits, many=True, context=context).data
         return {
             "success": True,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.apps import apps
 
-from accounts.services import client_read_scopes_set
+from accounts.services import api_key_create, client_read_scopes_set
 from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob, KnowledgeVaultItem
 from memory.services import extraction_job_run
-from tests.factories import TenantFixture, chat_turns, memories_create
+from tests.factories import TenantFixture, api_client_with, chat_turns, memories_create
 
 
 def extract(org: TenantFixture, *texts: str, user_id: str = "sam") -> None:
@@ -37,7 +37,10 @@ def test_components_group_memories_by_type(
     assert all(source.isdigit() for source in episode["source_message_ids"])
     vault = body["memories"]["knowledge_vault"][0]
     assert vault["secret_value"] == "********"
-    revealed = org.api.get(
+    revealer = api_client_with(
+        api_key_create(client=org.client, name="ops", reveals_secrets=True).plaintext
+    )
+    revealed = revealer.get(
         "/memory/components",
         {"user_id": "sam", "memory_type": "knowledge", "include_secrets": "true"},
     ).json()

@@ -11,9 +11,11 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 
 from accounts.api.fields import TextChoiceField, TextField
 from accounts.api.serializers import UserIdField
+from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
 from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
 from sessions.content import MessageInput, message_normalize
@@ -22,6 +24,28 @@ from sessions.models import Message, Session
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_MESSAGES_PER_ADD = 1000
 MAX_FILTER_TAGS_BYTES = 8192
+
+
+SECRETS_DENIED = "This API key may not show secrets: issue one with create_api_key --secrets."
+
+
+def include_secrets_field() -> serializers.BooleanField:
+    """The one ``include_secrets`` parameter of every endpoint that returns memories."""
+    return serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="show knowledge-vault values the caller's client wrote, in plain text "
+        "(the key needs the secrets permission; 403 without it)",
+    )
+
+
+def secrets_context(tenant: Tenant, *, requested: bool) -> dict[str, str | None]:
+    """The serializer context that decides which vault values a response shows: the caller's
+    own client's, when asked for and its key may (``ApiKey.reveals_secrets``); another
+    client's, read through a read scope, stay masked. Asked for without the permission, 403."""
+    if requested and not tenant.reveals_secrets:
+        raise PermissionDenied(SECRETS_DENIED)
+    return {"secrets_of": tenant.client.pk if requested else None}
 
 
 def filter_tags_check(value: Any) -> dict[str, Any]:
@@ -151,9 +175,7 @@ class ComponentsParamsSerializer(serializers.Serializer):
         max_value=MAX_COMPONENTS_LIMIT,
         help_text="per type; 0 or less: all",
     )
-    include_secrets = serializers.BooleanField(
-        required=False, default=False, help_text="show knowledge-vault values"
-    )
+    include_secrets = include_secrets_field()
     include_superseded = serializers.BooleanField(
         required=False, default=False, help_text="also memories another one has replaced"
     )
@@ -181,7 +203,8 @@ class MemoryDetailParamsSerializer(serializers.Serializer):
 
 class MemorySerializer(serializers.Serializer):
     """Any memory, as its type's fields plus id, memory_type, provenance and filter tags.
-    A knowledge-vault value is masked unless the serializer context says ``include_secrets``."""
+    A knowledge-vault value is masked unless the context's ``secrets_of`` (``secrets_context``)
+    names the client that wrote it."""
 
     id = TextField()
     memory_type = TextField()
@@ -203,7 +226,8 @@ class MemorySerializer(serializers.Serializer):
         for name in memory_type.editable_fields:
             if name == "secret_value":
                 plain = secret_decrypt(instance.secret_value_encrypted)
-                data[name] = plain if self.context.get("include_secrets") else "********"
+                shown = self.context.get("secrets_of") == instance.client_id
+                data[name] = plain if shown else "********"
             elif name == "occurred_at":
                 data[name] = instance.occurred_at.isoformat()
             else:

@@ -13,7 +13,12 @@ from rest_framework import serializers
 from accounts.api.fields import TextChoiceField, TextField
 from accounts.api.parsers import JsonTooDeepError, json_text_load
 from accounts.api.serializers import UserIdField
-from memory.api.serializers.memories import MemorySerializer, filter_tags_check, messages_check
+from memory.api.serializers.memories import (
+    MemorySerializer,
+    filter_tags_check,
+    include_secrets_field,
+    messages_check,
+)
 from memory.models import CoreMemoryBlock
 from memory.query.temporal import date_bounds, temporal_range
 from memory.retrieval.engine import METHODS, SearchOutcome
@@ -108,9 +113,7 @@ class SearchParamsSerializer(serializers.Serializer):
         default_timezone=UTC,
         help_text="ISO 8601; episodic memories only",
     )
-    include_secrets = serializers.BooleanField(
-        required=False, default=False, help_text="show knowledge-vault values"
-    )
+    include_secrets = include_secrets_field()
     temporal = serializers.BooleanField(
         required=False,
         default=False,
@@ -192,11 +195,11 @@ class SearchOutputSerializer(serializers.Serializer):
 
 
 def memories_grouped(
-    outcome: SearchOutcome, core: list[CoreMemoryBlock], *, include_secrets: bool
+    outcome: SearchOutcome, core: list[CoreMemoryBlock]
 ) -> dict[str, list[dict[str, Any]]]:
-    """The MIRIX ``memories`` shape: every type present, core blocks whole."""
+    """The MIRIX ``memories`` shape: every type present, core blocks whole, secrets masked."""
     grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
-    context = {"include_secrets": include_secrets}
+    context = {"secrets_of": None}
     for hit in outcome.hits:
         grouped[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
     grouped["core"] = MemorySerializer(
