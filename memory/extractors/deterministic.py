@@ -56,8 +56,22 @@ def _secrets_in(text: str) -> list[tuple[str, str]]:
     return found
 
 
+def _sensitive_in(text: str) -> list[tuple[str, str, str]]:
+    """Every sensitive value in ``text`` as (kind, value, sensitivity), once each: what the
+    vault keeps and every other memory leaves out."""
+    found = [(kind, value, "high") for kind, value in _secrets_in(text)]
+    found.extend(("email", email, "medium") for email in _EMAIL.findall(text))
+    for phone in _PHONE.findall(text):
+        digits = re.sub(r"\D", "", phone)
+        if 9 <= len(digits) <= 15:
+            found.append(("phone", phone.strip(), "medium"))
+    return list(dict.fromkeys(found))
+
+
 def _redact(text: str) -> str:
-    for _kind, value in _secrets_in(text):
+    """``text`` without its sensitive values (longest first, so none is left half-replaced)."""
+    values = sorted({value for _kind, value, _ in _sensitive_in(text)}, key=len, reverse=True)
+    for value in values:
         text = text.replace(value, REDACTED)
     return text
 
@@ -127,7 +141,8 @@ def _episodic(exchange: list[Message], before: Message | None = None) -> Proposa
         memory_type="episodic",
         fields={
             "event_type": "conversation",
-            "summary": _redact(_shorten(f"{speaker(summary_source)}: {summary_source.text}")),
+            # Redacted before shortening: a value cut in half would no longer be recognized.
+            "summary": _shorten(_redact(f"{speaker(summary_source)}: {summary_source.text}")),
             "details": _redact("\n".join(lines)),
             "actor": speaker(opener),
         },
@@ -193,8 +208,10 @@ def _resources(message: Message) -> list[Proposal]:
                 memory_type="resource",
                 fields={
                     "title": _shorten(url, 200) if remote else f"image {image_id[:12] or 'inline'}",
-                    "summary": _shorten(f"Image shared by {speaker(message)}. {message.text}"),
-                    "content": message.text,
+                    "summary": _shorten(
+                        _redact(f"Image shared by {speaker(message)}. {message.text}")
+                    ),
+                    "content": _redact(message.text),
                     "resource_type": "image",
                     "uri": url if remote else (f"image:{image_id}" if image_id else ""),
                 },
@@ -207,15 +224,6 @@ def _resources(message: Message) -> list[Proposal]:
 
 
 def _vault_items(message: Message) -> list[Proposal]:
-    found: list[tuple[str, str, str]] = []  # (entry type, value, sensitivity)
-    for kind, value in _secrets_in(message.text):
-        found.append((kind, value, "high"))
-    for email in _EMAIL.findall(message.text):
-        found.append(("email", email, "medium"))
-    for phone in _PHONE.findall(message.text):
-        digits = re.sub(r"\D", "", phone)
-        if 9 <= len(digits) <= 15:
-            found.append(("phone", phone.strip(), "medium"))
     captions = {
         "api_key": "API key",
         "password": "Password",
@@ -223,14 +231,14 @@ def _vault_items(message: Message) -> list[Proposal]:
         "phone": "Phone number",
     }
     proposals = []
-    for kind, value, sensitivity in dict.fromkeys(found):
+    for kind, value, sensitivity in _sensitive_in(message.text):
         proposals.append(
             Proposal(
                 memory_type="knowledge_vault",
                 fields={
                     "entry_type": kind,
                     "caption": f"{captions[kind]} shared by {speaker(message)}: "
-                    + _redact(_sentence_around(message.text, value)).replace(value, f"<{kind}>"),
+                    + _redact(_sentence_around(message.text, value).replace(value, f"<{kind}>")),
                     "secret_value": value,
                     "sensitivity": sensitivity,
                     "source": f"{message.role} message",

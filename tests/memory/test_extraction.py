@@ -399,3 +399,48 @@ def test_the_recovery_job_queues_forgotten_turns(org: TenantFixture, settings) -
     )
     extraction_jobs_recover()
     assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+
+
+def test_no_detected_value_is_left_in_plain_text_outside_the_vault(org: TenantFixture) -> None:
+    values = {
+        "email": "sam.jones@example.com",
+        "phone": "+1 415 555 0134",
+        "api_key": "sk-proj-abcdefghijklmnopqrstuvwxyz123456",
+        "password": "hunter2hunter",
+    }
+    text = (
+        f"The report is at https://docs.example.com/q3 and in q3.xlsx. Mail {values['email']} "
+        f"or call {values['phone']}. The key is {values['api_key']}, password: "
+        f"{values['password']}"
+    )
+    add(
+        org,
+        [
+            {"role": "user", "content": text},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"Photo for {values['email']}"},
+                    {"type": "image_url", "image_url": {"url": "https://img.example.com/a.png"}},
+                ],
+            },
+            {"role": "assistant", "content": "Noted."},
+        ],
+    )
+    run_queued_jobs()
+    vault = {row.entry_type: row for row in KnowledgeVaultItem.objects.all()}
+    assert set(vault) == set(values)
+    texts = {
+        "episodic": [f"{row.summary}\n{row.details}" for row in EpisodicMemory.objects.all()],
+        "resource": [
+            f"{row.title}\n{row.summary}\n{row.content}" for row in ResourceMemory.objects.all()
+        ],
+        "vault caption": [row.caption for row in vault.values()],
+    }
+    assert {row.resource_type for row in ResourceMemory.objects.all()} >= {"link", "file", "image"}
+    for kind, stored in texts.items():
+        assert stored, kind
+        for value in values.values():
+            assert all(value not in memory for memory in stored), (kind, value)
+    # Each caption names its own kind of value in its place.
+    assert "<email>" in vault["email"].caption and "<phone>" in vault["phone"].caption
