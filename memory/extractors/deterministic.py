@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, transcript_line
 from sessions.models import Message
+from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
 
 SUMMARY_CHARS = 300
 # An episode carries the end of the turn it answers, up to this many characters (see _context).
@@ -34,46 +35,10 @@ _FILE = re.compile(
     r"gif|svg|webp|zip|tar|gz|mp3|mp4|wav))\b",
     re.IGNORECASE,
 )
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
-_PHONE = re.compile(r"(?<![\w+])\+?\d[\d\s().-]{7,}\d(?!\w)")
-_SECRETS: list[tuple[str, re.Pattern[str]]] = [
-    ("api_key", re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}")),
-    ("api_key", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}\b")),
-    ("api_key", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b")),
-    ("api_key", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),
-    ("api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("api_key", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b")),
-    ("api_key", re.compile(r"\bmxk_[0-9a-f]{16}_[A-Za-z0-9]{40}\b")),
-    ("password", re.compile(r"(?i)\b(?:password|passcode|passwd|pin)\s*(?:is|:|=)\s*(\S{4,})")),
-]
-
-
-def _secrets_in(text: str) -> list[tuple[str, str]]:
-    found = []
-    for kind, pattern in _SECRETS:
-        for match in pattern.finditer(text):
-            found.append((kind, match.group(match.lastindex or 0)))
-    return found
-
-
-def _sensitive_in(text: str) -> list[tuple[str, str, str]]:
-    """Every sensitive value in ``text`` as (kind, value, sensitivity), once each: what the
-    vault keeps and every other memory leaves out."""
-    found = [(kind, value, "high") for kind, value in _secrets_in(text)]
-    found.extend(("email", email, "medium") for email in _EMAIL.findall(text))
-    for phone in _PHONE.findall(text):
-        digits = re.sub(r"\D", "", phone)
-        if 9 <= len(digits) <= 15:
-            found.append(("phone", phone.strip(), "medium"))
-    return list(dict.fromkeys(found))
 
 
 def _redact(text: str) -> str:
-    """``text`` without its sensitive values (longest first, so none is left half-replaced)."""
-    values = sorted({value for _kind, value, _ in _sensitive_in(text)}, key=len, reverse=True)
-    for value in values:
-        text = text.replace(value, REDACTED)
-    return text
+    return sensitive_redacted(text, REDACTED)
 
 
 def _sentence_around(text: str, needle: str) -> str:
@@ -178,7 +143,7 @@ def _resources(message: Message) -> list[Proposal]:
         )
     text_without_urls = _URL.sub(" ", message.text)
     for path in dict.fromkeys(_FILE.findall(text_without_urls)):
-        if _EMAIL.search(path):
+        if EMAIL.search(path):
             continue
         proposals.append(
             Proposal(
@@ -231,7 +196,7 @@ def _vault_items(message: Message) -> list[Proposal]:
         "phone": "Phone number",
     }
     proposals = []
-    for kind, value, sensitivity in _sensitive_in(message.text):
+    for kind, value, sensitivity in sensitive_values(message.text):
         proposals.append(
             Proposal(
                 memory_type="knowledge_vault",
