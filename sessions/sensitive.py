@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+# What a masked value reads as, in turns and in knowledge-vault items alike.
+MASK = "********"
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _PHONE = re.compile(r"(?<![\w+])\+?\d[\d\s().-]{7,}\d(?!\w)")
 _SECRETS: list[tuple[str, re.Pattern[str]]] = [

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from accounts.api.fields import TextField
 from accounts.api.serializers import UserIdField
+from sessions.sensitive import MASK, sensitive_redacted
 
 
 class SessionSerializer(serializers.Serializer):
@@ -22,7 +25,9 @@ class SessionSerializer(serializers.Serializer):
 
 
 class MessageSerializer(serializers.Serializer):
-    """A turn as it was sent, with the id that memories cite as provenance."""
+    """A turn as it was sent, with the id that memories cite as provenance. Sensitive values
+    in its text and tool calls (``sessions.sensitive``) are masked unless the context's
+    ``verbatim_of`` names the client that wrote it (a key with the secrets permission)."""
 
     id = TextField(source="pk")
     position = serializers.IntegerField()
@@ -34,6 +39,23 @@ class MessageSerializer(serializers.Serializer):
     filter_tags = serializers.DictField()
     occurred_at = serializers.DateTimeField()
     extraction = TextField()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if self.context.get("verbatim_of") != instance.client_id:
+            data["content"] = _masked(data["content"])
+            data["tool_calls"] = _masked(data["tool_calls"])
+        return data
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, str):
+        return sensitive_redacted(value, MASK)
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    return value
 
 
 class SessionCloseInputSerializer(serializers.Serializer):

@@ -44,13 +44,18 @@ class SessionMessagesApi(TenantAPIView):
         parameters=[USER_ID],
         responses=MessageSerializer(many=True),
         summary="The session's turns, in the order they were sent",
+        description="Keys, passwords, e-mail addresses and phone numbers in them are masked "
+        "unless the key has the secrets permission and its client wrote the turn.",
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = session_get(
             tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
         )
         messages = message_list(tenant=self.tenant, session=session)
-        return self.paginate(messages, MessageSerializer, paginator_class=PositionPage)
+        verbatim_of = self.tenant.client.pk if self.tenant.reveals_secrets else None
+        return self.paginate(
+            messages, MessageSerializer, paginator_class=PositionPage, verbatim_of=verbatim_of
+        )
 
 
 class SessionCloseApi(TenantAPIView):

@@ -4,6 +4,7 @@ them masked, and asking without the permission is refused."""
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 
 import pytest
@@ -11,11 +12,12 @@ from django.core.management import call_command
 
 from accounts.services import api_key_create, client_read_scopes_set
 from memory.api.serializers.memories import SECRETS_DENIED
+from sessions.models import Message
+from sessions.sensitive import MASK
 from tests.factories import TenantFixture, api_client_with, memories_create
 
 pytestmark = pytest.mark.django_db
 
-MASK = "********"
 ASKING = [
     ("/memory/components", {"user_id": "sam", "memory_type": "knowledge"}),
     ("/memory/search", {"user_id": "sam", "query": "sam@example.com"}),
@@ -58,3 +60,46 @@ def test_a_key_with_the_permission_shows_its_own_clients_secrets_only(
         # The reader may read org's vault items, but their values are not its own to show.
         seen = _vault_values(reader_secrets, path, params)
         assert seen and set(seen) == {MASK}, path
+
+
+def test_stored_turns_are_served_with_their_secrets_masked(org: TenantFixture) -> None:
+    key = "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
+    turns = [
+        {"role": "user", "content": f"my key is {key}, mail sam@example.com, password: hunter22"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Saved."}],
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "store", "arguments": json.dumps({"key": key})},
+                }
+            ],
+        },
+    ]
+    body = {"user_id": "sam", "session_id": "s1", "messages": turns}
+    assert org.api.post("/memory/add", body, format="json").status_code == 202
+    reader = org.another_client("reader")
+    client_read_scopes_set(client=reader.client, scopes=[org.client])
+    owner_secrets = api_client_with(
+        api_key_create(client=org.client, reveals_secrets=True).plaintext
+    )
+    reader_secrets = api_client_with(
+        api_key_create(client=reader.client, reveals_secrets=True).plaintext
+    )
+
+    def served(api) -> str:
+        response = api.get("/sessions/s1/messages", {"user_id": "sam"})
+        assert response.status_code == 200
+        return json.dumps(response.json()["results"])
+
+    for api in (org.api, reader_secrets):  # no permission; a permission, but not its turns
+        text = served(api)
+        for value in (key, "sam@example.com", "hunter22"):
+            assert value not in text
+        assert MASK in text and "Saved." in text
+    verbatim = served(owner_secrets)
+    assert key in verbatim and "sam@example.com" in verbatim and "hunter22" in verbatim
+    # Stored as sent, for re-extraction.
+    assert Message.objects.filter(text__contains=key).exists()

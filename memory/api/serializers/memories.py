@@ -20,6 +20,7 @@ from memory.crypto import secret_decrypt
 from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
 from sessions.content import MessageInput, message_normalize
 from sessions.models import Message, Session
+from sessions.sensitive import MASK
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_MESSAGES_PER_ADD = 1000
@@ -227,7 +228,7 @@ class MemorySerializer(serializers.Serializer):
             if name == "secret_value":
                 plain = secret_decrypt(instance.secret_value_encrypted)
                 shown = self.context.get("secrets_of") == instance.client_id
-                data[name] = plain if shown else "********"
+                data[name] = plain if shown else MASK
             elif name == "occurred_at":
                 data[name] = instance.occurred_at.isoformat()
             else:
