@@ -95,6 +95,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_select_related = ["client", "organization"]
     raw_id_fields = ["client"]
     actions = ["revoke_selected"]
+    _permissions = ("read_only", "reveals_secrets")
+    _times = ("created_at", "revoked_at")
 
     def get_form(self, request: HttpRequest, obj: ApiKey | None = None, **kwargs: Any) -> Any:
         if obj is None:
@@ -103,30 +105,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
-            return ["client", "name", "read_only", "reveals_secrets"]
-        return [
-            "key_id",
-            "name",
-            "client",
-            "organization",
-            "read_only",
-            "reveals_secrets",
-            "created_at",
-            "revoked_at",
-        ]
+            return list(ApiKeyCreateForm.Meta.fields)
+        return ["key_id", "name", "client", "organization", *self._permissions, *self._times]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        # A key's permissions are fixed when it is issued: a new key, not an edit, changes them.
         if obj is None:
             return []
-        return [
-            "key_id",
-            "client",
-            "organization",
-            "read_only",
-            "reveals_secrets",
-            "created_at",
-            "revoked_at",
-        ]
+        return [name for name in self.get_fields(request, obj) if name != "name"]
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
