@@ -124,3 +124,11 @@ def test_a_nul_in_json_tags_of_a_query_string_is_not_a_500(org: TenantFixture) -
     )
     assert response.status_code == 200, response.content[:300]
     assert response.json()["results"] == []  # no memory has that tag
+
+
+def test_a_memory_id_of_unicode_digits_is_not_found(org: TenantFixture) -> None:
+    # str.isdigit() takes "²" and "٣", int() refuses the first: an id is ASCII digits.
+    for memory_id in ("²", "٣", "\uff11"):  # superscript two, Arabic-Indic three, fullwidth one
+        path = f"/memory/episodic/{quote(memory_id)}"
+        assert org.api.delete(path).status_code == 404, memory_id
+        assert org.api.patch(path, {"summary": "x"}, format="json").status_code == 404
