@@ -39,8 +39,15 @@ class Tenant:
 
     @property
     def reveals_secrets(self) -> bool:
-        """The key may show its client's knowledge-vault values in plain text."""
+        """The key has the secrets permission (``ApiKey.reveals_secrets``)."""
         return self.api_key is not None and self.api_key.reveals_secrets
+
+    @property
+    def secrets_of(self) -> str | None:
+        """The client whose secrets (vault values, sensitive values in turns) this caller may
+        see in plain text: its own, with the permission; None: every secret masked. Secrets
+        of clients read through a read scope are never shown."""
+        return self.client.pk if self.reveals_secrets else None
 
     @cached_property
     def readable_client_ids(self) -> frozenset[str]:

@@ -21,7 +21,6 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from accounts.api.authentication import UNAUTHENTICATED_DETAIL
-from accounts.api.parsers import JsonTooDeepError
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +74,8 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     return {prefix or "non_field_errors": [str(detail)]}
 
 
-def _validation_body(exc: exceptions.ValidationError) -> dict[str, Any]:
-    fields = _flatten(exc.detail)
+def validation_body(fields: dict[str, list[str]]) -> dict[str, Any]:
+    """A 422's body: messages by field, the first of them in ``detail``."""
     first_field, messages = next(iter(fields.items()), ("", ["Invalid input."]))
     where = "" if first_field == "non_field_errors" else f"{first_field}: "
     return error_body(f"Invalid input. {where}{messages[0]}", "invalid", fields)
@@ -111,11 +110,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         response.data = error_body(UNAUTHENTICATED_DETAIL, "not_authenticated")
     elif isinstance(exc, exceptions.ValidationError):
         response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
-        response.data = _validation_body(exc)
-    elif isinstance(exc, JsonTooDeepError):
-        response.data = error_body(str(exc.detail), exc.default_code)
-    elif isinstance(exc, exceptions.ParseError):
-        response.data = error_body("Malformed JSON body.", "parse_error")
+        response.data = validation_body(_flatten(exc.detail))
     elif isinstance(exc, exceptions.NotFound):
         response.data = error_body(NOT_FOUND_DETAIL, "not_found")
     elif isinstance(exc, exceptions.APIException):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from accounts.api.errors import error_body, json_404
+from accounts.api.errors import json_404, validation_body
 
 NUL_DETAIL = "NUL characters are not allowed."
 
@@ -26,7 +26,5 @@ class NulRefusedMiddleware:
             if "\x00" in name or any("\x00" in value for value in values)
         }
         if fields:
-            first = next(iter(fields))
-            body = error_body(f"Invalid input. {first}: {NUL_DETAIL}", "invalid", fields)
-            return JsonResponse(body, status=422)
+            return JsonResponse(validation_body(fields), status=422)
         return self.get_response(request)

@@ -19,10 +19,15 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json  # refuses NaN and Infinity, as the parser does
 
+from mirix_site.jsonvalues import strings_mapped
+
 # Deeper than any memory, message or tag object has reason to be; the validation behind the
 # parser (and the error report of a failed one) walks bodies recursively.
 MAX_JSON_DEPTH = 64
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+MALFORMED_DETAIL = "Malformed JSON body."
 
 
 class JsonTooDeepError(ParseError):
@@ -47,23 +52,12 @@ def _deeper_than(data: Any, limit: int) -> bool:
     return False
 
 
-def _storable(value: Any) -> Any:
-    # Recursive, but only ever over data no deeper than MAX_JSON_DEPTH.
-    if isinstance(value, str):
-        return text_storable(value)
-    if isinstance(value, dict):
-        return {text_storable(key): _storable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_storable(item) for item in value]
-    return value
-
-
 def json_checked(data: Any) -> Any:
     """Decoded JSON held to the parser's rules: at most ``MAX_JSON_DEPTH`` deep
     (``JsonTooDeepError``), every string storable."""
     if _deeper_than(data, MAX_JSON_DEPTH):
         raise JsonTooDeepError()
-    return _storable(data)
+    return strings_mapped(data, text_storable)
 
 
 def json_text_load(text: str) -> Any:
@@ -81,4 +75,7 @@ class JsonBodyParser(JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:  # the decoder's own limit, far deeper than ours
             raise JsonTooDeepError() from None
+        except ParseError:
+            # DRF's message quotes the decoder; a client needs only to know the body is not JSON.
+            raise ParseError(MALFORMED_DETAIL) from None
         return json_checked(data)

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from accounts.api.fields import TextField
 from accounts.api.serializers import UserIdField
+from mirix_site.jsonvalues import strings_mapped
 from sessions.sensitive import MASK, sensitive_redacted
 
 
@@ -27,7 +28,7 @@ class SessionSerializer(serializers.Serializer):
 class MessageSerializer(serializers.Serializer):
     """A turn as it was sent, with the id that memories cite as provenance. Sensitive values
     in its text and tool calls (``sessions.sensitive``) are masked unless the context's
-    ``verbatim_of`` names the client that wrote it (a key with the secrets permission)."""
+    ``secrets_of`` (``Tenant.secrets_of``) names the client that wrote it."""
 
     id = TextField(source="pk")
     position = serializers.IntegerField()
@@ -42,20 +43,14 @@ class MessageSerializer(serializers.Serializer):
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)
-        if self.context.get("verbatim_of") != instance.client_id:
-            data["content"] = _masked(data["content"])
-            data["tool_calls"] = _masked(data["tool_calls"])
+        if self.context.get("secrets_of") != instance.client_id:
+            for name in ("content", "tool_calls"):
+                data[name] = strings_mapped(data[name], _masked)
         return data
 
 
-def _masked(value: Any) -> Any:
-    if isinstance(value, str):
-        return sensitive_redacted(value, MASK)
-    if isinstance(value, dict):
-        return {key: _masked(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_masked(item) for item in value]
-    return value
+def _masked(text: str) -> str:
+    return sensitive_redacted(text, MASK)
 
 
 class SessionCloseInputSerializer(serializers.Serializer):

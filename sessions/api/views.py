@@ -52,9 +52,11 @@ class SessionMessagesApi(TenantAPIView):
             tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
         )
         messages = message_list(tenant=self.tenant, session=session)
-        verbatim_of = self.tenant.client.pk if self.tenant.reveals_secrets else None
         return self.paginate(
-            messages, MessageSerializer, paginator_class=PositionPage, verbatim_of=verbatim_of
+            messages,
+            MessageSerializer,
+            paginator_class=PositionPage,
+            secrets_of=self.tenant.secrets_of,
         )
 
 

@@ -46,7 +46,7 @@ def secrets_context(tenant: Tenant, *, requested: bool) -> dict[str, str | None]
     client's, read through a read scope, stay masked. Asked for without the permission, 403."""
     if requested and not tenant.reveals_secrets:
         raise PermissionDenied(SECRETS_DENIED)
-    return {"secrets_of": tenant.client.pk if requested else None}
+    return {"secrets_of": tenant.secrets_of if requested else None}
 
 
 def filter_tags_check(value: Any) -> dict[str, Any]:
