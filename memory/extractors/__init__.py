@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from memory.extractors.deterministic import CONTEXT_CHARS, extract_deterministic
 from memory.extractors.llm import extract_with_llm
-from memory.extractors.proposals import ExtractionOutcome, Proposal
+from memory.extractors.proposals import ExtractionOutcome, Proposal, proposal_redacted
 
 __all__ = [
     "CONTEXT_CHARS",
@@ -18,4 +18,5 @@ __all__ = [
     "Proposal",
     "extract_deterministic",
     "extract_with_llm",
+    "proposal_redacted",
 ]

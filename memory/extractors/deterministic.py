@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from memory.extractors.proposals import ExtractionOutcome, Proposal
+from memory.extractors.proposals import REDACTED, ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, transcript_line
 from sessions.models import Message
 from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
@@ -18,7 +18,6 @@ from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
 SUMMARY_CHARS = 300
 # An episode carries the end of the turn it answers, up to this many characters (see _context).
 CONTEXT_CHARS = 200
-REDACTED = "[secret kept in the knowledge vault]"
 
 
 def _shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -38,6 +37,9 @@ _FILE = re.compile(
 
 
 def _redact(text: str) -> str:
+    # Only before cutting text short (_shorten, _sentence_around), which could leave part of a
+    # value that is no longer recognized; whole fields are redacted with the rest of the
+    # proposal, whichever extractor made it (``proposal_redacted``).
     return sensitive_redacted(text, REDACTED)
 
 
@@ -108,7 +110,7 @@ def _episodic(exchange: list[Message], before: Message | None = None) -> Proposa
             "event_type": "conversation",
             # Redacted before shortening: a value cut in half would no longer be recognized.
             "summary": _shorten(_redact(f"{speaker(summary_source)}: {summary_source.text}")),
-            "details": _redact("\n".join(lines)),
+            "details": "\n".join(lines),
             "actor": speaker(opener),
         },
         source_message_ids=[message.pk for message in exchange],
@@ -131,8 +133,8 @@ def _resources(message: Message) -> list[Proposal]:
                 memory_type="resource",
                 fields={
                     "title": _shorten(f"{parts.netloc}{parts.path}", 200),
-                    "summary": _redact(_sentence_around(message.text, url)),
-                    "content": _redact(message.text),
+                    "summary": _sentence_around(_redact(message.text), url),
+                    "content": message.text,
                     "resource_type": "link",
                     "uri": url,
                 },
@@ -150,8 +152,8 @@ def _resources(message: Message) -> list[Proposal]:
                 memory_type="resource",
                 fields={
                     "title": path,
-                    "summary": _redact(_sentence_around(message.text, path)),
-                    "content": _redact(message.text),
+                    "summary": _sentence_around(_redact(message.text), path),
+                    "content": message.text,
                     "resource_type": "file",
                     "uri": "",
                 },
@@ -176,7 +178,7 @@ def _resources(message: Message) -> list[Proposal]:
                     "summary": _shorten(
                         _redact(f"Image shared by {speaker(message)}. {message.text}")
                     ),
-                    "content": _redact(message.text),
+                    "content": message.text,
                     "resource_type": "image",
                     "uri": url if remote else (f"image:{image_id}" if image_id else ""),
                 },
@@ -203,7 +205,9 @@ def _vault_items(message: Message) -> list[Proposal]:
                 fields={
                     "entry_type": kind,
                     "caption": f"{captions[kind]} shared by {speaker(message)}: "
-                    + _redact(_sentence_around(message.text, value).replace(value, f"<{kind}>")),
+                    + _sentence_around(
+                        _redact(message.text.replace(value, f"<{kind}>")), f"<{kind}>"
+                    ),
                     "secret_value": value,
                     "sensitivity": sensitivity,
                     "source": f"{message.role} message",

@@ -16,7 +16,12 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory.extractors import ExtractionOutcome, extract_deterministic, extract_with_llm
+from memory.extractors import (
+    ExtractionOutcome,
+    extract_deterministic,
+    extract_with_llm,
+    proposal_redacted,
+)
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.llm import LLMProvider, llm_provider_from_settings
@@ -193,7 +198,8 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
         requests=[
             StoreRequest(
                 owner=Owner(job.organization_id, job.client_id, job.end_user_id),
-                proposals=outcome.proposals,
+                # Whichever extractor wrote them: no sensitive value outside the vault.
+                proposals=[proposal_redacted(proposal) for proposal in outcome.proposals],
                 enabled_types=_enabled_types(job.client_id),
             )
             for job, outcome in zip(jobs, outcomes, strict=True)

@@ -9,6 +9,7 @@ import pytest
 
 from memory.crypto import secret_decrypt
 from memory.extractors import CONTEXT_CHARS
+from memory.extractors.proposals import REDACTED
 from memory.models import (
     EpisodicEmbedding,
     EpisodicMemory,
@@ -444,3 +445,36 @@ def test_no_detected_value_is_left_in_plain_text_outside_the_vault(org: TenantFi
             assert all(value not in memory for memory in stored), (kind, value)
     # Each caption names its own kind of value in its place.
     assert "<email>" in vault["email"].caption and "<phone>" in vault["phone"].caption
+
+
+def test_an_llms_memories_hold_no_sensitive_value_outside_the_vault(
+    org: TenantFixture, llm: LoopbackServer
+) -> None:
+    email, key = "sam.jones@example.com", "sk-proj-abcdefghijklmnopqrstuvwxyz123456"
+
+    def answer(request) -> Reply:
+        proposals = _proposals_citing(request.json)
+        proposals["core"][0]["value"] = f"Sam's e-mail is {email}."
+        proposals["episodic"][0]["details"] = f"Sam shared the key {key} and {email}"
+        proposals["semantic"][0]["summary"] = f"Reach Sam at {email}"
+        proposals["knowledge_vault"] = [
+            {
+                "caption": f"Sam's API key {key}",
+                "secret_value": key,
+                "sensitivity": "high",
+                "source_message_ids": proposals["episodic"][0]["source_message_ids"],
+            }
+        ]
+        return Reply(200, _openai_reply(proposals))
+
+    llm.respond(answer)
+    add(org, chat_turns(f"My key is {key}, mail me at {email}", "Stored"))
+    run_queued_jobs()
+
+    stored = [
+        org.api.get("/memory/components", {"user_id": "sam"}).json()["memories"],
+        [item.caption for item in KnowledgeVaultItem.objects.all()],
+    ]
+    assert email not in json.dumps(stored) and key not in json.dumps(stored)
+    assert SemanticMemory.objects.get().summary == f"Reach Sam at {REDACTED}"
+    assert secret_decrypt(KnowledgeVaultItem.objects.get().secret_value_encrypted) == key
