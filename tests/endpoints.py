@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from accounts.services import end_user_create_or_get
+from memory.agent_config import meta_agent_settings_from_provider
+from memory.models import EpisodicMemory
+from memory.services import meta_agent_initialize
+from tests.factories import TenantFixture, chat_turns, memories_create
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -107,3 +113,51 @@ ENDPOINTS = [
 
 # Routes that are deliberately public or not part of the key-authenticated API.
 UNAUTHENTICATED_ROUTES = {"health", "api/schema/", "api/docs/"}
+
+
+def placeholders_filled(value: Any, ids: dict[str, str]) -> Any:
+    """A path, params or body with its ``{user_id}``-style placeholders filled from ``ids``."""
+    if isinstance(value, str):
+        return value.format(**ids) if ids else value
+    if isinstance(value, dict):
+        return {key: placeholders_filled(item, ids) for key, item in value.items()}
+    if isinstance(value, list):
+        return [placeholders_filled(item, ids) for item in value]
+    return value
+
+
+def call(api, endpoint: Endpoint, **ids: str):
+    method = getattr(api, endpoint.method.lower())
+    path = placeholders_filled(endpoint.path, ids)
+    if endpoint.body is not None:
+        return method(path, placeholders_filled(endpoint.body, ids), format="json")
+    return method(path, placeholders_filled(endpoint.params, ids))
+
+
+def owned_ids(owner: TenantFixture) -> dict[str, str]:
+    """Ids of objects that exist and belong to ``owner``, for the placeholders."""
+    user, _ = end_user_create_or_get(tenant=owner.tenant, user_id="owned-user", name=None)
+    meta_agent, _ = meta_agent_initialize(
+        tenant=owner.tenant,
+        agent_settings=meta_agent_settings_from_provider(
+            provider="openai", api_key=None, model=None
+        ),
+        update=True,
+    )
+    owner.api.post(
+        "/memory/add",
+        {
+            "user_id": user.user_id,
+            "session_id": "owned-session",
+            "messages": chat_turns("hi", "hello"),
+        },
+        format="json",
+    )
+    memories_create(owner, user_id=user.user_id)
+    episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
+    return {
+        "user_id": user.user_id,
+        "agent_id": meta_agent.pk,
+        "session_id": "owned-session",
+        "memory_id": str(episodic.pk),
+    }

@@ -14,8 +14,7 @@ import pytest
 
 from accounts.api.parsers import MAX_JSON_DEPTH
 from sessions.models import Message
-from tests.accounts.test_authentication import _fill, owned_ids
-from tests.endpoints import ENDPOINTS, Endpoint
+from tests.endpoints import ENDPOINTS, Endpoint, owned_ids, placeholders_filled
 from tests.factories import TenantFixture, memories_create
 
 BAD_TEXT = {"nul": "a\x00b", "surrogate": "a\ud800b", "too-long": "x" * 300_000}
@@ -43,11 +42,12 @@ def _replaced(value: Any, path: tuple, new: str) -> Any:
 
 def _requests(endpoint: Endpoint, ids: dict[str, str], bad: str) -> Iterator[tuple[str, Any]]:
     """(path, params or body) with ``bad`` in one place at a time."""
-    data = _fill(endpoint.body if endpoint.body is not None else endpoint.params, ids)
+    data = placeholders_filled(endpoint.body if endpoint.body is not None else endpoint.params, ids)
     for name in ids:
         if "{" + name + "}" in endpoint.path:
-            yield _fill(endpoint.path, {**ids, name: quote(bad, errors="surrogatepass")}), data
-    path = _fill(endpoint.path, ids)
+            bad_id = quote(bad, errors="surrogatepass")
+            yield placeholders_filled(endpoint.path, {**ids, name: bad_id}), data
+    path = placeholders_filled(endpoint.path, ids)
     for leaf in _leaves(data):
         yield path, _replaced(data, leaf, bad)
 
@@ -83,7 +83,7 @@ def test_bad_text_anywhere_is_never_a_500(
     "endpoint", [e for e in ENDPOINTS if e.body is not None], ids=lambda e: f"{e.method} {e.path}"
 )
 def test_a_body_nested_too_deep_is_400(endpoint: Endpoint, org: TenantFixture) -> None:
-    path = _fill(endpoint.path, owned_ids(org))
+    path = placeholders_filled(endpoint.path, owned_ids(org))
     body = {
         **endpoint.body,
         "deep": json.loads("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)),

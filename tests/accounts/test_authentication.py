@@ -1,65 +1,19 @@
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.urls import get_resolver
 
-from accounts.services import api_key_delete, api_key_revoke, end_user_create_or_get
-from memory.agent_config import meta_agent_settings_from_provider
-from memory.models import EpisodicMemory
-from memory.services import meta_agent_initialize
-from tests.endpoints import ENDPOINTS, UNAUTHENTICATED_ROUTES, Endpoint
-from tests.factories import TenantFixture, api_client_with, chat_turns, memories_create
+from accounts.services import api_key_delete, api_key_revoke
+from tests.endpoints import (
+    ENDPOINTS,
+    UNAUTHENTICATED_ROUTES,
+    Endpoint,
+    call,
+    owned_ids,
+)
+from tests.factories import TenantFixture, api_client_with
 
 UNAUTHENTICATED = {"detail": "Missing or invalid API key.", "code": "not_authenticated"}
-
-
-def _fill(value: Any, ids: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return value.format(**ids) if ids else value
-    if isinstance(value, dict):
-        return {key: _fill(item, ids) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_fill(item, ids) for item in value]
-    return value
-
-
-def call(api, endpoint: Endpoint, **ids: str):
-    method = getattr(api, endpoint.method.lower())
-    path = _fill(endpoint.path, ids)
-    if endpoint.body is not None:
-        return method(path, _fill(endpoint.body, ids), format="json")
-    return method(path, _fill(endpoint.params, ids))
-
-
-def owned_ids(owner: TenantFixture) -> dict[str, str]:
-    """Ids of objects that exist and belong to ``owner``, for the placeholders."""
-    user, _ = end_user_create_or_get(tenant=owner.tenant, user_id="owned-user", name=None)
-    meta_agent, _ = meta_agent_initialize(
-        tenant=owner.tenant,
-        agent_settings=meta_agent_settings_from_provider(
-            provider="openai", api_key=None, model=None
-        ),
-        update=True,
-    )
-    owner.api.post(
-        "/memory/add",
-        {
-            "user_id": user.user_id,
-            "session_id": "owned-session",
-            "messages": chat_turns("hi", "hello"),
-        },
-        format="json",
-    )
-    memories_create(owner, user_id=user.user_id)
-    episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
-    return {
-        "user_id": user.user_id,
-        "agent_id": meta_agent.pk,
-        "session_id": "owned-session",
-        "memory_id": str(episodic.pk),
-    }
 
 
 def test_every_endpoint_is_listed() -> None:
