@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.keys import key_format, key_generate, secret_digest
@@ -100,34 +100,72 @@ def tenant_create(
     return api_key_create(client=client, name=key_name, read_only=read_only)
 
 
+# Writers that add rows for an end user hold the row with FOR KEY SHARE until they commit, and
+# deletions take FOR UPDATE before deleting anything: the two conflict, nothing else does. So
+# a deletion waits for a write in flight and then deletes its rows too, and a write that comes
+# second waits for the deletion and then finds the user gone. Without it the write's rows
+# would reference a deleted user, and one of the two transactions fails at commit.
+_END_USERS_HOLD_SQL = "SELECT id FROM accounts_enduser WHERE id = ANY(%s) FOR KEY SHARE"
+
+
+def end_users_hold(*, end_user_ids: Iterable[int]) -> set[int]:
+    """Hold the end users against deletion until the transaction ends; returns the ids that
+    still exist (a deletion that was in flight has finished by then)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_END_USERS_HOLD_SQL, [sorted(set(end_user_ids))])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _end_user_held(*, tenant: Tenant, user_id: str) -> EndUser | None:
+    held = list(
+        EndUser.objects.raw(
+            "SELECT * FROM accounts_enduser WHERE organization_id = %s AND user_id = %s"
+            " FOR KEY SHARE",
+            [tenant.organization.pk, user_id],
+        )
+    )
+    return held[0] if held else None
+
+
 def end_user_create_or_get(
     *, tenant: Tenant, user_id: str | None, name: str | None
 ) -> tuple[EndUser, bool]:
     """The organization's end user with this ``user_id``, created if new (``user-<uuid>`` when
-    no id is given). Safe under concurrent calls for the same id."""
+    no id is given), held against deletion until the caller's transaction ends (see
+    ``end_users_hold``). Safe under concurrent calls for the same id, and under a concurrent
+    deletion of it (the user is created again)."""
     user_id = user_id or f"user-{uuid.uuid4()}"
-    try:
-        return EndUser.objects.get(organization=tenant.organization, user_id=user_id), False
-    except EndUser.DoesNotExist:
-        pass
-    try:
-        with transaction.atomic():
-            created = EndUser.objects.create(
-                organization=tenant.organization,
-                user_id=user_id,
-                name=name or user_id,
-                created_by=tenant.client,
-            )
-        return created, True
-    except IntegrityError:
-        # Lost a race with a concurrent create of the same user_id: the row exists now.
-        return EndUser.objects.get(organization=tenant.organization, user_id=user_id), False
+    for _attempt in range(3):
+        existing = _end_user_held(tenant=tenant, user_id=user_id)
+        if existing is not None:
+            return existing, False
+        try:
+            with transaction.atomic():
+                created = EndUser.objects.create(
+                    organization=tenant.organization,
+                    user_id=user_id,
+                    name=name or user_id,
+                    created_by=tenant.client,
+                )
+            return created, True
+        except IntegrityError:
+            # Lost a race with a concurrent create of the same user_id: the row exists now
+            # (unless a deletion took it meanwhile: then try again).
+            continue
+    raise RuntimeError(f"end user {user_id!r} was created and deleted under us three times")
+
+
+def _end_user_lock(end_user: EndUser) -> None:
+    """Before a deletion touches anything: wait for the writes in flight (``end_users_hold``)
+    and keep new ones out until commit."""
+    list(EndUser.objects.select_for_update().filter(pk=end_user.pk).values_list("pk"))
 
 
 @transaction.atomic
 def end_user_delete(*, end_user: EndUser) -> dict[str, int]:
     """Delete the end user and, by cascade, everything every client stored for them: an
     operator's action (the admin), not a client's (``end_user_delete_own``)."""
+    _end_user_lock(end_user)
     _, deleted = end_user.delete()
     return deleted
 
@@ -138,8 +176,7 @@ def end_user_delete_own(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
     (``Owned`` models), goes; other clients' rows stay. The end user row itself goes once no
     client holds anything about them. Returns the counts of the caller's rows deleted, by
     model label: nothing about other clients' rows, not even whether there are any."""
-    # Held until commit: a concurrent write for the user waits, then finds it or not.
-    list(EndUser.objects.select_for_update().filter(pk=end_user.pk).values_list("pk"))
+    _end_user_lock(end_user)
     counts: dict[str, int] = {}
     for model in owned_models():
         _, per_model = model.objects.owned_by(tenant, end_user=end_user).delete()

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.services import end_users_hold
 from memory.extractors import (
     ExtractionOutcome,
     extract_deterministic,
@@ -166,7 +167,7 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
         return []
     jobs = list(ExtractionJob.objects.filter(pk__in=claimed).order_by("id"))
     try:
-        _jobs_execute(jobs, provider)
+        jobs = _jobs_execute(jobs, provider)
     except Exception as error:
         for job in jobs:
             if job.pk != job_id:
@@ -181,7 +182,18 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
 
 
 @transaction.atomic
-def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> None:
+def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> list[ExtractionJob]:
+    """Extract and store the jobs' batches; returns the jobs run. A job whose user was
+    deleted (its row went with them) stops here, and a deletion that comes during the run
+    waits for it, then deletes what it stored: the deletion always wins."""
+    end_users_hold(end_user_ids=[job.end_user_id for job in jobs])
+    alive = set(
+        ExtractionJob.objects.filter(pk__in=[job.pk for job in jobs]).values_list("pk", flat=True)
+    )
+    stopped = [job.pk for job in jobs if job.pk not in alive]
+    if stopped:
+        logger.info("extraction jobs %s: their user's rows were deleted; stopping", stopped)
+        jobs = [job for job in jobs if job.pk in alive]
     batches = [_job_batch(job) for job in jobs]
     outcomes = [
         (
@@ -219,7 +231,18 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
         job.llm_calls += outcome.llm_calls
         job.input_tokens += outcome.input_tokens
         job.output_tokens += outcome.output_tokens
-        job.save()
+        job.save(
+            update_fields=[
+                "status",
+                "finished_at",
+                "message_count",
+                "memory_counts",
+                "error",
+                "llm_calls",
+                "input_tokens",
+                "output_tokens",
+            ]
+        )
         if len(batch) == settings.EXTRACTION_BATCH_MESSAGES:
             # More may be waiting (a long backlog, or turns that arrived during the run).
             extraction_job_ensure(
@@ -227,6 +250,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
                 client_id=job.client_id,
                 end_user_id=job.end_user_id,
             )
+    return jobs
 
 
 @transaction.atomic

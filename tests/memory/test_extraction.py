@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
+from accounts.models import EndUser
+from accounts.services import end_user_delete_own
 from memory.crypto import secret_decrypt
 from memory.extractors import CONTEXT_CHARS
 from memory.extractors.proposals import REDACTED
@@ -19,7 +25,7 @@ from memory.models import (
     SemanticMemory,
 )
 from memory.providers.llm import LLMTransientError
-from memory.services import extraction_job_requeue, extraction_job_run
+from memory.services import extraction, extraction_job_requeue, extraction_job_run
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
 from tests.loopback import LoopbackServer, Reply
@@ -478,3 +484,155 @@ def test_an_llms_memories_hold_no_sensitive_value_outside_the_vault(
     assert email not in json.dumps(stored) and key not in json.dumps(stored)
     assert SemanticMemory.objects.get().summary == f"Reach Sam at {REDACTED}"
     assert secret_decrypt(KnowledgeVaultItem.objects.get().secret_value_encrypted) == key
+
+
+class Background(threading.Thread):
+    """A function run on its own thread and database connection, as a worker or a second
+    request would; ``result()`` joins it and re-raises what it raised."""
+
+    def __init__(self, target: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self._target_fn = target
+        self._outcome: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            self._outcome = (True, self._target_fn())
+        except BaseException as error:  # handed to the test thread
+            self._outcome = (False, error)
+        finally:
+            connection.close()
+
+    def result(self, timeout: float = 30.0) -> Any:
+        self.join(timeout)
+        assert self._outcome is not None, "still running"
+        succeeded, value = self._outcome
+        if not succeeded:
+            raise value
+        return value
+
+
+def _nothing_left_of_sam() -> None:
+    assert not EndUser.objects.filter(user_id="sam").exists()
+    assert not Message.objects.exists()
+    assert not EpisodicMemory.objects.exists() and not SemanticMemory.objects.exists()
+    assert not KnowledgeVaultItem.objects.exists()
+    assert not ExtractionJob.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_user_during_their_extraction_waits_for_it_then_deletes_its_memories(
+    org: TenantFixture, llm: LoopbackServer
+) -> None:
+    release = threading.Event()
+
+    def stalled(request: Any) -> Reply:
+        release.wait(30)
+        return Reply(200, _openai_reply(_proposals_citing(request.json)))
+
+    llm.respond(stalled)
+    add(org, chat_turns("My door code is 4711", "Stored safely"))
+    job = ExtractionJob.objects.get()
+    extraction = Background(
+        lambda: extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    )
+    extraction.start()
+    deadline = time.monotonic() + 30
+    while not llm.requests:  # the job is mid-run: its user held, its turns locked
+        assert time.monotonic() < deadline, "the job never called the model"
+        time.sleep(0.02)
+
+    deletion = Background(lambda: org.api.delete("/users/sam"))
+    deletion.start()
+    deletion.join(0.5)
+    assert deletion.is_alive()  # waits for the job in flight rather than racing it
+    release.set()
+
+    [ran] = extraction.result()
+    assert ran.status == ExtractionJob.Status.SUCCEEDED
+    response = deletion.result()
+    assert response.status_code == 200, response.json()
+    # The memories the job stored as the deletion waited went with the user.
+    assert response.json()["deleted"]["memory.EpisodicMemory"] == 1
+    _nothing_left_of_sam()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_extraction_that_runs_into_the_users_deletion_stops(
+    org: TenantFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add(org, chat_turns("My door code is 4711", "Stored safely"))
+    job = ExtractionJob.objects.get()
+    end_user = EndUser.objects.get(user_id="sam")
+    claimed, go = threading.Event(), threading.Event()
+    execute = extraction._jobs_execute
+
+    def execute_after_the_deletion_began(*args: Any) -> list[ExtractionJob]:
+        claimed.set()
+        go.wait(30)
+        return execute(*args)
+
+    # Sequencing only: the job is claimed (running), then the deletion starts, then the job
+    # goes on to extract.
+    monkeypatch.setattr(extraction, "_jobs_execute", execute_after_the_deletion_began)
+    extraction_run = Background(
+        lambda: extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    )
+    extraction_run.start()
+    assert claimed.wait(30)
+    deleted, release = threading.Event(), threading.Event()
+
+    def deletion_held_before_commit() -> dict[str, int]:
+        with transaction.atomic():
+            counts = end_user_delete_own(tenant=org.tenant, end_user=end_user)
+            deleted.set()
+            release.wait(30)
+        return counts
+
+    deletion = Background(deletion_held_before_commit)
+    deletion.start()
+    assert deleted.wait(30)
+    go.set()
+    extraction_run.join(0.5)
+    assert extraction_run.is_alive()  # waits for the deletion to finish
+    release.set()
+
+    assert deletion.result()["memory.ExtractionJob"] == 1
+    assert extraction_run.result() == []  # noticed its user was gone, and stored nothing
+    _nothing_left_of_sam()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_add_that_comes_during_the_users_deletion_recreates_the_user(
+    org: TenantFixture,
+) -> None:
+    add(org, chat_turns("An old turn", "Noted"))
+    end_user = EndUser.objects.get(user_id="sam")
+    deleted, release = threading.Event(), threading.Event()
+
+    def deletion_held_before_commit() -> None:
+        with transaction.atomic():
+            end_user_delete_own(tenant=org.tenant, end_user=end_user)
+            deleted.set()
+            release.wait(30)
+
+    deletion = Background(deletion_held_before_commit)
+    deletion.start()
+    assert deleted.wait(30)
+    adding = Background(
+        lambda: org.api.post(
+            "/memory/add",
+            {"user_id": "sam", "messages": chat_turns("A new turn", "Noted")},
+            format="json",
+        )
+    )
+    adding.start()
+    adding.join(0.5)
+    assert adding.is_alive()
+    release.set()
+
+    deletion.result()
+    assert adding.result().status_code == 202
+    [recreated] = EndUser.objects.filter(user_id="sam")
+    assert recreated.pk != end_user.pk
+    assert list(Message.objects.values_list("end_user_id", flat=True)) == [recreated.pk] * 2
