@@ -8,4 +8,5 @@ class AccountsConfig(AppConfig):
     verbose_name = "Tenants and API keys"
 
     def ready(self) -> None:
-        from accounts import signals  # noqa: F401  (connects the API key cache invalidation)
+        # Connect the API key cache invalidation and the admin login failures' counter.
+        from accounts import admin_login, signals  # noqa: F401

@@ -1,5 +1,6 @@
 """The per-request Redis round trip of an API call: the API key's cached record, its
-"recently changed" marker and its rate-limit counter, fetched in one pipeline.
+"recently changed" marker, its rate-limit counter and the caller's address's count of failed
+authentications, fetched in one pipeline.
 
 Why a cache: the key lookup is the one database query every request makes; reading the record
 from Redis in the same round trip as the rate counter saves that query (bench/auth.py).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +40,15 @@ _PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 @dataclass(frozen=True)
 class KeyGate:
-    """What the round trip found. ``rate_used`` is None when Redis was unreachable."""
+    """What the round trip found. ``rate_used`` is None when Redis was unreachable;
+    ``address_blocked_for`` is the seconds the caller's address stays refused (None if not)."""
 
     cached: ApiKey | None
     changed_recently: bool
     rate_used: int | None
     rate_limit: int
     window_ends_at: float
+    address_blocked_for: float | None = None
 
 
 def rate_parse(rate: str) -> tuple[int, int]:
@@ -65,6 +69,56 @@ def _counter_key(key_id: str, presented_digest: str, window: int) -> str:
     # Counted per presented secret, not per key id: requests with a guessed or wrong secret
     # (the key id is not secret) land on their own counters and cannot use up a key's limit.
     return f"mirix:throttle:{key_id}:{presented_digest[:16]}:{window}"
+
+
+def _failures_key(scope: str, address: str, window: int) -> str:
+    return f"mirix:failures:{scope}:{address}:{window}"
+
+
+@dataclass(frozen=True)
+class _Window:
+    limit: int
+    period: int
+    index: int
+
+    @classmethod
+    def now(cls, rate: str) -> _Window:
+        limit, period = rate_parse(rate)
+        return cls(limit, period, int(time.time() // period))
+
+    @property
+    def seconds_left(self) -> float:
+        return max(1.0, math.ceil((self.index + 1) * self.period - time.time()))
+
+
+def _blocked_for(window: _Window, failures: bytes | int | None) -> float | None:
+    return window.seconds_left if int(failures or 0) >= window.limit else None
+
+
+def address_blocked_for(*, scope: str, address: str, rate: str) -> float | None:
+    """Seconds until an address that failed ``rate`` times in this window may try again
+    (``scope`` keeps the API's and the admin login's counts apart); None if it may try now,
+    or if Redis is unreachable (a rate limiter's outage must not lock everyone out)."""
+    window = _Window.now(rate)
+    try:
+        failures = redis_client().get(_failures_key(scope, address, window.index))
+    except redis.RedisError:
+        logger.warning("Redis unreachable: failed authentications not limited")
+        return None
+    return _blocked_for(window, failures)
+
+
+def address_failure_record(*, scope: str, address: str, rate: str) -> None:
+    """Count one failed authentication from the address in the current window."""
+    window = _Window.now(rate)
+    key = _failures_key(scope, address, window.index)
+    try:
+        pipeline = redis_client().pipeline(transaction=False)
+        pipeline.incr(key)
+        pipeline.expire(key, window.period + 1)
+        pipeline.execute()
+    except redis.RedisError:
+        logger.warning("Redis unreachable: a failed authentication was not counted")
 
 
 def _fields(model: type[models.Model]) -> list[models.Field]:
@@ -95,29 +149,41 @@ def _load(raw: bytes) -> ApiKey | None:
         return None  # written by another version of the code: ignore it, the database decides
 
 
-def key_gate(*, key_id: str, presented_digest: str, rate: str) -> KeyGate:
-    """One pipeline: the cached record, the change marker, and this request's count in the
-    current rate window."""
-    limit, period = rate_parse(rate)
-    now = time.time()
-    window = int(now // period)
-    counter = _counter_key(key_id, presented_digest, window)
-    window_ends_at = (window + 1) * period
+def key_gate(
+    *, key_id: str, presented_digest: str, rate: str, address: str, failures_rate: str
+) -> KeyGate:
+    """One pipeline: the cached record, the change marker, this request's count in the
+    current rate window, and the address's failed authentications in theirs."""
+    window = _Window.now(rate)
+    failures_window = _Window.now(failures_rate)
+    counter = _counter_key(key_id, presented_digest, window.index)
+    window_ends_at = (window.index + 1) * window.period
     try:
         client = redis_client()
         pipeline = client.pipeline(transaction=False)
-        pipeline.mget(_record_key(key_id), _marker_key(key_id))
+        pipeline.mget(
+            _record_key(key_id),
+            _marker_key(key_id),
+            _failures_key("api", address, failures_window.index),
+        )
         pipeline.incr(counter)
-        (raw, marker), used = pipeline.execute()
+        (raw, marker, failures), used = pipeline.execute()
         if used == 1:
             # First request of the window: the counter is new and needs its expiry. Once per
             # key and window, so the common request stays at one round trip of two commands.
-            client.expire(counter, period + 1)
+            client.expire(counter, window.period + 1)
     except redis.RedisError:
         logger.warning("Redis unreachable: API key read from the database, rate limit skipped")
-        return KeyGate(None, False, None, limit, window_ends_at)
+        return KeyGate(None, False, None, window.limit, window_ends_at)
     cached = _load(raw) if raw and not marker else None
-    return KeyGate(cached, bool(marker), int(used), limit, window_ends_at)
+    return KeyGate(
+        cached,
+        bool(marker),
+        int(used),
+        window.limit,
+        window_ends_at,
+        _blocked_for(failures_window, failures),
+    )
 
 
 def key_cache_store(api_key: ApiKey) -> None:

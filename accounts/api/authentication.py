@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.request import Request
 
-from accounts.keycache import key_cache_store, key_gate
+from accounts.keycache import address_blocked_for, key_cache_store, key_gate
 from accounts.keys import key_parse, secret_digest
 from accounts.models import ApiKey
 from accounts.selectors import api_key_authenticate
@@ -19,6 +20,7 @@ from accounts.tenancy import Tenant
 # Every refusal (missing, malformed, unknown, wrong secret, revoked, deleted) reads the same,
 # so a caller learns nothing about which keys exist.
 UNAUTHENTICATED_DETAIL = "Missing or invalid API key."
+AUTH_FAILURES_DETAIL = "Too many failed authentications from this address; try again later."
 
 
 def presented_key(request: Request) -> str | None:
@@ -35,22 +37,46 @@ def presented_key(request: Request) -> str | None:
     return credentials.strip()
 
 
+def client_address(request: HttpRequest) -> str:
+    """The address failed authentications are counted against: the peer's. Behind a proxy
+    that is the proxy's, so there the limit applies to everyone it forwards; set it high
+    (AUTH_FAILURE_RATE_LIMIT) or limit at the proxy."""
+    return request.META.get("REMOTE_ADDR") or "unknown"
+
+
+def _refuse_if_blocked(blocked_for: float | None) -> None:
+    """An address over its failed-authentication limit is answered 429 before any key is
+    checked, a valid one included: otherwise the answer would still tell a guess from a key."""
+    if blocked_for is not None:
+        raise Throttled(wait=blocked_for, detail=AUTH_FAILURES_DETAIL)
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     """Resolves the key in one Redis round trip (cached record + rate counter, kept on the
     request as ``key_gate`` for the throttle) and, on a cache miss, one database query."""
 
     def authenticate(self, request: Request) -> tuple[Tenant, ApiKey] | None:
         presented = presented_key(request)
-        if presented is None:
-            return None
-        parsed = key_parse(presented)
+        parsed = key_parse(presented) if presented else None
         if parsed is None:
+            _refuse_if_blocked(
+                address_blocked_for(
+                    scope="api",
+                    address=client_address(request),
+                    rate=settings.AUTH_FAILURE_RATE_LIMIT,
+                )
+            )
+            if presented is None:
+                return None
             raise AuthenticationFailed(UNAUTHENTICATED_DETAIL)
         gate = key_gate(
             key_id=parsed.key_id,
             presented_digest=secret_digest(parsed.secret),
             rate=settings.API_RATE_LIMIT,
+            address=client_address(request),
+            failures_rate=settings.AUTH_FAILURE_RATE_LIMIT,
         )
+        _refuse_if_blocked(gate.address_blocked_for)
         api_key = api_key_authenticate(presented=presented, cached=gate.cached)
         if api_key is None:
             raise AuthenticationFailed(UNAUTHENTICATED_DETAIL)

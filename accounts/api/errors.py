@@ -20,7 +20,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from accounts.api.authentication import UNAUTHENTICATED_DETAIL
+from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address
+from accounts.keycache import address_failure_record
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
         response.status_code = status.HTTP_401_UNAUTHORIZED
         response.data = error_body(UNAUTHENTICATED_DETAIL, "not_authenticated")
+        # Counted here, where every 401 leaves (a missing key is refused by the permission
+        # check, a bad one by the authentication); the authentication refuses past the limit.
+        address_failure_record(
+            scope="api",
+            address=client_address(context["request"]),
+            rate=settings.AUTH_FAILURE_RATE_LIMIT,
+        )
     elif isinstance(exc, exceptions.ValidationError):
         response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
         response.data = validation_body(_flatten(exc.detail))

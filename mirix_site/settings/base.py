@@ -60,6 +60,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "accounts.admin_login.AdminLoginLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -169,6 +170,10 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # --- API -------------------------------------------------------------------------------------
 API_RATE_LIMIT = env_rate("API_RATE_LIMIT", "6000/min")
+# Failed authentications per client address (401s of the API, failed admin logins); past
+# the limit the address is refused (429) until the window ends, valid credentials included.
+AUTH_FAILURE_RATE_LIMIT = env_rate("AUTH_FAILURE_RATE_LIMIT", "60/min")
+ADMIN_LOGIN_FAILURE_RATE_LIMIT = env_rate("ADMIN_LOGIN_FAILURE_RATE_LIMIT", "10/min")
 # One message's text, in characters: pasted documents and logs are ordinary in agent
 # conversations (a LongMemEval-S turn holds 76,560); the embedder chunks long texts.
 MESSAGE_MAX_CHARS = env_int("MESSAGE_MAX_CHARS", 200_000, minimum=1)

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import secrets
+
 import pytest
+from django.contrib.auth import get_user_model
+from django.http import HttpResponse
+from django.test import Client as DjangoClient
 from django.urls import get_resolver
 
 from accounts.services import api_key_delete, api_key_revoke
@@ -173,3 +178,60 @@ def test_without_redis_keys_are_checked_in_the_database(org: TenantFixture, sett
         assert api.get("/users").status_code == 401
     finally:
         redis_client.cache_clear()
+
+
+def _address() -> str:
+    """An address of the test's own: the suite's other refusals come from 127.0.0.1."""
+    return f"2001:db8::{secrets.randbits(16):x}:{secrets.randbits(16):x}"
+
+
+def test_failed_authentications_are_limited_per_address(org: TenantFixture, settings) -> None:
+    settings.AUTH_FAILURE_RATE_LIMIT = "3/d"  # a day: the test cannot straddle a window
+    address = _address()
+    no_key = api_client_with(None)
+    bad_key = api_client_with(f"mxk_{org.api_key.key_id}_" + "B" * 40)
+    statuses = [
+        no_key.get("/users", REMOTE_ADDR=address).status_code,
+        bad_key.get("/users", REMOTE_ADDR=address).status_code,
+        api_client_with("garbage").get("/users", REMOTE_ADDR=address).status_code,
+        bad_key.get("/users", REMOTE_ADDR=address).status_code,
+    ]
+    assert statuses == [401, 401, 401, 429]
+    refused = no_key.get("/users", REMOTE_ADDR=address)
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "throttled"
+    assert 1 <= int(refused["Retry-After"]) <= 86400
+    # Past the limit no key is checked from that address, a valid one included: the answer
+    # cannot tell a lucky guess from a miss.
+    assert org.api.get("/users", REMOTE_ADDR=address).status_code == 429
+    # Other addresses are not affected, and successes are never counted.
+    other = _address()
+    for _ in range(5):
+        assert org.api.get("/users", REMOTE_ADDR=other).status_code == 200
+    assert bad_key.get("/users", REMOTE_ADDR=other).status_code == 401
+
+
+def test_admin_logins_are_limited_per_address(settings, db) -> None:
+    settings.ADMIN_LOGIN_FAILURE_RATE_LIMIT = "2/d"
+    get_user_model().objects.create_superuser("operator", "op@example.com", "right-password")
+    address = _address()
+    browser = DjangoClient(REMOTE_ADDR=address)
+
+    def login(password: str) -> HttpResponse:
+        return browser.post(
+            "/admin/login/?next=/admin/", {"username": "operator", "password": password}
+        )
+
+    assert login("wrong").status_code == 200  # the form again, with its error
+    assert login("wrong").status_code == 200
+    refused = login("right-password")  # refused unchecked, like a guess
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 86400
+    assert "_auth_user_id" not in browser.session
+    assert browser.get("/admin/login/").status_code == 200  # the form itself still shows
+
+    elsewhere = DjangoClient(REMOTE_ADDR=_address())
+    response = elsewhere.post(
+        "/admin/login/?next=/admin/", {"username": "operator", "password": "right-password"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/admin/"
