@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -8,7 +10,13 @@ from django.http import HttpResponse
 from django.test import Client as DjangoClient
 from django.urls import get_resolver
 
-from accounts.services import api_key_delete, api_key_revoke
+from accounts.models import Client, EndUser, owned_models
+from accounts.services import (
+    api_key_create,
+    api_key_delete,
+    api_key_revoke,
+    client_read_scopes_set,
+)
 from tests.endpoints import (
     ENDPOINTS,
     UNAUTHENTICATED_ROUTES,
@@ -235,3 +243,53 @@ def test_admin_logins_are_limited_per_address(settings, db) -> None:
         "/admin/login/?next=/admin/", {"username": "operator", "password": "right-password"}
     )
     assert response.status_code == 302 and response["Location"] == "/admin/"
+
+
+# What the first client's objects hold (tests.factories.memories_create): a second client may
+# learn none of it unless it has a read scope, and never the e-mail address (a vault value).
+FIRST_CLIENTS_TEXT = ("sam@example.com", "example.com/draft", "Sam likes tea", "Brew tea")
+
+
+def _rows_of(client: Client) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row the client holds, in every tenant-owned model, field by field."""
+    return {
+        model._meta.label: sorted(
+            model.objects.filter(client=client).values_list(), key=lambda row: row[0]
+        )
+        for model in owned_models()
+    }
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: f"{e.method} {e.path}")
+@pytest.mark.parametrize("read_scope", [False, True], ids=["no-read-scope", "read-scope"])
+def test_a_second_client_cannot_change_or_unmask_the_firsts_objects(
+    endpoint: Endpoint, read_scope: bool, org: TenantFixture
+) -> None:
+    """Two clients of one organization, the second with a key that may reveal secrets: on any
+    route, given the first's ids, it changes and deletes nothing of the first's, sees none of
+    its secrets, and without a read scope none of its content."""
+    ids = owned_ids(org)
+    second = org.another_client("second")
+    if read_scope:
+        client_read_scopes_set(client=second.client, scopes=[org.client])
+    api = api_client_with(api_key_create(client=second.client, reveals_secrets=True).plaintext)
+    unmasking = replace(
+        endpoint,
+        params={**endpoint.params, "include_secrets": "true"},
+        body=(
+            {**endpoint.body, "include_secrets": True}
+            if endpoint.body is not None and endpoint.reads_only
+            else endpoint.body
+        ),
+    )
+    before = _rows_of(org.client)
+
+    for request in (endpoint, unmasking):
+        response = call(api, request, **ids)
+        assert response.status_code < 500, response.content
+        text = response.content.decode()
+        leaked = FIRST_CLIENTS_TEXT[:1] if read_scope else FIRST_CLIENTS_TEXT
+        assert not [value for value in leaked if value in text], text
+
+    assert _rows_of(org.client) == before
+    assert EndUser.objects.filter(user_id=ids["user_id"]).exists()  # the first still holds rows
