@@ -22,7 +22,7 @@ from memory.providers.llm import LLMTransientError
 from memory.services import extraction_job_requeue, extraction_job_run
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
-from tests.loopback import LoopbackServer, Reply
+from tests.loopback import LoopbackServer, Reply, openai_reply
 
 
 def add(org: TenantFixture, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
@@ -218,21 +218,6 @@ def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
 # --- With an LLM, over the OpenAI chat-completions wire format --------------------------------
 
 
-def _openai_reply(proposals: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": json.dumps(proposals)},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366},
-    }
-
-
 @pytest.fixture
 def llm(loopback: LoopbackServer, settings) -> LoopbackServer:
     settings.LLM_PROVIDER = "openai"
@@ -275,7 +260,7 @@ def _proposals_citing(request_json: dict[str, Any]) -> dict[str, Any]:
 def test_llm_extraction_makes_one_call_per_batch_and_stores_once(
     org: TenantFixture, llm: LoopbackServer
 ) -> None:
-    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
     first = add(org, chat_turns("I switched from coffee to tea", "Good choice"))
     add(org, chat_turns("My door code is 4711", "Stored safely"))
 
@@ -328,7 +313,7 @@ def test_a_failed_llm_call_leaves_the_messages_pending_for_the_retry(
     assert set(Message.objects.values_list("extraction_attempts", flat=True)) == {1}
     assert not EpisodicMemory.objects.exists()
 
-    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
     [retried] = run_queued_jobs()
     assert retried.status == ExtractionJob.Status.SUCCEEDED
     assert retried.attempts == 2
@@ -465,7 +450,7 @@ def test_an_llms_memories_hold_no_sensitive_value_outside_the_vault(
                 "source_message_ids": proposals["episodic"][0]["source_message_ids"],
             }
         ]
-        return Reply(200, _openai_reply(proposals))
+        return Reply(200, openai_reply(proposals))
 
     llm.respond(answer)
     add(org, chat_turns(f"My key is {key}, mail me at {email}", "Stored"))
