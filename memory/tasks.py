@@ -33,8 +33,10 @@ def _backoff(retries: int, hint: float | None = None) -> float:
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+    # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:
-        extraction_job_run(organization_id=organization_id, job_id=job_id)
+        extraction_job_run(organization_id=organization_id, job_id=job_id, redelivered=redelivered)
     except (LLMTransientError, EmbeddingTransientError) as error:
         final = self.request.retries >= MAX_RETRIES
         extraction_job_requeue(

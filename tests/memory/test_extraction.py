@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from memory.crypto import secret_decrypt
 from memory.extractors import CONTEXT_CHARS
@@ -19,7 +27,8 @@ from memory.models import (
     SemanticMemory,
 )
 from memory.providers.llm import LLMTransientError
-from memory.services import extraction_job_requeue, extraction_job_run
+from memory.services import extraction_job_requeue, extraction_job_run, extraction_jobs_recover
+from memory.services.extraction import REDELIVERY_LOCK_WAIT, RUN_LOCK_BASE
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
 from tests.loopback import LoopbackServer, Reply, openai_reply
@@ -367,24 +376,71 @@ def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
 
 
 def test_the_recovery_job_queues_forgotten_turns(org: TenantFixture, settings) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from memory.services import extraction_jobs_recover
-
     add(org, chat_turns("hello", "hi"))
     ExtractionJob.objects.all().delete()  # as if the job row had never been written
     assert extraction_jobs_recover() == 0  # too recent: the add may still be queuing it
     Message.objects.update(created_at=timezone.now() - timedelta(minutes=3))
     assert extraction_jobs_recover() == 1
     assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
-    # A job whose worker died mid-run goes back to the queue.
+
+
+@contextlib.contextmanager
+def runner_session(job: ExtractionJob) -> Iterator[psycopg.Connection]:
+    """Another database session holding the job's run lock, as the worker running it does."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as session:
+        session.execute("SELECT pg_advisory_lock(%s)", [RUN_LOCK_BASE + job.pk])
+        yield session
+
+
+def test_a_running_job_goes_back_to_the_queue_once_its_runners_session_is_gone(
+    org: TenantFixture,
+) -> None:
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+    ExtractionJob.objects.update(status=ExtractionJob.Status.RUNNING, started_at=timezone.now())
+    with runner_session(job):
+        # Its runner is alive: neither the beat job nor a second delivery touches it.
+        assert extraction_jobs_recover() == 0
+        assert extraction_job_run(organization_id=job.organization_id, job_id=job.pk) == []
+        assert ExtractionJob.objects.get().status == ExtractionJob.Status.RUNNING
+    # Its worker died, and its session with it: queued again and published at once.
+    assert extraction_jobs_recover() == 1
+    assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+    [ran] = run_queued_jobs()
+    assert ran.status == ExtractionJob.Status.SUCCEEDED and ran.message_count == 2
+    # The lost run counted as a failed attempt: turns that kill every worker are given up.
+    assert set(Message.objects.values_list("extraction_attempts", flat=True)) == {1}
+
+
+def test_a_run_lock_held_past_the_hard_time_limit_is_not_believed(org: TenantFixture) -> None:
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+    # No run outlives the hard time limit (Celery kills it): a lock still held then is a
+    # session a connection pooler kept, not a runner.
     ExtractionJob.objects.update(
         status=ExtractionJob.Status.RUNNING, started_at=timezone.now() - timedelta(hours=1)
     )
-    extraction_jobs_recover()
+    with runner_session(job):
+        assert extraction_jobs_recover() == 1
     assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+
+
+def test_a_delivery_sent_again_after_its_worker_died_runs_the_job(org: TenantFixture) -> None:
+    add(org, chat_turns("hello", "hi"))
+    [job] = ExtractionJob.objects.all()
+    ExtractionJob.objects.update(status=ExtractionJob.Status.RUNNING, started_at=timezone.now())
+    with runner_session(job) as dying:
+        # Celery sends the task again as soon as it sees the worker gone; the database may
+        # take a moment longer to end the dead worker's session.
+        threading.Timer(0.5, dying.close).start()
+        began = time.monotonic()
+        [ran] = extraction_job_run(
+            organization_id=job.organization_id, job_id=job.pk, redelivered=True
+        )
+    assert 0.5 <= time.monotonic() - began < REDELIVERY_LOCK_WAIT
+    assert ran.pk == job.pk and ran.status == ExtractionJob.Status.SUCCEEDED
+    assert ran.attempts == 1 and ran.message_count == 2
+    assert EpisodicMemory.objects.count() == 1
 
 
 def test_no_detected_value_is_left_in_plain_text_outside_the_vault(org: TenantFixture) -> None:
