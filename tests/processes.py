@@ -50,6 +50,7 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    url: str = ""  # a server's
 
     def log_tail(self, characters: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-characters:]
@@ -104,8 +105,8 @@ def _wait_for(process: Process, ready: Callable[[], bool]) -> None:
 
 
 @contextlib.contextmanager
-def web_server(log_dir: Path, *, workers: int = 1, **env: str) -> Iterator[str]:
-    """The real web server on the test database; yields its URL once /health answers."""
+def web_server(log_dir: Path, *, workers: int = 1, **env: str) -> Iterator[Process]:
+    """The real web server on the test database; yields it once /health answers."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
 
@@ -117,8 +118,9 @@ def web_server(log_dir: Path, *, workers: int = 1, **env: str) -> Iterator[str]:
 
     environment = environment_on_test_database(WEB_CONCURRENCY=str(workers), **env)
     with process_running("web", web_command(port=port), environment, log_dir / "web.log") as web:
+        web.url = url
         _wait_for(web, answers)
-        yield url
+        yield web
 
 
 @contextlib.contextmanager

@@ -16,12 +16,17 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+from django.db import connections
 
 from memory.models import EpisodicMemory, ExtractionJob
+from memory.retrieval.lanes import lanes_close
+from mirix_site import launcher
 from sessions.models import Message
 from tests import processes
 from tests.factories import TenantFixture, chat_turns, tenant_fixture
@@ -30,6 +35,8 @@ from tests.loopback import LoopbackServer, RecordedRequest, Reply, openai_reply
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RecoveryTime = Callable[[str, float], None]
+# How long PostgreSQL and Redis stay down: a few seconds, as a restart of either takes.
+OUTAGE_SECONDS = 3.0
 
 
 def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> float:
@@ -53,7 +60,7 @@ def nothing_pending() -> bool:
     return not Message.objects.exclude(extraction=Message.Extraction.PROCESSED).exists()
 
 
-# --- A worker child killed with SIGKILL in the middle of a job ----------------------------------
+# --- A loopback LLM that holds a worker in the middle of a job -----------------------------------
 
 _TURN = re.compile(r"^\[(\d+)\] \([^)]*\) [^:]+: (note .*)$", re.MULTILINE)
 
@@ -71,43 +78,66 @@ def _one_episode_per_note(request: RecordedRequest) -> dict[str, Any]:
     return {"episodic": episodes, **empty}
 
 
-@pytest.fixture
-def stalling_llm(loopback: LoopbackServer) -> Iterator[tuple[LoopbackServer, threading.Event]]:
-    """An LLM whose first call never answers in time (the run a test kills); the others answer
-    at once. Yields the server and an event set once that first call has arrived."""
-    first_call, release = threading.Event(), threading.Event()
+class StallingLLM:
+    """An LLM that answers at once, except the call after ``stall()``: that one waits for
+    ``release()``, which holds the worker making it in the middle of its job (claimed, its turns
+    locked, its transaction open). ``stalled`` is set once that call has arrived."""
 
-    def answer(request: RecordedRequest) -> Reply:
-        if not first_call.is_set():
-            first_call.set()
-            release.wait(60)
+    def __init__(self, server: LoopbackServer) -> None:
+        self.server = server
+        self.stalled = threading.Event()
+        self._released = threading.Event()
+        self._armed = False
+        self._lock = threading.Lock()
+        server.respond(self._answer)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The worker's settings that send extraction here."""
+        return {
+            "LLM_PROVIDER": "openai",
+            "LLM_MODEL": "loopback",
+            "LLM_API_BASE": f"{self.server.url}/v1",
+            "LLM_API_KEY": "sk-loopback",
+        }
+
+    def stall(self) -> None:
+        with self._lock:
+            self._armed = True
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _answer(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            stall, self._armed = self._armed, False
+        if stall:
+            self.stalled.set()
+            self._released.wait(60)
         return Reply(200, openai_reply(_one_episode_per_note(request)))
 
-    loopback.respond(answer)
+
+@pytest.fixture
+def llm(loopback: LoopbackServer) -> Iterator[StallingLLM]:
+    stalling = StallingLLM(loopback)
     try:
-        yield loopback, first_call
+        yield stalling
     finally:
-        release.set()
+        stalling.release()
+
+
+# --- A worker child killed with SIGKILL in the middle of a job -----------------------------------
 
 
 def test_a_worker_child_killed_mid_job_loses_nothing_and_stores_nothing_twice(
-    tmp_path: Path,
-    stalling_llm: tuple[LoopbackServer, threading.Event],
-    recovery_time: RecoveryTime,
+    tmp_path: Path, llm: StallingLLM, recovery_time: RecoveryTime
 ) -> None:
-    llm, first_call = stalling_llm
     alice = tenant_fixture("alice")
-    llm_settings = {
-        "LLM_PROVIDER": "openai",
-        "LLM_MODEL": "loopback",
-        "LLM_API_BASE": f"{llm.url}/v1",
-        "LLM_API_KEY": "sk-loopback",
-    }
-    with processes.celery_worker(tmp_path, concurrency=1, **llm_settings) as worker:
+    with processes.celery_worker(tmp_path, concurrency=1, **llm.environment) as worker:
+        llm.stall()
         add(alice, "ann", "note ann 1")
-        wait_until(first_call.is_set, timeout=60, what="the worker to call the LLM")
+        wait_until(llm.stalled.is_set, timeout=60, what="the worker to call the LLM")
         [child] = worker.children()
-        # The run is mid-job: its job claimed, its turns locked, its transaction open.
         [killed_job] = ExtractionJob.objects.filter(status=ExtractionJob.Status.RUNNING)
         # Queued behind the stalled run, for the children that come after it.
         for user in ("bob", "cyd"):
@@ -132,7 +162,9 @@ def test_a_worker_child_killed_mid_job_loses_nothing_and_stores_nothing_twice(
         ("bob", "note bob 1"): 1,
         ("cyd", "note cyd 1"): 1,
     }
-    assert len(llm.requests) == 4  # ann's batch twice (the killed call, the re-run), bob's, cyd's
+    assert (
+        len(llm.server.requests) == 4
+    )  # ann's batch twice (the killed call, the re-run), bob's, cyd's
     killed_job.refresh_from_db()
     assert killed_job.status == ExtractionJob.Status.SUCCEEDED
     assert killed_job.attempts == 2 and killed_job.message_count == 2
@@ -141,3 +173,175 @@ def test_a_worker_child_killed_mid_job_loses_nothing_and_stores_nothing_twice(
     # worker every time are given up in the end), and of no others.
     attempts = set(Message.objects.values_list("end_user__user_id", "extraction_attempts"))
     assert attempts == {("ann", 1), ("bob", 0), ("cyd", 0)}
+
+
+# --- PostgreSQL restarted under load -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    sent: float  # monotonic
+    kind: str  # "add" or "search"
+    status: int  # 0: no HTTP answer at all
+    body: Any
+    retry_after: str | None
+    text: str | None  # an add's turn
+
+
+class Load(threading.Thread):
+    """A client of several tenants sending adds and searches in turn, as fast as they are
+    answered (with a short pause), recording every answer. Tenants, not users of one: a worker
+    run takes the queued jobs of the whole organization, which would hide one that is stuck."""
+
+    def __init__(self, url: str, keys: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.keys = keys
+        self.session = requests.Session()
+        self.answers: list[Answer] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        number = 0
+        while not self.done.is_set():
+            self.session.headers["X-API-Key"] = self.keys[number // 2 % len(self.keys)]
+            if number % 2 == 0:
+                text = f"note load {number}"
+                body = {"user_id": "sam", "messages": chat_turns(text, "Noted.")}
+                self._send("add", "POST", "/memory/add", text=text, json=body)
+            else:
+                params = {"user_id": "sam", "query": "note load"}
+                self._send("search", "GET", "/memory/search", params=params)
+            number += 1
+            time.sleep(0.05)
+
+    def _send(
+        self, kind: str, method: str, path: str, text: str | None = None, **options: Any
+    ) -> None:
+        sent = time.monotonic()
+        try:
+            response = self.session.request(method, f"{self.url}{path}", timeout=15, **options)
+        except requests.RequestException as error:
+            self.answers.append(Answer(sent, kind, 0, repr(error), None, text))
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text[:300]
+        retry_after = response.headers.get("Retry-After")
+        self.answers.append(Answer(sent, kind, response.status_code, body, retry_after, text))
+
+    def answered(
+        self, *, after: float, ok: bool | None = None, status: int | None = None
+    ) -> list[Answer]:
+        return [
+            answer
+            for answer in list(self.answers)
+            if answer.sent >= after
+            and (ok is None or (answer.status in (200, 202)) == ok)
+            and (status is None or answer.status == status)
+        ]
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=30)
+
+
+def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
+    tmp_path: Path, llm: StallingLLM, recovery_time: RecoveryTime
+) -> None:
+    keys = [tenant_fixture(name).key for name in ("alice", "bob", "carol")]
+    pg_dir = launcher.data_dir() / "pg"
+    with (
+        processes.celery_worker(tmp_path, **llm.environment) as worker,
+        processes.web_server(tmp_path, workers=2) as web,
+    ):
+        load = Load(web.url, keys)
+        load.start()
+        try:
+            began = time.monotonic()
+            # Warm: both web workers answering, the worker has stored memories (model loaded).
+            wait_until(
+                lambda: (
+                    len(load.answered(after=began, ok=True)) >= 10
+                    and EpisodicMemory.objects.exists()
+                ),
+                timeout=90,
+                what="the load to get going",
+            )
+            # A job held mid-run when the server goes, and jobs queued behind it: the worker
+            # runs into the outage for certain.
+            llm.stall()
+            wait_until(llm.stalled.is_set, timeout=30, what="a job held mid-run")
+            [held] = ExtractionJob.objects.filter(status=ExtractionJob.Status.RUNNING)
+            try:
+                stopping = time.monotonic()
+                launcher.postgres_stop(pg_dir)
+                stopped = time.monotonic()
+                llm.release()
+                wait_until(
+                    lambda: (
+                        time.monotonic() > stopped + OUTAGE_SECONDS
+                        and {a.kind for a in load.answered(after=stopped, status=503)}
+                        == {"add", "search"}
+                    ),
+                    timeout=30,
+                    what="503s to adds and searches",
+                )
+            finally:
+                llm.release()
+                starting = time.monotonic()
+                launcher.postgres_ensure(pg_dir)
+            back = time.monotonic()
+            # This process's own connections died with the server too.
+            connections.close_all()
+            lanes_close()
+            web_back = wait_until(
+                lambda: load.answered(after=back, ok=True),
+                timeout=30,
+                what="a 2xx after the restart",
+            )
+            wait_until(
+                lambda: len(load.answered(after=back, ok=True)) >= 6, timeout=30, what="more 2xx"
+            )
+        finally:
+            load.stop()
+
+        first_add_after = next(a for a in load.answered(after=back, status=202))
+        worker_back = wait_until(
+            lambda: EpisodicMemory.objects.filter(summary=first_add_after.text).exists(),
+            timeout=60,
+            what=f"the worker to store a turn added after the restart\n{worker.log_tail()}",
+        )
+        wait_until(nothing_pending, timeout=90, what=f"every turn\n{worker.log_tail()}")
+        recovery_time("PostgreSQL back -> first 2xx from the web server", web_back - back)
+        recovery_time("PostgreSQL back -> the worker stores a new turn", worker_back - back)
+        recovery_time("PostgreSQL outage (stop called -> started)", back - stopping)
+        assert worker.alive() and web.alive()  # neither restarted
+
+    statuses = Counter(answer.status for answer in load.answers)
+    assert set(statuses) <= {200, 202, 503}, statuses
+    for answer in load.answered(after=0, status=503):
+        assert answer.body == {
+            "detail": "The database is unavailable; try again shortly.",
+            "code": "unavailable",
+        }
+        assert answer.retry_after == "2"
+    # Down was answered as down: nothing sent while the server was stopped succeeded.
+    assert not [a for a in load.answered(after=stopped, ok=True) if a.sent < starting]
+    # Every add that was accepted was stored and extracted, once.
+    accepted = Counter(answer.text for answer in load.answers if answer.status == 202)
+    stored = Counter(
+        EpisodicMemory.objects.filter(summary__startswith="note load").values_list(
+            "summary", flat=True
+        )
+    )
+    assert stored == accepted
+    # No job is left behind; the held one ran again, or its user's next job took its turns.
+    held.refresh_from_db()
+    assert held.status == ExtractionJob.Status.SUCCEEDED or (
+        "retried by the user's next queued job" in held.error
+    )
+    assert set(ExtractionJob.objects.values_list("status", flat=True)) <= {"succeeded", "failed"}
+    for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.FAILED):
+        assert "retried by the user's next queued job" in job.error

@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 @pytest.fixture
 def web_server(org: TenantFixture, tmp_path: Path) -> Iterator[str]:
     """The real web server on the test database, one worker (what it does is per socket)."""
-    with processes.web_server(tmp_path) as url:
-        yield url
+    with processes.web_server(tmp_path) as web:
+        yield web.url
 
 
 def test_a_connection_idle_longer_than_a_clients_pause_still_answers(
