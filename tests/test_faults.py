@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from django.db import connections
 
 from memory.models import EpisodicMemory, ExtractionJob
 from memory.retrieval.lanes import lanes_close
+from memory.services import extraction_jobs_recover
 from mirix_site import launcher
 from sessions.models import Message
 from tests import processes
@@ -162,9 +164,8 @@ def test_a_worker_child_killed_mid_job_loses_nothing_and_stores_nothing_twice(
         ("bob", "note bob 1"): 1,
         ("cyd", "note cyd 1"): 1,
     }
-    assert (
-        len(llm.server.requests) == 4
-    )  # ann's batch twice (the killed call, the re-run), bob's, cyd's
+    # ann's batch twice (the killed call, the re-run), bob's, cyd's.
+    assert len(llm.server.requests) == 4
     killed_job.refresh_from_db()
     assert killed_job.status == ExtractionJob.Status.SUCCEEDED
     assert killed_job.attempts == 2 and killed_job.message_count == 2
@@ -345,3 +346,79 @@ def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
     assert set(ExtractionJob.objects.values_list("status", flat=True)) <= {"succeeded", "failed"}
     for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.FAILED):
         assert "retried by the user's next queued job" in job.error
+
+
+# --- Redis stopped while adds arrive -------------------------------------------------------------
+
+
+def test_adds_while_redis_is_down_answer_at_once_and_are_all_processed_once_it_is_back(
+    tmp_path: Path, recovery_time: RecoveryTime
+) -> None:
+    alice, bob = tenant_fixture("alice"), tenant_fixture("bob")
+    redis_dir = launcher.data_dir() / "redis"
+    with processes.celery_worker(tmp_path) as worker, processes.web_server(tmp_path) as web:
+        session = requests.Session()
+
+        def add_over_http(owner: TenantFixture, user_id: str, text: str) -> float:
+            began = time.monotonic()
+            response = session.post(
+                f"{web.url}/memory/add",
+                json={"user_id": user_id, "messages": chat_turns(text, "Noted.")},
+                headers={"X-API-Key": owner.key},
+                timeout=30,
+            )
+            assert response.status_code == 202, response.text
+            return time.monotonic() - began
+
+        # Warm: the worker has loaded its embedding model.
+        add_over_http(alice, "ann", "note ann 0")
+        wait_until(nothing_pending, timeout=90, what=f"the first add\n{worker.log_tail()}")
+
+        stopping = time.monotonic()
+        launcher.redis_stop(redis_dir)
+        try:
+            took = []
+            for number in (1, 2):
+                for user in ("ann", "bea", "cal"):
+                    took.append(add_over_http(alice, user, f"note {user} {number}"))
+                    time.sleep(OUTAGE_SECONDS / 6)  # down for a few seconds, as a restart is
+            assert max(took) < 3  # no waiting on the broker
+            health = session.get(f"{web.url}/health", timeout=30).json()
+            assert (health["status"], health["redis"]) == ("degraded", "down")
+            # Stored, each user's turns with one queued job, which nothing could publish.
+            assert Message.objects.filter(extraction="pending").count() == 12
+            assert ExtractionJob.objects.filter(status="queued").count() == 3
+        finally:
+            launcher.redis_ensure(redis_dir)
+        back = time.monotonic()
+
+        # New work goes through at once: the web server publishes again and the worker's
+        # consumer has reconnected, both by themselves. (Another tenant's: a run takes every
+        # queued job of its organization, and would take alice's along.)
+        add_over_http(bob, "dan", "note dan 1")
+        new_add_stored = wait_until(
+            lambda: EpisodicMemory.objects.filter(summary="user: note dan 1").exists(),
+            timeout=60,
+            what=f"an add made after Redis came back\n{worker.log_tail()}",
+        )
+        # Work stored while Redis was down is published by the recovery beat job (every minute,
+        # work older than EXTRACTION_REQUEUE_AFTER); here its service is called at once.
+        assert extraction_jobs_recover(older_than=timedelta(0)) == 3
+        all_stored = wait_until(
+            nothing_pending, timeout=60, what=f"every turn\n{worker.log_tail()}"
+        )
+        recovery_time("Redis outage (stop called -> started)", back - stopping)
+        recovery_time(
+            "Redis back -> a new add stored (web and worker reconnected)", new_add_stored - back
+        )
+        recovery_time(
+            "Redis back -> adds made while down stored (recovery job called at once)",
+            all_stored - back,
+        )
+
+    summaries = Counter(EpisodicMemory.objects.values_list("end_user__user_id", "summary"))
+    expected = {("ann", "user: note ann 0"), ("dan", "user: note dan 1")} | {
+        (user, f"user: note {user} {number}") for number in (1, 2) for user in ("ann", "bea", "cal")
+    }
+    assert summaries == dict.fromkeys(expected, 1)
+    assert set(ExtractionJob.objects.values_list("status", flat=True)) == {"succeeded"}
