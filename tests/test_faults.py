@@ -293,10 +293,10 @@ def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
                 llm.release()
                 starting = time.monotonic()
                 launcher.postgres_ensure(pg_dir)
+                # This process's own connections died with the server too.
+                connections.close_all()
+                lanes_close()
             back = time.monotonic()
-            # This process's own connections died with the server too.
-            connections.close_all()
-            lanes_close()
             web_back = wait_until(
                 lambda: load.answered(after=back, ok=True),
                 timeout=30,
