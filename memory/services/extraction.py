@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from memory.extractors import (
@@ -205,7 +205,8 @@ def extraction_job_run(
     other queued jobs of the organization with it (one embedding call for all: the model's fixed
     cost per call dominates small batches). With an LLM, one job: its call dominates anyway.
     A job left running by a runner that is gone is queued again first (``redelivered``: the
-    broker sends it again because its worker was lost; wait for that worker's session to end).
+    broker sends it again because its worker was lost; wait for that worker's session to end,
+    and queue the other jobs of the organization that worker held too).
     Returns the jobs run; empty when there was nothing to claim (already run, or taken).
     On an error every claimed job but ``job_id`` goes back to the queue and the error
     propagates, for the task to retry or fail ``job_id`` (see extraction_job_requeue)."""
@@ -215,7 +216,13 @@ def extraction_job_run(
     extraction_jobs_orphaned_requeue(
         job_ids=[job_id], wait=REDELIVERY_LOCK_WAIT if redelivered else 0.0
     )
+    # The lost run may have held other jobs of the organization beside this one.
+    orphans = (
+        extraction_jobs_orphaned_requeue(organization_id=organization_id) if redelivered else []
+    )
     claimed = _jobs_claim(organization_id=organization_id, job_id=job_id, limit=limit)
+    # Those this run has no room for go to other workers now, not to the beat job.
+    _jobs_publish(ExtractionJob.objects.filter(pk__in=orphans, status=ExtractionJob.Status.QUEUED))
     if not claimed:
         logger.info("extraction job %s: nothing to claim", job_id)
         return []
@@ -326,14 +333,17 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
 
 
 def extraction_jobs_orphaned_requeue(
-    *, job_ids: Sequence[int] | None = None, wait: float = 0.0
+    *, organization_id: str | None = None, job_ids: Sequence[int] | None = None, wait: float = 0.0
 ) -> list[int]:
-    """Queue again the running jobs (those of ``job_ids``, or all) that no one runs any more:
+    """Queue again the running jobs (of the organization, those of ``job_ids``, or all) that no
+    one runs any more:
     their run lock is free, or they started longer ago than the hard time limit lets a run last
     (a lock a connection pooler kept). The lost run counts as a failed attempt of the user's
     pending messages, so turns that kill their worker every time are given up in the end.
     ``wait``: seconds to keep trying a lock still held. Returns the ids of those requeued."""
     running = ExtractionJob.objects.filter(status=ExtractionJob.Status.RUNNING)
+    if organization_id is not None:
+        running = running.filter(organization_id=organization_id)
     if job_ids is not None:
         running = running.filter(pk__in=job_ids)
     stale = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
@@ -374,10 +384,14 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
             created += extraction_job_ensure(
                 organization_id=organization_id, client_id=client_id, end_user_id=end_user_id
             )
-    published = 0
     # Orphans at once: their turns have waited a whole lost run already.
-    for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).filter(
-        Q(pk__in=orphaned) | Q(created_at__lt=now - older_than)
-    ):
-        published += extraction_job_publish(job.pk, job.organization_id)
+    published = _jobs_publish(
+        ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).filter(
+            Q(pk__in=orphaned) | Q(created_at__lt=now - older_than)
+        )
+    )
     return created + published
+
+
+def _jobs_publish(jobs: QuerySet[ExtractionJob]) -> int:
+    return sum(extraction_job_publish(job.pk, job.organization_id) for job in jobs)
