@@ -16,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 import requests
 from django.db import connections
 
+from bench.faults import Load
 from memory.models import EpisodicMemory, ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.services import extraction_jobs_recover
@@ -179,75 +179,6 @@ def test_a_worker_child_killed_mid_job_loses_nothing_and_stores_nothing_twice(
 # --- PostgreSQL restarted under load -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Answer:
-    sent: float  # monotonic
-    kind: str  # "add" or "search"
-    status: int  # 0: no HTTP answer at all
-    body: Any
-    retry_after: str | None
-    text: str | None  # an add's turn
-
-
-class Load(threading.Thread):
-    """A client of several tenants sending adds and searches in turn, as fast as they are
-    answered (with a short pause), recording every answer. Tenants, not users of one: a worker
-    run takes the queued jobs of the whole organization, which would hide one that is stuck."""
-
-    def __init__(self, url: str, keys: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.keys = keys
-        self.session = requests.Session()
-        self.answers: list[Answer] = []
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        number = 0
-        while not self.done.is_set():
-            self.session.headers["X-API-Key"] = self.keys[number // 2 % len(self.keys)]
-            if number % 2 == 0:
-                text = f"note load {number}"
-                body = {"user_id": "sam", "messages": chat_turns(text, "Noted.")}
-                self._send("add", "POST", "/memory/add", text=text, json=body)
-            else:
-                params = {"user_id": "sam", "query": "note load"}
-                self._send("search", "GET", "/memory/search", params=params)
-            number += 1
-            time.sleep(0.05)
-
-    def _send(
-        self, kind: str, method: str, path: str, text: str | None = None, **options: Any
-    ) -> None:
-        sent = time.monotonic()
-        try:
-            response = self.session.request(method, f"{self.url}{path}", timeout=15, **options)
-        except requests.RequestException as error:
-            self.answers.append(Answer(sent, kind, 0, repr(error), None, text))
-            return
-        try:
-            body = response.json()
-        except ValueError:
-            body = response.text[:300]
-        retry_after = response.headers.get("Retry-After")
-        self.answers.append(Answer(sent, kind, response.status_code, body, retry_after, text))
-
-    def answered(
-        self, *, after: float, ok: bool | None = None, status: int | None = None
-    ) -> list[Answer]:
-        return [
-            answer
-            for answer in list(self.answers)
-            if answer.sent >= after
-            and (ok is None or (answer.status in (200, 202)) == ok)
-            and (status is None or answer.status == status)
-        ]
-
-    def stop(self) -> None:
-        self.done.set()
-        self.join(timeout=30)
-
-
 def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
     tmp_path: Path, llm: StallingLLM, recovery_time: RecoveryTime
 ) -> None:
@@ -257,7 +188,7 @@ def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
         processes.celery_worker(tmp_path, **llm.environment) as worker,
         processes.web_server(tmp_path, workers=2) as web,
     ):
-        load = Load(web.url, keys)
+        load = Load(web.url, keys, user_id="sam", prefix="load")
         load.start()
         try:
             began = time.monotonic()
