@@ -17,24 +17,33 @@ from memory.services import (
     extraction_jobs_recover,
     retrieval_logs_purge,
 )
+from mirix_site.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
 MAX_RETRIES = 5
+# A provider's overload lasts minutes: 30 s, 60 s, 120 s ... A database restart takes seconds:
+# 2 s, 4 s, 8 s ... (about a minute over all the retries; the recovery beat job after that).
+PROVIDER_RETRY_BASE = 30.0
+DATABASE_RETRY_BASE = 2.0
 
 
-def _backoff(retries: int, hint: float | None = None) -> float:
-    """Exponential backoff with full jitter (30 s, 60 s, 120 s … capped at 15 min), or the
-    provider's own Retry-After when it gave one."""
+def _backoff(
+    retries: int, hint: float | None = None, *, base: float = PROVIDER_RETRY_BASE
+) -> float:
+    """Exponential backoff with jitter (half to all of ``base`` x 2^retries, capped at 15 min),
+    or the provider's own Retry-After when it gave one."""
     if hint:
         return min(hint, 900.0)
-    return random.uniform(0.5, 1.0) * min(900.0, 30.0 * 2**retries)  # noqa: S311
+    return random.uniform(0.5, 1.0) * min(900.0, base * 2**retries)  # noqa: S311
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+    # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:
-        extraction_job_run(organization_id=organization_id, job_id=job_id)
+        extraction_job_run(organization_id=organization_id, job_id=job_id, redelivered=redelivered)
     except (LLMTransientError, EmbeddingTransientError) as error:
         final = self.request.retries >= MAX_RETRIES
         extraction_job_requeue(
@@ -53,6 +62,13 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
         except MaxRetriesExceededError:
             return
     except Exception as error:
+        if database_unreachable(error):
+            # Nothing can be written now: the job keeps its row (queued, or running with its
+            # run lock gone with the session) for the retry to take again; after the last retry
+            # this raises, and the recovery beat job takes it.
+            raise self.retry(
+                countdown=_backoff(self.request.retries, base=DATABASE_RETRY_BASE), exc=error
+            ) from error
         extraction_job_requeue(
             organization_id=organization_id, job_id=job_id, error=repr(error), final=True
         )

@@ -107,7 +107,11 @@ def postgres_ensure(directory: Path) -> tuple[str, bool]:
     """Start (or reuse) the embedded server: its URL for our database, and whether we started it."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     was_running = directory.exists() and _postgres_running(directory)
-    server = _postgres_server(directory, start=True)
+    # start() on the handle rather than get_server(start=True): the library keeps one handle per
+    # directory and hands it back unstarted, so a process that stopped the server (the fault
+    # tests do) could not start it again.
+    server = _postgres_server(directory, start=False)
+    server.start()
     if _postgres_configure(server.get_uri()):
         if was_running:
             logger.warning(

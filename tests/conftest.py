@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from celery.contrib.testing.worker import start_worker
@@ -42,3 +42,23 @@ def worker(transactional_db: None) -> Iterator[None]:
         loglevel="WARNING",
     ):
         yield
+
+
+RECOVERY_TIMES = pytest.StashKey[list[tuple[str, float]]]()
+
+
+@pytest.fixture
+def recovery_time(request: pytest.FixtureRequest) -> Callable[[str, float], None]:
+    """Records a recovery time a fault test measured; the run's summary lists them."""
+    times = request.config.stash.setdefault(RECOVERY_TIMES, [])
+    return lambda label, seconds: times.append((label, seconds))
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    times = config.stash.get(RECOVERY_TIMES, [])
+    if times:
+        terminalreporter.section("fault recovery times (bench/RESULTS.md)")
+        for label, seconds in times:
+            terminalreporter.write_line(f"{seconds:7.2f} s  {label}")

@@ -6,6 +6,7 @@ can assert what the product sent (path, headers, JSON body) and how many calls i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -68,8 +69,10 @@ class LoopbackServer:
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                # The caller may be gone by now (a fault test killed it).
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.end_headers()
+                    self.wfile.write(payload)
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
 
@@ -99,6 +102,23 @@ class LoopbackServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def openai_reply(answer: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat-completions answer whose message is ``answer`` as JSON (a structured
+    output), with token usage."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": json.dumps(answer)},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366},
+    }
 
 
 @pytest.fixture

@@ -5,17 +5,21 @@ mean nothing, except where the toy data makes one certain."""
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import re
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from accounts.models import EndUser
-from bench import auth, ingest, retrieval_latency, retrieval_quality
+from bench import auth, faults, ingest, retrieval_latency, retrieval_quality
 from bench.common import SMOKE_NOTE
+from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
+from tests import processes
 from tests.factories import TenantFixture
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -56,6 +60,37 @@ def test_ingest_times_the_adds_and_waits_until_each_is_searchable(
     )
     assert int(searchable.group(1)) == messages
     assert float(searchable.group(2)) > 0
+    assert SMOKE_NOTE in out
+
+
+def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
+    org: TenantFixture, tmp_path: Path, capsys
+) -> None:
+    # The stack make run starts, as processes: the bench kills the worker's children and
+    # restarts this run's PostgreSQL and Redis under them.
+    with (
+        processes.celery_worker(tmp_path, concurrency=2) as worker,
+        processes.web_server(tmp_path) as web,
+    ):
+        try:
+            code = faults.main(["--base-url", web.url, "--api-key", org.key, "--smoke"])
+        finally:
+            connections.close_all()  # this process's died with the server
+            lanes_close()
+        assert code == 0, worker.log_tail()
+
+    out = capsys.readouterr().out
+    assert re.search(r"worker: 48 messages of a backlog extracted in [\d.]+ s, no kill", out)
+    assert re.search(
+        r"worker: child \d+ SIGKILLed [\d.]+ s after the backlog was in, \d+ of 48 messages "
+        r"not yet extracted; all were [\d.]+ s after the backlog was in; lost 0, stored twice 0",
+        out,
+    )
+    assert re.search(r"redis: down [\d.]+ s, \d+ adds answered 202, slowest \d+ ms", out)
+    assert "redis: not waiting for the recovery job (smoke mode)" in out
+    down = re.search(r"sent while it was down (\{.*?\}); first 2xx [\d.]+ s after", out)
+    assert down and set(ast.literal_eval(down.group(1))) <= {503}
+    assert re.search(r"postgres: all \d+ accepted adds extracted [\d.]+ s .*; stored twice 0", out)
     assert SMOKE_NOTE in out
 
 

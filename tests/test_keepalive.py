@@ -7,62 +7,24 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-import requests
-from django.db import connection
 
-from mirix_site.launcher import PROJECT_DIR, web_command
+from tests import processes
 from tests.factories import TenantFixture, chat_turns
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def _free_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
-
-
 @pytest.fixture
-def web_server(org: TenantFixture) -> Iterator[str]:
+def web_server(org: TenantFixture, tmp_path: Path) -> Iterator[str]:
     """The real web server on the test database, one worker (what it does is per socket)."""
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    database_url = urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
-    port = _free_port()
-    env = os.environ | {
-        "DJANGO_SETTINGS_MODULE": "mirix_site.settings.test",
-        "DATABASE_URL": database_url,
-        "WEB_CONCURRENCY": "1",
-    }
-    process = subprocess.Popen(  # noqa: S603 - our own server
-        web_command(port=port),
-        cwd=PROJECT_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "web did not start"
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with processes.web_server(tmp_path) as web:
+        yield web.url
 
 
 def test_a_connection_idle_longer_than_a_clients_pause_still_answers(

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from mirix import MirixClient
 
-from memory.models import EpisodicMemory, ExtractionJob
-from memory.services import extraction_jobs_recover
-from mirix_site import launcher
-from sessions.models import Message
-from tests.factories import chat_turns, tenant_fixture
+from tests.factories import tenant_fixture
 from tests.memory.test_agents_api import QUICKSTART_CONFIG
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -57,31 +51,3 @@ def test_the_mirix_quickstart_sees_its_episodic_memories(live_server, worker) ->
     ]
     components = client.list_memory_components(user_id="demo-user")
     assert set(components["memories"]) >= {"core", "episodic", "semantic", "resource"}
-
-
-def test_turns_added_while_redis_is_down_are_processed_when_it_returns(worker) -> None:
-    alice = tenant_fixture("alice")
-    redis_dir = Path(launcher.data_dir()) / "redis"
-    launcher.redis_stop(redis_dir)
-    try:
-        began = time.monotonic()
-        response = alice.api.post(
-            "/memory/add",
-            {
-                "user_id": "sam",
-                "messages": chat_turns("Redis is down but I am not", "Stored anyway"),
-            },
-            format="json",
-        )
-        assert response.status_code == 202
-        assert time.monotonic() - began < 5  # no hanging on the broker
-        assert Message.objects.filter(extraction="pending").count() == 2
-        assert ExtractionJob.objects.filter(status="queued").count() == 1
-    finally:
-        launcher.redis_ensure(redis_dir)
-
-    # What the beat job does for work older than EXTRACTION_REQUEUE_AFTER.
-    assert extraction_jobs_recover(older_than=timedelta(0)) == 1
-    wait_until(lambda: not Message.objects.filter(extraction="pending").exists())
-    assert EpisodicMemory.objects.get().summary == "user: Redis is down but I am not"
-    assert ExtractionJob.objects.get().status == "succeeded"

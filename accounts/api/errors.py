@@ -2,7 +2,9 @@
 
 Every API error leaves through ``exception_handler``; Django's own 404/500 pages for paths
 outside the API use the same shape (``json_404`` / ``json_500``). An unexpected exception is
-logged with its traceback and answered with a generic 500 that carries none of it.
+logged with its traceback and answered with a generic 500 that carries none of it. A database
+out of reach (restarting, failing over) is not a bug: 503 with ``Retry-After``, logged in one
+line; the next request after it is back reconnects (``CONN_HEALTH_CHECKS``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rest_framework.views import set_rollback
 
 from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address
 from accounts.keycache import address_failure_record
+from mirix_site.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +44,14 @@ class PayloadTooLarge(exceptions.APIException):
 
     def __init__(self) -> None:
         super().__init__(f"The request body is over {settings.API_MAX_BODY_BYTES:,} bytes.")
+
+
+class DatabaseUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The database is unavailable; try again shortly."
+    default_code = "unavailable"
+    # Seconds, sent as Retry-After: a restart of the embedded PostgreSQL takes one or two.
+    wait = 2
 
 
 class UnprocessableEntity(exceptions.ValidationError):
@@ -92,6 +103,9 @@ def _as_api_exception(exc: Exception) -> Exception:
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
         return exceptions.ValidationError(detail)
+    if database_unreachable(exc):
+        logger.warning("database unreachable: %s", type(exc.__cause__ or exc).__name__)
+        return DatabaseUnavailable()
     return exc
 
 

@@ -4,16 +4,25 @@ A job is claimed with a conditional update (``queued → running``); a second de
 job finds nothing to claim. The batch's messages are locked (``SKIP LOCKED``) for the whole
 run and marked processed in the same transaction that stores their memories, so a crash
 half-way leaves them pending, and the fingerprints make the re-run store nothing twice.
+
+A running job belongs to the database session that claimed it: the claim takes an advisory
+lock per job, in the claiming transaction, and the run lets it go when it ends. A worker that
+dies (SIGKILL, out of memory, its host gone) or loses its connection loses the lock with its
+session, so a running job whose lock is free has no runner and is queued again at once (by the
+delivery Celery sends again when a worker is lost, or the recovery beat job), not only once it
+is older than the hard time limit.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from accounts.services import end_users_hold
@@ -28,6 +37,7 @@ from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.llm import LLMProvider, llm_provider_from_settings
 from memory.retrieval.spaces import write_embedders
 from memory.services.records import Owner, StoreRequest, memories_store_many
+from mirix_site.database import database_unreachable
 from sessions.models import Message
 from sessions.selectors import (
     messages_pending_count,
@@ -38,6 +48,11 @@ from sessions.selectors import (
 from sessions.services import messages_mark_attempt_failed, messages_mark_processed
 
 logger = logging.getLogger(__name__)
+
+# Run locks are session-level advisory locks on this base plus the job id: far above the small
+# keys of the project's other advisory locks (vector_indexes.SYNC_LOCK), and job ids stay below
+# 2**62.
+RUN_LOCK_BASE = 1 << 62
 
 
 def extraction_job_publish(job_id: int, organization_id: str) -> bool:
@@ -140,7 +155,33 @@ def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
     ExtractionJob.objects.filter(pk__in=chosen).update(
         status=ExtractionJob.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
     )
+    # Taken before the commit that makes the jobs "running": no one sees them running unowned.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_lock(key) FROM unnest(%s::bigint[]) AS key",
+            [[RUN_LOCK_BASE + pk for pk in chosen]],
+        )
     return sorted(chosen)
+
+
+def _run_lock_try(job_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RUN_LOCK_BASE + job_id])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _run_locks_release(job_ids: Sequence[int]) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_unlock(key) FROM unnest(%s::bigint[]) AS key",
+                [[RUN_LOCK_BASE + pk for pk in job_ids]],
+            )
+    except DatabaseError as error:
+        if not database_unreachable(error):
+            raise
+        # The connection is gone, and the session's locks went with it.
 
 
 def _job_batch(job: ExtractionJob) -> list[Message]:
@@ -152,16 +193,37 @@ def _job_batch(job: ExtractionJob) -> list[Message]:
     )
 
 
-def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJob]:
+# How long a delivery sent again after its worker was lost waits for the dead runner's session
+# to end (PostgreSQL notices a killed client within milliseconds, unless the backend is busy
+# with a statement); past it, the recovery beat job takes the job.
+REDELIVERY_LOCK_WAIT = 5.0
+
+
+def extraction_job_run(
+    *, organization_id: str, job_id: int, redelivered: bool = False
+) -> list[ExtractionJob]:
     """Run the job, and with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN - 1``
     other queued jobs of the organization with it (one embedding call for all: the model's fixed
     cost per call dominates small batches). With an LLM, one job: its call dominates anyway.
+    A job left running by a runner that is gone is queued again first (``redelivered``: the
+    broker sends it again because its worker was lost; wait for that worker's session to end,
+    and queue the other jobs of the organization that worker held too).
     Returns the jobs run; empty when there was nothing to claim (already run, or taken).
     On an error every claimed job but ``job_id`` goes back to the queue and the error
     propagates, for the task to retry or fail ``job_id`` (see extraction_job_requeue)."""
     provider = llm_provider_from_settings()
     limit = 1 if provider is not None else settings.EXTRACTION_JOBS_PER_RUN
+    # Before the claim: other deliveries may take the orphan's turns, never the orphan itself.
+    extraction_jobs_orphaned_requeue(
+        job_ids=[job_id], wait=REDELIVERY_LOCK_WAIT if redelivered else 0.0
+    )
+    # The lost run may have held other jobs of the organization beside this one.
+    orphans = (
+        extraction_jobs_orphaned_requeue(organization_id=organization_id) if redelivered else []
+    )
     claimed = _jobs_claim(organization_id=organization_id, job_id=job_id, limit=limit)
+    # Those this run has no room for go to other workers now, not to the beat job.
+    _jobs_publish(ExtractionJob.objects.filter(pk__in=orphans, status=ExtractionJob.Status.QUEUED))
     if not claimed:
         logger.info("extraction job %s: nothing to claim", job_id)
         return []
@@ -178,6 +240,8 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
                     final=False,
                 )
         raise
+    finally:
+        _run_locks_release(claimed)
     return jobs
 
 
@@ -254,17 +318,18 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
 
 
 @transaction.atomic
-def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, final: bool) -> None:
+def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, final: bool) -> bool:
     """After a failed run: back to ``queued`` for the task's retry, or (``final``) ``failed``,
     counting the attempt against the user's pending messages; a message that has failed
-    ``EXTRACTION_MAX_ATTEMPTS`` times is marked failed and left alone."""
+    ``EXTRACTION_MAX_ATTEMPTS`` times is marked failed and left alone. False when the job
+    was not running (any more)."""
     job = (
         ExtractionJob.objects.select_for_update()
         .filter(pk=job_id, organization_id=organization_id, status=ExtractionJob.Status.RUNNING)
         .first()
     )
     if job is None:
-        return
+        return False
     job.error = error[:2000]
     messages_mark_attempt_failed(
         client_id=job.client_id,
@@ -275,7 +340,7 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
         job.status = ExtractionJob.Status.FAILED
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "error", "finished_at"])
-        return
+        return True
     other_queued = ExtractionJob.objects.filter(
         client_id=job.client_id, end_user_id=job.end_user_id, status=ExtractionJob.Status.QUEUED
     ).exists()
@@ -285,27 +350,57 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
         job.error = f"{job.error}\n(retried by the user's next queued job)"
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "error", "finished_at"])
-        return
+        return True
     job.status = ExtractionJob.Status.QUEUED
     job.save(update_fields=["status", "error"])
+    return True
+
+
+def extraction_jobs_orphaned_requeue(
+    *, organization_id: str | None = None, job_ids: Sequence[int] | None = None, wait: float = 0.0
+) -> list[int]:
+    """Queue again the running jobs (of the organization, those of ``job_ids``, or all) that no
+    one runs any more:
+    their run lock is free, or they started longer ago than the hard time limit lets a run last
+    (a lock a connection pooler kept). The lost run counts as a failed attempt of the user's
+    pending messages, so turns that kill their worker every time are given up in the end.
+    ``wait``: seconds to keep trying a lock still held. Returns the ids of those requeued."""
+    running = ExtractionJob.objects.filter(status=ExtractionJob.Status.RUNNING)
+    if organization_id is not None:
+        running = running.filter(organization_id=organization_id)
+    if job_ids is not None:
+        running = running.filter(pk__in=job_ids)
+    stale = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
+    requeued = []
+    for job in running.only("pk", "organization_id", "started_at").order_by("pk"):
+        deadline = time.monotonic() + wait
+        while not (locked := _run_lock_try(job.pk)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not locked and job.started_at is not None and job.started_at >= stale:
+            continue  # its runner holds the lock: alive
+        try:
+            if extraction_job_requeue(
+                organization_id=job.organization_id, job_id=job.pk, error="worker lost", final=False
+            ):
+                requeued.append(job.pk)
+        finally:
+            # After the requeue's commit: a claimer that takes the job meanwhile waits for it.
+            if locked:
+                _run_locks_release([job.pk])
+    return requeued
 
 
 def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
     """The beat job's safety net; returns how many jobs it queued or published again.
-    - running jobs older than the task time limit: their worker died; queue them again;
+    - running jobs whose runner is gone (extraction_jobs_orphaned_requeue): queue them again
+      and publish them at once;
     - queued jobs older than ``older_than``: the broker may have lost them; publish again;
     - pending messages older than ``older_than`` with no job: queue one for their user.
     Publishing a job twice is harmless: only one delivery can claim it."""
     if older_than is None:
         older_than = timedelta(seconds=settings.EXTRACTION_REQUEUE_AFTER)
     now = timezone.now()
-    stale_running = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 60)
-    for job in ExtractionJob.objects.filter(
-        status=ExtractionJob.Status.RUNNING, started_at__lt=stale_running
-    ):
-        extraction_job_requeue(
-            organization_id=job.organization_id, job_id=job.pk, error="worker lost", final=False
-        )
+    orphaned = extraction_jobs_orphaned_requeue()
     created = 0
     with transaction.atomic():
         owners = messages_pending_owners_list(created_before=now - older_than)
@@ -313,9 +408,14 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
             created += extraction_job_ensure(
                 organization_id=organization_id, client_id=client_id, end_user_id=end_user_id
             )
-    published = 0
-    for job in ExtractionJob.objects.filter(
-        status=ExtractionJob.Status.QUEUED, created_at__lt=now - older_than
-    ):
-        published += extraction_job_publish(job.pk, job.organization_id)
+    # Orphans at once: their turns have waited a whole lost run already.
+    published = _jobs_publish(
+        ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).filter(
+            Q(pk__in=orphaned) | Q(created_at__lt=now - older_than)
+        )
+    )
     return created + published
+
+
+def _jobs_publish(jobs: QuerySet[ExtractionJob]) -> int:
+    return sum(extraction_job_publish(job.pk, job.organization_id) for job in jobs)

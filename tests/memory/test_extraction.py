@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.services import end_user_delete_own
@@ -25,10 +29,16 @@ from memory.models import (
     SemanticMemory,
 )
 from memory.providers.llm import LLMTransientError
-from memory.services import extraction, extraction_job_requeue, extraction_job_run
+from memory.services import (
+    extraction,
+    extraction_job_requeue,
+    extraction_job_run,
+    extraction_jobs_recover,
+)
+from memory.services.extraction import RUN_LOCK_BASE
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
-from tests.loopback import LoopbackServer, Reply
+from tests.loopback import LoopbackServer, Reply, openai_reply
 
 
 def add(org: TenantFixture, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
@@ -224,21 +234,6 @@ def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
 # --- With an LLM, over the OpenAI chat-completions wire format --------------------------------
 
 
-def _openai_reply(proposals: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": json.dumps(proposals)},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366},
-    }
-
-
 @pytest.fixture
 def llm(loopback: LoopbackServer, settings) -> LoopbackServer:
     settings.LLM_PROVIDER = "openai"
@@ -281,7 +276,7 @@ def _proposals_citing(request_json: dict[str, Any]) -> dict[str, Any]:
 def test_llm_extraction_makes_one_call_per_batch_and_stores_once(
     org: TenantFixture, llm: LoopbackServer
 ) -> None:
-    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
     first = add(org, chat_turns("I switched from coffee to tea", "Good choice"))
     add(org, chat_turns("My door code is 4711", "Stored safely"))
 
@@ -334,7 +329,7 @@ def test_a_failed_llm_call_leaves_the_messages_pending_for_the_retry(
     assert set(Message.objects.values_list("extraction_attempts", flat=True)) == {1}
     assert not EpisodicMemory.objects.exists()
 
-    llm.respond(lambda request: Reply(200, _openai_reply(_proposals_citing(request.json))))
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
     [retried] = run_queued_jobs()
     assert retried.status == ExtractionJob.Status.SUCCEEDED
     assert retried.attempts == 2
@@ -388,24 +383,81 @@ def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
 
 
 def test_the_recovery_job_queues_forgotten_turns(org: TenantFixture, settings) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from memory.services import extraction_jobs_recover
-
     add(org, chat_turns("hello", "hi"))
     ExtractionJob.objects.all().delete()  # as if the job row had never been written
     assert extraction_jobs_recover() == 0  # too recent: the add may still be queuing it
     Message.objects.update(created_at=timezone.now() - timedelta(minutes=3))
     assert extraction_jobs_recover() == 1
     assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
-    # A job whose worker died mid-run goes back to the queue.
+
+
+@contextlib.contextmanager
+def runner_session(*jobs: ExtractionJob) -> Iterator[psycopg.Connection]:
+    """Another database session holding the jobs' run locks, as the worker running them does."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as session:
+        for job in jobs:
+            session.execute("SELECT pg_advisory_lock(%s)", [RUN_LOCK_BASE + job.pk])
+        yield session
+
+
+def test_a_running_job_goes_back_to_the_queue_once_its_runners_session_is_gone(
+    org: TenantFixture,
+) -> None:
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+    ExtractionJob.objects.update(status=ExtractionJob.Status.RUNNING, started_at=timezone.now())
+    with runner_session(job):
+        # Its runner is alive: neither the beat job nor a second delivery touches it.
+        assert extraction_jobs_recover() == 0
+        assert extraction_job_run(organization_id=job.organization_id, job_id=job.pk) == []
+        assert ExtractionJob.objects.get().status == ExtractionJob.Status.RUNNING
+    # Its worker died, and its session with it: queued again and published at once.
+    assert extraction_jobs_recover() == 1
+    assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+    [ran] = run_queued_jobs()
+    assert ran.status == ExtractionJob.Status.SUCCEEDED and ran.message_count == 2
+    # The lost run counted as a failed attempt: turns that kill every worker are given up.
+    assert set(Message.objects.values_list("extraction_attempts", flat=True)) == {1}
+
+
+def test_a_run_lock_held_past_the_hard_time_limit_is_not_believed(org: TenantFixture) -> None:
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+    # No run outlives the hard time limit (Celery kills it): a lock still held then is a
+    # session a connection pooler kept, not a runner.
     ExtractionJob.objects.update(
         status=ExtractionJob.Status.RUNNING, started_at=timezone.now() - timedelta(hours=1)
     )
-    extraction_jobs_recover()
+    with runner_session(job):
+        assert extraction_jobs_recover() == 1
     assert ExtractionJob.objects.get().status == ExtractionJob.Status.QUEUED
+
+
+def test_a_delivery_sent_again_after_its_worker_died_runs_the_jobs_it_held(
+    org: TenantFixture,
+) -> None:
+    for user_id in ("ana", "ben"):
+        org.api.post(
+            "/memory/add",
+            {"user_id": user_id, "messages": chat_turns(f"I am {user_id}", "hi")},
+            format="json",
+        )
+    jobs = list(ExtractionJob.objects.order_by("id"))
+    # One run held both (it takes the organization's small jobs together), then died.
+    ExtractionJob.objects.update(status=ExtractionJob.Status.RUNNING, started_at=timezone.now())
+    with runner_session(*jobs) as dying:
+        # Celery sends the task again as soon as it sees the worker gone; the database may
+        # take a moment longer to end the dead worker's session.
+        threading.Timer(0.5, dying.close).start()
+        began = time.monotonic()
+        ran = extraction_job_run(
+            organization_id=jobs[0].organization_id, job_id=jobs[0].pk, redelivered=True
+        )
+    # It waited for the lock rather than give up (then it would have run nothing).
+    assert time.monotonic() - began >= 0.5
+    assert [job.pk for job in ran] == [job.pk for job in jobs]
+    assert all(job.status == ExtractionJob.Status.SUCCEEDED for job in ran)
+    assert EpisodicMemory.objects.count() == 2
 
 
 def test_no_detected_value_is_left_in_plain_text_outside_the_vault(org: TenantFixture) -> None:
@@ -471,7 +523,7 @@ def test_an_llms_memories_hold_no_sensitive_value_outside_the_vault(
                 "source_message_ids": proposals["episodic"][0]["source_message_ids"],
             }
         ]
-        return Reply(200, _openai_reply(proposals))
+        return Reply(200, openai_reply(proposals))
 
     llm.respond(answer)
     add(org, chat_turns(f"My key is {key}, mail me at {email}", "Stored"))
@@ -528,7 +580,7 @@ def test_deleting_a_user_during_their_extraction_waits_for_it_then_deletes_its_m
 
     def stalled(request: Any) -> Reply:
         release.wait(30)
-        return Reply(200, _openai_reply(_proposals_citing(request.json)))
+        return Reply(200, openai_reply(_proposals_citing(request.json)))
 
     llm.respond(stalled)
     add(org, chat_turns("My door code is 4711", "Stored safely"))

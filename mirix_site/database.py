@@ -1,0 +1,34 @@
+"""Is a database error the server being out of reach (restarting, failing over, a dropped
+connection) rather than something wrong with the statement or the data? The first kind is
+answered 503 by the API and retried by the workers; the second is a bug or bad input.
+
+Project-level because the API's error handler and the apps' Celery tasks ask the same question.
+"""
+
+from __future__ import annotations
+
+from django.db import InterfaceError, OperationalError
+
+# SQLSTATEs of a server out of reach: class 08 (connection exception), the server shutting
+# down or not yet accepting connections (57P01 admin_shutdown, 57P02 crash_shutdown,
+# 57P03 cannot_connect_now) and no connection slot free (53300 too_many_connections).
+UNREACHABLE_SQLSTATE_CLASS = "08"
+UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """True for a lost or refused connection; False for every other error (a deadlock, a
+    cancelled statement, a constraint, bad data: retrying the request as is would not help or
+    the answer is not "try later")."""
+    if isinstance(error, InterfaceError):
+        # The connection object is closed: it broke during an earlier statement.
+        return True
+    if not isinstance(error, OperationalError):
+        return False
+    # Django re-raises the driver's error as its own, the driver's one as the cause.
+    sqlstate = getattr(error.__cause__, "sqlstate", None)
+    if sqlstate is None:
+        # Raised by the driver itself, not the server: connection refused, socket closed,
+        # server gone mid-statement, connect timeout.
+        return True
+    return sqlstate.startswith(UNREACHABLE_SQLSTATE_CLASS) or sqlstate in UNREACHABLE_SQLSTATES
