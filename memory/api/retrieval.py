@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.selectors import end_user_get
-from memory.api.serializers.memories import secrets_context
+from memory.api.serializers.memories import SECRETS_DENIED_RESPONSE, secrets_context
 from memory.api.serializers.retrieval import (
     RetrieveConversationInputSerializer,
     RetrievedByConversationSerializer,
@@ -97,7 +97,7 @@ class MemorySearchApi(_RetrievalApi):
 
     @extend_schema(
         parameters=[OpenApiParameter("user_id", str, required=True), SearchParamsSerializer],
-        responses=SearchOutputSerializer,
+        responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search one user's memories: BM25 and embeddings, fused with RRF, gated",
     )
     def get(self, request: Request) -> Response:
@@ -109,7 +109,7 @@ class MemorySearchAllUsersApi(MemorySearchApi):
 
     @extend_schema(
         parameters=[SearchParamsSerializer],
-        responses=SearchOutputSerializer,
+        responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search the memories of every user the client may read",
     )
     def get(self, request: Request) -> Response:

@@ -14,6 +14,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
 from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
@@ -28,6 +29,10 @@ MAX_FILTER_TAGS_BYTES = 8192
 
 
 SECRETS_DENIED = "This API key may not show secrets: issue one with create_api_key --secrets."
+# The answer of every endpoint with ``include_secrets`` to a key that may not show them.
+SECRETS_DENIED_RESPONSE = error_response(
+    "include_secrets, from an API key without the secrets permission."
+)
 
 
 def include_secrets_field() -> serializers.BooleanField:
