@@ -71,7 +71,7 @@ def _part_normalize(part: Any, where: str) -> tuple[dict[str, Any], str, str | N
         return {"type": "image_url", "image_url": {"url": url}}, "", url
     if kind == "image":
         image_id = part.get("image_id")
-        if not isinstance(image_id, str) or not _SHA256.match(image_id):
+        if not isinstance(image_id, str) or not _SHA256.fullmatch(image_id):
             raise ValidationError(
                 {f"{where}.image_id": ["Must be the image's sha256 (64 hex characters)."]}
             )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 NOT_A_STRING = "Not a valid string."
@@ -23,8 +25,26 @@ class TextField(_StringsOnly, serializers.CharField):
     pass
 
 
-class PatternField(_StringsOnly, serializers.RegexField):
-    pass
+class WholeMatchValidator(RegexValidator):
+    """The pattern must match the whole value, as it does in the OpenAPI schema: ECMA's ``$``
+    is the end of the text, Python's also matches before a final newline ("bob\\n")."""
+
+    def __call__(self, value: Any) -> None:
+        if not self.regex.fullmatch(str(value)):
+            raise ValidationError(self.message, code=self.code, params={"value": value})
+
+
+class PatternField(TextField):
+    """Text matching ``pattern`` whole. Write the pattern in the dialect ECMA and Python share
+    (no ``\\A``, ``\\Z``, ``\\d``): the schema publishes it for clients to check. Nothing is
+    trimmed: " bob" does not match a pattern without spaces, here or in a client."""
+
+    default_error_messages = {"invalid": "This value does not match the required pattern."}
+
+    def __init__(self, pattern: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        self.validators.append(WholeMatchValidator(pattern, message=self.error_messages["invalid"]))
 
 
 class TextChoiceField(_StringsOnly, serializers.ChoiceField):

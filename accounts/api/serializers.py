@@ -29,7 +29,7 @@ class UserIdField(PatternField):
 class UserQuerySerializer(serializers.Serializer):
     """The end user a request is about, named by its ``user_id`` query parameter."""
 
-    user_id = UserIdField()
+    user_id = UserIdField(help_text="the end user's id")
 
 
 class UserCreateOrGetInputSerializer(serializers.Serializer):

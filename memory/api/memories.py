@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
@@ -15,6 +15,7 @@ from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
 from accounts.api.fields import TextField
 from accounts.api.schema import error_response
+from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
     SECRETS_DENIED_RESPONSE,
@@ -78,7 +79,7 @@ class MemoryAddApi(TenantAPIView):
 
 class MemoryComponentsApi(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True), ComponentsParamsSerializer],
+        parameters=[UserQuerySerializer, ComponentsParamsSerializer],
         responses={
             200: inline_serializer(
                 "MemoryComponents",

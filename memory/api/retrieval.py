@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
+from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import SECRETS_DENIED_RESPONSE, secrets_context
 from memory.api.serializers.retrieval import (
@@ -96,7 +97,7 @@ class MemorySearchApi(_RetrievalApi):
         }
 
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True), SearchParamsSerializer],
+        parameters=[UserQuerySerializer, SearchParamsSerializer],
         responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search one user's memories: BM25 and embeddings, fused with RRF, gated",
     )

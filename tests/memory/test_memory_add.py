@@ -111,6 +111,8 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         ({"session_id": "a" * 65}, "session_id"),
         ({"session_id": "a/b"}, "session_id"),
         ({"session_id": "a b"}, "session_id"),
+        ({"session_id": "a\n"}, "session_id"),
+        ({"filter_tags": {"session_id": "a\n"}}, "filter_tags.session_id"),
         ({"session_id": "s1", "filter_tags": {"session_id": "s2"}}, "filter_tags.session_id"),
         (
             {"messages": turns(user="x" * (django_settings.MESSAGE_MAX_CHARS + 1))},
@@ -149,6 +151,8 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         "session-65",
         "session-slash",
         "session-space",
+        "session-final-newline",
+        "filter-tag-session-final-newline",
         "filter-tag-mismatch",
         "text-too-long",
         "unknown-role",

@@ -13,7 +13,7 @@ from django.db import models
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.fields import PatternField, TextChoiceField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
@@ -23,7 +23,8 @@ from sessions.content import MessageInput, message_normalize
 from sessions.models import Message, Session
 from sessions.sensitive import MASK
 
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+SESSION_ID_INVALID = "1-64 characters: letters, digits, underscore and hyphen only."
 MAX_MESSAGES_PER_ADD = 1000
 MAX_FILTER_TAGS_BYTES = 8192
 
@@ -84,7 +85,12 @@ class MemoryAddInputSerializer(serializers.Serializer):
     messages = serializers.ListField(
         child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
     )
-    session_id = TextField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    session_id = PatternField(
+        SESSION_ID_PATTERN,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": SESSION_ID_INVALID},
+    )
     session_tag = TextChoiceField(
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
@@ -100,24 +106,13 @@ class MemoryAddInputSerializer(serializers.Serializer):
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
         return filter_tags_check(value)
 
-    def validate_session_id(self, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not SESSION_ID_PATTERN.match(value):
-            raise serializers.ValidationError(
-                "1-64 characters: letters, digits, underscore and hyphen only."
-            )
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         tags = attrs.get("filter_tags") or {}
         session_id = attrs.get("session_id")
         tagged = tags.get("session_id")
         if tagged is not None:
-            if not isinstance(tagged, str) or not SESSION_ID_PATTERN.match(tagged):
-                raise serializers.ValidationError(
-                    {"filter_tags.session_id": ["1-64 characters: letters, digits, _ and - only."]}
-                )
+            if not isinstance(tagged, str) or not re.fullmatch(SESSION_ID_PATTERN, tagged):
+                raise serializers.ValidationError({"filter_tags.session_id": [SESSION_ID_INVALID]})
             if session_id is not None and tagged != session_id:
                 raise serializers.ValidationError(
                     {
