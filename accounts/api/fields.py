@@ -10,6 +10,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from rest_framework import serializers
+from rest_framework.fields import empty
+
+from accounts.api.parsers import JsonTooDeepError, json_text_load
 
 NOT_A_STRING = "Not a valid string."
 
@@ -49,3 +52,28 @@ class PatternField(TextField):
 
 class TextChoiceField(_StringsOnly, serializers.ChoiceField):
     pass
+
+
+class JsonTextField(TextField):
+    """JSON carried as text, as a query parameter carries it (``?filter_tags={"a": 1}``), read
+    by the body's rules (``accounts.api.parsers.json_text_load``); empty text is no value
+    (None). ``schema`` is the JSON's own schema: the OpenAPI schema declares the parameter as
+    ``content: application/json`` with it (``accounts.api.schema``), so clients send JSON."""
+
+    def __init__(self, *, schema: dict[str, Any], **kwargs: Any) -> None:
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+        self.json_schema = schema
+
+    def run_validation(self, data: Any = empty) -> Any:
+        value = super().run_validation(data)
+        return None if value == "" else value
+
+    def to_internal_value(self, data: Any) -> Any:
+        text = super().to_internal_value(data)
+        try:
+            return json_text_load(text)
+        except JsonTooDeepError as error:
+            raise serializers.ValidationError(str(error.detail)) from None
+        except ValueError:
+            raise serializers.ValidationError("Not valid JSON.") from None

@@ -18,14 +18,16 @@ with ``error_response``.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ComponentRegistry, force_instance, is_serializer
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
-from accounts.api.fields import TextField
+from accounts.api.fields import JsonTextField, TextField
 from accounts.api.parsers import MAX_JSON_DEPTH
 from accounts.api.permissions import view_writes
 
@@ -80,6 +82,14 @@ HEADERS = {
 }
 
 
+class JsonTextFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = JsonTextField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: AutoSchema, direction: str) -> dict[str, Any]:
+        return copy.deepcopy(self.target.json_schema)
+
+
 class ApiAutoSchema(AutoSchema):
     def get_operation(
         self,
@@ -97,6 +107,9 @@ class ApiAutoSchema(AutoSchema):
             responses.setdefault(str(status), self._error_response(status, description))
         operation["responses"] = dict(sorted(responses.items()))
         return operation
+
+    def _get_parameters(self) -> list[dict[str, Any]]:
+        return [_json_in_query(parameter) for parameter in super()._get_parameters()]
 
     def _error_answers(self, operation: dict[str, Any]) -> dict[int, str]:
         answers: dict[int, str] = {}
@@ -137,3 +150,16 @@ class ApiAutoSchema(AutoSchema):
         if status in HEADERS:
             response["headers"] = HEADERS[status]
         return response
+
+
+def _json_in_query(parameter: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter whose value is an object or a list is JSON text (a ``JsonTextField``,
+    whose empty text means no value): OpenAPI says so with ``content``, rather than the
+    form-exploded ``?key=value`` pairs a bare object schema means in a query."""
+    schema = parameter.get("schema", {})
+    if parameter["in"] != "query" or schema.get("type") not in {"object", "array"}:
+        return parameter
+    rest = {
+        key: value for key, value in parameter.items() if key not in {"schema", "style", "explode"}
+    }
+    return rest | {"allowEmptyValue": True, "content": {"application/json": {"schema": schema}}}

@@ -10,15 +10,16 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from accounts.api.fields import PatternField, TextChoiceField, TextField
+from accounts.api.fields import JsonTextField, PatternField, TextChoiceField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
-from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
+from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
 from sessions.content import MessageInput, message_normalize
 from sessions.models import Message, Session
 from sessions.sensitive import MASK
@@ -55,6 +56,15 @@ def secrets_context(tenant: Tenant, *, requested: bool) -> dict[str, str | None]
     return {"secrets_of": tenant.secrets_of if requested else None}
 
 
+FILTER_TAGS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "additionalProperties": True,
+    "description": f"tag names to values (at most {MAX_FILTER_TAGS_BYTES} bytes of JSON); "
+    "memories keep the tags of the request that produced them",
+}
+
+
 def filter_tags_check(value: Any) -> dict[str, Any]:
     """``filter_tags`` as every endpoint takes it: an object of tag names to values."""
     if value is None:
@@ -64,6 +74,22 @@ def filter_tags_check(value: Any) -> dict[str, Any]:
     if len(json.dumps(value)) > MAX_FILTER_TAGS_BYTES:
         raise serializers.ValidationError(f"At most {MAX_FILTER_TAGS_BYTES} bytes of JSON.")
     return value
+
+
+@extend_schema_field(FILTER_TAGS_SCHEMA)
+class FilterTagsField(serializers.JSONField):
+    """``filter_tags`` in a body: a JSON object (or null, none)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, allow_null=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        return filter_tags_check(super().to_internal_value(data))
+
+
+def filter_tags_query_field(**kwargs: Any) -> JsonTextField:
+    """``filter_tags`` in a query string: the same object, as JSON text."""
+    return JsonTextField(schema=FILTER_TAGS_SCHEMA, required=False, **kwargs)
 
 
 def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
@@ -77,6 +103,15 @@ def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
         ]
     except DjangoValidationError as error:
         raise serializers.ValidationError(error.message_dict) from None
+
+
+@extend_schema_field(
+    FILTER_TAGS_SCHEMA
+    | {"properties": {"session_id": {"type": "string", "pattern": SESSION_ID_PATTERN}}}
+)
+class SessionFilterTagsField(FilterTagsField):
+    """A /memory/add's tags, whose ``session_id`` names the session (MIRIX 0.1.7 clients name
+    it only there)."""
 
 
 class MemoryAddInputSerializer(serializers.Serializer):
@@ -94,7 +129,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
     session_tag = TextChoiceField(
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
-    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    filter_tags = SessionFilterTagsField()
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
     chaining = serializers.BooleanField(required=False)
@@ -102,9 +137,6 @@ class MemoryAddInputSerializer(serializers.Serializer):
     use_cache = serializers.BooleanField(required=False)
     async_add = serializers.BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
-
-    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return filter_tags_check(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         tags = attrs.get("filter_tags") or {}
@@ -164,12 +196,7 @@ class ComponentsParamsSerializer(serializers.Serializer):
     """``GET /memory/components``: which types, how many of each, secrets and superseded
     memories shown or not."""
 
-    memory_type = TextField(
-        required=False,
-        default="all",
-        help_text="all, core, episodic, semantic, procedural, resource, knowledge_vault "
-        "(or knowledge)",
-    )
+    memory_type = TextChoiceField(["all", *memory_type_names()], required=False, default="all")
     limit = serializers.IntegerField(
         required=False,
         default=50,
@@ -182,13 +209,10 @@ class ComponentsParamsSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        name = attrs["memory_type"] or "all"
+        name = attrs["memory_type"]
         if name == "all":
-            return attrs | {"memory_type": name, "memory_types": list(MEMORY_TYPES.values())}
-        memory_type = memory_type_resolve(name)
-        if memory_type is None:
-            raise serializers.ValidationError({"memory_type": [f"Unknown memory type {name!r}."]})
-        return attrs | {"memory_types": [memory_type]}
+            return attrs | {"memory_types": list(MEMORY_TYPES.values())}
+        return attrs | {"memory_types": [memory_type_resolve(name)]}
 
 
 class MemoryDetailParamsSerializer(serializers.Serializer):

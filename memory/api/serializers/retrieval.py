@@ -11,34 +11,21 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from accounts.api.fields import TextChoiceField, TextField
-from accounts.api.parsers import JsonTooDeepError, json_text_load
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import (
+    FilterTagsField,
     MemorySerializer,
     filter_tags_check,
+    filter_tags_query_field,
     include_secrets_field,
     messages_check,
 )
 from memory.models import CoreMemoryBlock
 from memory.query.temporal import date_bounds, temporal_range
 from memory.retrieval.engine import METHODS, SearchOutcome
-from memory.types import MEMORY_TYPES, memory_kinds, memory_type_resolve
+from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
 
 MAX_LIMIT = 100
-
-
-def _filter_tags(raw: Any) -> dict[str, Any]:
-    """``filter_tags`` of a query string arrive as JSON text."""
-    if raw == "":
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json_text_load(raw)
-        except JsonTooDeepError as error:
-            raise serializers.ValidationError(str(error.detail)) from None
-        except ValueError:
-            raise serializers.ValidationError("A JSON object of tag names to values.") from None
-    return filter_tags_check(raw)
 
 
 def _dates_check(attrs: dict[str, Any]) -> None:
@@ -68,10 +55,8 @@ class SearchParamsSerializer(serializers.Serializer):
     time phrase in the query with ``temporal``) and ``temporal_expression``."""
 
     query = TextField(max_length=10_000, trim_whitespace=True)
-    memory_type = TextField(
-        required=False,
-        default="all",
-        help_text="all (default), episodic, semantic, procedural, resource, knowledge_vault",
+    memory_type = TextChoiceField(
+        ["all", *memory_type_names(searchable=True)], required=False, default="all"
     )
     search_field = TextField(
         required=False,
@@ -89,11 +74,7 @@ class SearchParamsSerializer(serializers.Serializer):
         max_value=MAX_LIMIT,
         help_text="per memory type, 1-100 (default 10)",
     )
-    filter_tags = TextField(
-        required=False,
-        allow_blank=True,
-        help_text="JSON object; memories whose tags contain it",
-    )
+    filter_tags = filter_tags_query_field(help_text="memories whose tags contain these")
     similarity_threshold = serializers.FloatField(
         required=False,
         allow_null=True,
@@ -127,20 +108,12 @@ class SearchParamsSerializer(serializers.Serializer):
         help_text="ISO 8601; the moment temporal phrases are read from (now)",
     )
 
-    def validate_filter_tags(self, value: str) -> dict[str, Any]:
-        return _filter_tags(value)
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        name = attrs.get("memory_type") or "all"
-        if name == "all":
-            kinds = memory_kinds()
-        else:
-            memory_type = memory_type_resolve(name)
-            if memory_type is None or memory_type.kind is None:
-                raise serializers.ValidationError(
-                    {"memory_type": [f"Unknown memory type {name!r}."]}
-                )
-            kinds = (memory_type.kind,)
+        name = attrs["memory_type"]
+        kinds = memory_kinds() if name == "all" else (memory_type_resolve(name).kind,)
         field = attrs.get("search_field")
         if field in (None, "", "null", "None"):
             field = None
@@ -212,11 +185,11 @@ class RetrieveTopicParamsSerializer(serializers.Serializer):
     user_id = UserIdField()
     topic = TextField(max_length=10_000)
     limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
-    filter_tags = TextField(required=False, allow_blank=True)
+    filter_tags = filter_tags_query_field()
     use_cache = serializers.BooleanField(required=False)
 
-    def validate_filter_tags(self, value: str) -> dict[str, Any]:
-        return _filter_tags(value)
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
 
 
 class RetrievedByTopicSerializer(serializers.Serializer):
@@ -229,7 +202,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
     user_id = UserIdField()
     messages = serializers.ListField(child=serializers.JSONField(), max_length=1000)
     limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
-    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    filter_tags = FilterTagsField()
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # The moment time phrases are read from ("yesterday" of which day); now by default.
@@ -237,9 +210,6 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
     # Sent by the MIRIX client; accepted and ignored.
     use_cache = serializers.BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
-
-    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return _filter_tags(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         messages = messages_check(attrs["messages"])
