@@ -146,6 +146,11 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         ),
         ({"occurred_at": "yesterday"}, "occurred_at"),
         ({"user_id": "not valid/"}, "user_id"),
+        ({"messages": [{"role": "tool", "content": "ok", "name": 0}]}, "messages.0.name"),
+        (
+            {"messages": [{"role": "tool", "content": "ok", "tool_call_id": []}]},
+            "messages.0.tool_call_id",
+        ),
     ],
     ids=[
         "session-65",
@@ -164,6 +169,8 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         "file-url",
         "bad-occurred-at",
         "bad-user-id",
+        "name-not-a-string",
+        "tool-call-id-not-a-string",
     ],
 )
 def test_invalid_adds_are_422_and_store_nothing(

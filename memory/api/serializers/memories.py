@@ -20,8 +20,9 @@ from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
 from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
+from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
 from sessions.content import MessageInput, message_normalize
-from sessions.models import Message, Session
+from sessions.models import Session
 from sessions.sensitive import MASK
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -95,10 +96,9 @@ def filter_tags_query_field(**kwargs: Any) -> JsonTextField:
 def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
     """Conversation turns as every endpoint takes them, each checked and normalized; errors
     name the message (``messages.3.role``)."""
-    roles = tuple(role.value for role in Message.Role)
     try:
         return [
-            message_normalize(raw, roles=roles, where=f"messages.{index}")
+            message_normalize(raw, roles=MESSAGE_ROLES, where=f"messages.{index}")
             for index, raw in enumerate(raw_messages)
         ]
     except DjangoValidationError as error:
@@ -118,7 +118,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
     user_id = UserIdField(required=False, allow_null=True)
     meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
     messages = serializers.ListField(
-        child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
     )
     session_id = PatternField(
         SESSION_ID_PATTERN,

@@ -24,6 +24,7 @@ from memory.models import CoreMemoryBlock
 from memory.query.temporal import date_bounds, temporal_range
 from memory.retrieval.engine import METHODS, SearchOutcome
 from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
+from sessions.api.serializers import MessageInputField
 
 MAX_LIMIT = 100
 
@@ -200,7 +201,7 @@ class RetrievedByTopicSerializer(serializers.Serializer):
 
 class RetrieveConversationInputSerializer(serializers.Serializer):
     user_id = UserIdField()
-    messages = serializers.ListField(child=serializers.JSONField(), max_length=1000)
+    messages = serializers.ListField(child=MessageInputField(), min_length=1, max_length=1000)
     limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
     filter_tags = FilterTagsField()
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
