@@ -27,6 +27,8 @@ from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_t
 from sessions.api.serializers import MessageInputField
 
 MAX_LIMIT = 100
+# The search_field values that name no field (MIRIX clients send "null").
+NO_SEARCH_FIELD = ("null", "None", "")
 
 
 def _dates_check(attrs: dict[str, Any]) -> None:
@@ -59,11 +61,14 @@ class SearchParamsSerializer(serializers.Serializer):
     memory_type = TextChoiceField(
         ["all", *memory_type_names(searchable=True)], required=False, default="all"
     )
-    search_field = TextField(
+    search_field = TextChoiceField(
+        [*NO_SEARCH_FIELD, *sorted({name for kind in memory_kinds() for name in kind.text_fields})],
         required=False,
         allow_null=True,
         allow_blank=True,
-        help_text="one text field of the type: narrows the keyword lane",
+        help_text="narrows the keyword lane to one text field of the one memory_type searched ("
+        + "; ".join(f"{kind.name}: {', '.join(kind.text_fields)}" for kind in memory_kinds())
+        + "); null (the MIRIX client's default) for every field",
     )
     search_method = TextChoiceField(
         METHODS, required=False, default="hybrid", help_text="default hybrid"
@@ -116,7 +121,7 @@ class SearchParamsSerializer(serializers.Serializer):
         name = attrs["memory_type"]
         kinds = memory_kinds() if name == "all" else (memory_type_resolve(name).kind,)
         field = attrs.get("search_field")
-        if field in (None, "", "null", "None"):
+        if field is None or field in NO_SEARCH_FIELD:
             field = None
         elif len(kinds) != 1 or field not in kinds[0].text_fields:
             raise serializers.ValidationError(
