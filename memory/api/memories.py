@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
@@ -24,6 +24,7 @@ from memory.api.serializers.memories import (
     MemoryAddOutputSerializer,
     MemoryDetailParamsSerializer,
     MemorySerializer,
+    MemoryUpdateSerializer,
     UserScopedInputSerializer,
     memory_update_serializer,
     secrets_context,
@@ -32,10 +33,13 @@ from memory.retrieval.spaces import write_embedders
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.services.records import MemoryReadOnlyError
-from memory.types import MemoryType, memory_type_resolve
+from memory.types import MemoryType, memory_type_names, memory_type_resolve
 from sessions.services import SessionClosedError, SessionTagMismatchError
 
 READ_ONLY_MEMORY = "This memory belongs to another client; it is read-only here."
+MEMORY_TYPE_IN_PATH = OpenApiParameter(
+    "memory_type", str, OpenApiParameter.PATH, enum=memory_type_names(), description="its type"
+)
 READ_ONLY_MEMORY_RESPONSE = error_response(f"{READ_ONLY_MEMORY} Or the API key is read-only.")
 
 
@@ -196,8 +200,8 @@ class MemoryDetailApi(TenantAPIView):
         return memory_type, row
 
     @extend_schema(
-        parameters=[MemoryDetailParamsSerializer],
-        request=inline_serializer("MemoryUpdate", {"summary": TextField(required=False)}),
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
+        request=MemoryUpdateSerializer,
         responses={200: MemorySerializer, 403: READ_ONLY_MEMORY_RESPONSE},
         summary="Edit a memory (its search text and embeddings follow)",
     )
@@ -226,7 +230,7 @@ class MemoryDetailApi(TenantAPIView):
         return Response(MemorySerializer(row, context={"memory_type": found}).data)
 
     @extend_schema(
-        parameters=[MemoryDetailParamsSerializer],
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
         responses={
             200: inline_serializer(
                 "MemoryDeleted",

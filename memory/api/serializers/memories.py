@@ -10,6 +10,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
@@ -216,6 +218,11 @@ class ComponentsParamsSerializer(serializers.Serializer):
 
 
 class MemoryDetailParamsSerializer(serializers.Serializer):
+    user_id = UserIdField(
+        required=False,
+        help_text="the user a procedural memory belongs to (procedural memories are addressed "
+        "within one user: required for them)",
+    )
     include_superseded = serializers.BooleanField(
         required=False,
         default=False,
@@ -266,23 +273,72 @@ class MemorySerializer(serializers.Serializer):
         return data
 
 
+def _editable_field(name: str) -> serializers.Field:
+    """The field a PATCH changes ``name`` with (every one optional)."""
+    optional: dict[str, Any] = {"required": False}
+    if name == "occurred_at":
+        return serializers.DateTimeField(default_timezone=UTC, **optional)
+    if name == "steps":
+        return serializers.ListField(child=TextField(max_length=2000), max_length=100, **optional)
+    if name == "limit":
+        return serializers.IntegerField(min_value=1, max_value=100_000, **optional)
+    if name == "sensitivity":
+        return TextChoiceField(["low", "medium", "high"], **optional)
+    return TextField(allow_blank=True, max_length=65_536, **optional)
+
+
+class _MemoryUpdateSerializer(serializers.Serializer):
+    """A PATCH body: a field the memory's type does not edit is refused, not dropped."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict):
+            editable = ", ".join(self.fields)
+            unknown = {
+                str(name): [f"Not an editable field here; editable: {editable}."]
+                for name in data
+                if name not in self.fields
+            }
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+def _update_serializer(
+    name: str, fields: tuple[str, ...], doc: str
+) -> type[serializers.Serializer]:
+    attributes = {field: _editable_field(field) for field in fields}
+    return type(name, (_MemoryUpdateSerializer,), {**attributes, "__doc__": doc})
+
+
+_UPDATE_SERIALIZERS = {
+    memory_type.name: _update_serializer(
+        f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
+        memory_type.editable_fields,
+        f"The editable fields of a {memory_type.name} memory.",
+    )
+    for memory_type in MEMORY_TYPES.values()
+}
+# The PATCH body the schema declares: a memory's type decides which of these it takes, and
+# one path serves every type.
+MemoryUpdateSerializer = _update_serializer(
+    "MemoryUpdateSerializer",
+    tuple(dict.fromkeys(name for type_ in MEMORY_TYPES.values() for name in type_.editable_fields)),
+    "At least one field to change, among the editable fields of the memory's type: "
+    + "; ".join(
+        f"{name}: {', '.join(type_.editable_fields)}" for name, type_ in MEMORY_TYPES.items()
+    )
+    + ".",
+)
+
+
+class MemoryUpdateSchema(OpenApiSerializerExtension):
+    target_class = MemoryUpdateSerializer
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: str) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return schema | {"minProperties": 1, "additionalProperties": False}
+
+
 def memory_update_serializer(memory_type: MemoryType) -> type[serializers.Serializer]:
     """The PATCH body of one memory type: its editable fields, all optional."""
-    optional = {"required": False}
-    field_types: dict[str, serializers.Field] = {
-        "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
-        "steps": serializers.ListField(
-            child=TextField(max_length=2000), max_length=100, **optional
-        ),
-        "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
-        "sensitivity": TextChoiceField(["low", "medium", "high"], **optional),
-    }
-    fields = {
-        name: field_types.get(name) or TextField(allow_blank=True, max_length=65_536, **optional)
-        for name in memory_type.editable_fields
-    }
-    return type(
-        f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
-        (serializers.Serializer,),
-        fields,
-    )
+    return _UPDATE_SERIALIZERS[memory_type.name]
