@@ -14,6 +14,7 @@ from accounts.api.fields import TextChoiceField, TextField
 from memory.agent_config import (
     COMPONENT_AGENT_TYPES,
     PROVIDERS,
+    config_schema,
     meta_agent_settings_from_config,
     meta_agent_settings_from_provider,
 )
@@ -22,8 +23,16 @@ from memory.models import MetaAgent
 # --- Meta agent initialization ----------------------------------------------------------------
 
 
+@extend_schema_field(config_schema())
+class MetaAgentConfigField(serializers.DictField):
+    """A MIRIX ``config`` object, read by ``meta_agent_settings_from_config``."""
+
+
 class MetaAgentInitializeInputSerializer(serializers.Serializer):
-    config = serializers.DictField(required=False, allow_null=True)
+    """Either ``provider`` (quick setup, with ``api_key`` and ``model``) or a ``config`` that
+    is not empty; ``provider`` wins when both are given."""
+
+    config = MetaAgentConfigField(required=False, allow_null=True)
     provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
     api_key = TextField(required=False, allow_null=True, allow_blank=True, max_length=500)
     model = TextField(required=False, allow_null=True, allow_blank=True, max_length=200)
