@@ -417,6 +417,11 @@ def _fields_schema(fields: dict[str, str]) -> dict[str, dict[str, Any]]:
 def config_schema() -> dict[str, Any]:
     """The JSON schema of a ``config`` as ``meta_agent_settings_from_config`` takes it."""
     named = {"type": "string", "pattern": NOT_BLANK}
+    known = {"enum": sorted(KNOWN_EMBEDDING_DIMS)}
+    dimensioned = {
+        "required": ["embedding_dim"],
+        "properties": {"embedding_dim": {"type": "integer"}},
+    }
     llm = {
         "type": "object",
         "nullable": True,
@@ -424,7 +429,7 @@ def config_schema() -> dict[str, Any]:
         "properties": _fields_schema(LLM_INPUT_FIELDS)
         | {
             "model": named,
-            "model_endpoint_type": {"enum": sorted(LLM_ENDPOINT_TYPES), "nullable": True},
+            "model_endpoint_type": {"enum": [*sorted(LLM_ENDPOINT_TYPES), None], "nullable": True},
             "context_window": {"type": "integer", "minimum": 1, "nullable": True},
         },
         "description": "without it, the server's own model; api_key is stored encrypted",
@@ -435,17 +440,31 @@ def config_schema() -> dict[str, Any]:
         "properties": _fields_schema(EMBEDDING_INPUT_FIELDS)
         | {
             "embedding_endpoint_type": {
-                "enum": sorted(EMBEDDING_ENDPOINT_TYPES),
+                "enum": [*sorted(EMBEDDING_ENDPOINT_TYPES), None],
                 "nullable": True,
             },
             "embedding_dim": {"type": "integer", "minimum": 1, "nullable": True},
         },
-        "anyOf": [
-            {"required": ["embedding_model"], "properties": {"embedding_model": named}},
-            {"required": ["model"], "properties": {"model": named}},
+        "allOf": [
+            {
+                "anyOf": [
+                    {"required": ["embedding_model"], "properties": {"embedding_model": named}},
+                    {"required": ["model"], "properties": {"model": named}},
+                ]
+            },
+            {
+                "anyOf": [
+                    dimensioned,
+                    {"required": ["embedding_model"], "properties": {"embedding_model": known}},
+                    {
+                        "required": ["model"],
+                        "properties": {"model": known, "embedding_model": {"not": named}},
+                    },
+                ]
+            },
         ],
         "description": "the model in embedding_model (or model); embedding_dim is required "
-        f"unless the model is one of {', '.join(sorted(KNOWN_EMBEDDING_DIMS))}",
+        "unless the server knows the model's",
     }
     block = {
         "type": "object",
