@@ -1,6 +1,8 @@
-"""The API's text fields. DRF's take a number where a string is due (``{"user_id": 12345}``
-becomes "12345"); a client that sends a number there has a bug it should hear about, so ours
-take JSON strings only. Every serializer of the project declares text with these
+"""The API's fields of text, numbers and booleans. DRF's take a number where a string is due
+(``{"user_id": 12345}`` becomes "12345") and text or a number where a boolean is due (``"yes"``,
+``0.0``); a client that sends those has a bug it should hear about, and the schema says so, so
+in a JSON body ours take the JSON type they declare. In a query string every value is text,
+read as DRF reads it. Every serializer of the project declares these fields with these
 (``tests/test_project.py`` holds it to that)."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
+from django.http import QueryDict
 from rest_framework import serializers
 from rest_framework.fields import empty
 
@@ -52,6 +55,36 @@ class PatternField(TextField):
 
 class TextChoiceField(_StringsOnly, serializers.ChoiceField):
     pass
+
+
+def _reads_query_string(field: serializers.Field) -> bool:
+    return isinstance(getattr(field.root, "initial_data", None), QueryDict)
+
+
+class _JsonTyped:
+    """In a JSON body, only values of ``json_types`` (a boolean is no number)."""
+
+    json_types: tuple[type, ...] = ()
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not _reads_query_string(self) and (  # type: ignore[arg-type]
+            not isinstance(data, self.json_types)
+            or (isinstance(data, bool) and bool not in self.json_types)
+        ):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class BooleanField(_JsonTyped, serializers.BooleanField):
+    json_types = (bool,)
+
+
+class IntegerField(_JsonTyped, serializers.IntegerField):
+    json_types = (int,)
+
+
+class FloatField(_JsonTyped, serializers.FloatField):
+    json_types = (int, float)
 
 
 class JsonTextField(TextField):

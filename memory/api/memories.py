@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
-from accounts.api.fields import TextField
+from accounts.api.fields import BooleanField, IntegerField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
@@ -88,12 +88,12 @@ class MemoryComponentsApi(TenantAPIView):
             200: inline_serializer(
                 "MemoryComponents",
                 {
-                    "success": serializers.BooleanField(),
+                    "success": BooleanField(),
                     "user_id": TextField(),
                     "memory_type": TextField(),
-                    "limit": serializers.IntegerField(),
+                    "limit": IntegerField(),
                     "memories": serializers.DictField(child=MemorySerializer(many=True)),
-                    "counts": serializers.DictField(child=serializers.IntegerField()),
+                    "counts": serializers.DictField(child=IntegerField()),
                 },
             ),
             403: SECRETS_DENIED_RESPONSE,
@@ -138,9 +138,9 @@ class MemoryClearApi(TenantAPIView):
         responses=inline_serializer(
             "MemoryCleared",
             {
-                "success": serializers.BooleanField(),
+                "success": BooleanField(),
                 "message": TextField(),
-                "deleted": serializers.DictField(child=serializers.IntegerField()),
+                "deleted": serializers.DictField(child=IntegerField()),
             },
         ),
         summary="Delete every memory this client holds about the user",
@@ -165,8 +165,8 @@ class UserMemoriesApi(TenantAPIView):
             200: inline_serializer(
                 "UserMemoriesDeleted",
                 {
-                    "success": serializers.BooleanField(),
-                    "deleted": serializers.DictField(child=serializers.IntegerField()),
+                    "success": BooleanField(),
+                    "deleted": serializers.DictField(child=IntegerField()),
                 },
             )
         },
@@ -235,7 +235,7 @@ class MemoryDetailApi(TenantAPIView):
             200: inline_serializer(
                 "MemoryDeleted",
                 {
-                    "success": serializers.BooleanField(),
+                    "success": BooleanField(),
                     "id": TextField(),
                     "memory_type": TextField(),
                 },

@@ -151,6 +151,9 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
             {"messages": [{"role": "tool", "content": "ok", "tool_call_id": []}]},
             "messages.0.tool_call_id",
         ),
+        # JSON's own types, as the schema declares them (DRF took 0.0 and "yes" for booleans).
+        ({"verbose": 0.0}, "verbose"),
+        ({"async_add": "yes"}, "async_add"),
     ],
     ids=[
         "session-65",
@@ -171,6 +174,8 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         "bad-user-id",
         "name-not-a-string",
         "tool-call-id-not-a-string",
+        "boolean-as-number",
+        "boolean-as-text",
     ],
 )
 def test_invalid_adds_are_422_and_store_nothing(

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 from memory.agent_config import (
     COMPONENT_AGENT_TYPES,
     PROVIDERS,
@@ -36,7 +36,7 @@ class MetaAgentInitializeInputSerializer(serializers.Serializer):
     provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
     api_key = TextField(required=False, allow_null=True, allow_blank=True, max_length=500)
     model = TextField(required=False, allow_null=True, allow_blank=True, max_length=200)
-    update_agents = serializers.BooleanField(required=False, default=True)
+    update_agents = BooleanField(required=False, default=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         provider, config = attrs.get("provider"), attrs.get("config")
@@ -64,15 +64,15 @@ class LLMConfigSerializer(serializers.Serializer):
     model_endpoint_type = TextField()
     model_endpoint = TextField(required=False, allow_null=True)
     model_wrapper = TextField(required=False, allow_null=True)
-    context_window = serializers.IntegerField()
-    temperature = serializers.FloatField(required=False)
-    max_tokens = serializers.IntegerField(required=False, allow_null=True)
+    context_window = IntegerField()
+    temperature = FloatField(required=False)
+    max_tokens = IntegerField(required=False, allow_null=True)
     handle = TextField(required=False, allow_null=True)
-    enable_reasoner = serializers.BooleanField(required=False)
+    enable_reasoner = BooleanField(required=False)
     reasoning_effort = TextField(required=False, allow_null=True)
-    max_reasoning_tokens = serializers.IntegerField(required=False)
-    put_inner_thoughts_in_kwargs = serializers.BooleanField(required=False, allow_null=True)
-    is_local_model = serializers.BooleanField(required=False, allow_null=True)
+    max_reasoning_tokens = IntegerField(required=False)
+    put_inner_thoughts_in_kwargs = BooleanField(required=False, allow_null=True)
+    is_local_model = BooleanField(required=False, allow_null=True)
     api_version = TextField(required=False, allow_null=True)
     azure_endpoint = TextField(required=False, allow_null=True)
     azure_deployment = TextField(required=False, allow_null=True)
@@ -82,8 +82,8 @@ class EmbeddingConfigSerializer(serializers.Serializer):
     embedding_model = TextField()
     embedding_endpoint_type = TextField()
     embedding_endpoint = TextField(required=False, allow_null=True)
-    embedding_dim = serializers.IntegerField()
-    embedding_chunk_size = serializers.IntegerField(required=False, allow_null=True)
+    embedding_dim = IntegerField()
+    embedding_chunk_size = IntegerField(required=False, allow_null=True)
     handle = TextField(required=False, allow_null=True)
     azure_endpoint = TextField(required=False, allow_null=True)
     azure_version = TextField(required=False, allow_null=True)
@@ -94,7 +94,7 @@ class BlockSerializer(serializers.Serializer):
     id = TextField()
     label = TextField()
     value = TextField(allow_blank=True)
-    limit = serializers.IntegerField()
+    limit = IntegerField()
     agent_id = TextField()
     organization_id = TextField()
 

@@ -16,7 +16,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from accounts.api.fields import JsonTextField, PatternField, TextChoiceField, TextField
+from accounts.api.fields import (
+    BooleanField,
+    IntegerField,
+    JsonTextField,
+    PatternField,
+    TextChoiceField,
+    TextField,
+)
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
@@ -40,9 +47,9 @@ SECRETS_DENIED_RESPONSE = error_response(
 )
 
 
-def include_secrets_field() -> serializers.BooleanField:
+def include_secrets_field() -> BooleanField:
     """The one ``include_secrets`` parameter of every endpoint that returns memories."""
-    return serializers.BooleanField(
+    return BooleanField(
         required=False,
         default=False,
         help_text="show knowledge-vault values the caller's client wrote, in plain text "
@@ -134,10 +141,10 @@ class MemoryAddInputSerializer(serializers.Serializer):
     filter_tags = SessionFilterTagsField()
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
-    chaining = serializers.BooleanField(required=False)
-    verbose = serializers.BooleanField(required=False)
-    use_cache = serializers.BooleanField(required=False)
-    async_add = serializers.BooleanField(required=False)
+    chaining = BooleanField(required=False)
+    verbose = BooleanField(required=False)
+    use_cache = BooleanField(required=False)
+    async_add = BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -177,11 +184,11 @@ class MemoryAddInputSerializer(serializers.Serializer):
 
 
 class MemoryAddOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     message = TextField()
     status = TextChoiceField(["queued", "stored"])
     agent_id = TextField(allow_null=True)
-    message_count = serializers.IntegerField()
+    message_count = IntegerField()
     session_id = TextField(allow_null=True)
     message_ids = serializers.ListField(child=TextField())
 
@@ -199,14 +206,14 @@ class ComponentsParamsSerializer(serializers.Serializer):
     memories shown or not."""
 
     memory_type = TextChoiceField(["all", *memory_type_names()], required=False, default="all")
-    limit = serializers.IntegerField(
+    limit = IntegerField(
         required=False,
         default=50,
         max_value=MAX_COMPONENTS_LIMIT,
         help_text="per type; 0 or less: all",
     )
     include_secrets = include_secrets_field()
-    include_superseded = serializers.BooleanField(
+    include_superseded = BooleanField(
         required=False, default=False, help_text="also memories another one has replaced"
     )
 
@@ -223,7 +230,7 @@ class MemoryDetailParamsSerializer(serializers.Serializer):
         help_text="the user a procedural memory belongs to (procedural memories are addressed "
         "within one user: required for them)",
     )
-    include_superseded = serializers.BooleanField(
+    include_superseded = BooleanField(
         required=False,
         default=False,
         help_text="reach a memory another one has replaced (otherwise 404)",
@@ -281,7 +288,7 @@ def _editable_field(name: str) -> serializers.Field:
     if name == "steps":
         return serializers.ListField(child=TextField(max_length=2000), max_length=100, **optional)
     if name == "limit":
-        return serializers.IntegerField(min_value=1, max_value=100_000, **optional)
+        return IntegerField(min_value=1, max_value=100_000, **optional)
     if name == "sensitivity":
         return TextChoiceField(["low", "medium", "high"], **optional)
     return TextField(allow_blank=True, max_length=65_536, **optional)

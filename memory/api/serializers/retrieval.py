@@ -10,7 +10,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import (
     FilterTagsField,
@@ -73,7 +73,7 @@ class SearchParamsSerializer(serializers.Serializer):
     search_method = TextChoiceField(
         METHODS, required=False, default="hybrid", help_text="default hybrid"
     )
-    limit = serializers.IntegerField(
+    limit = IntegerField(
         required=False,
         default=10,
         min_value=1,
@@ -81,7 +81,7 @@ class SearchParamsSerializer(serializers.Serializer):
         help_text="per memory type, 1-100 (default 10)",
     )
     filter_tags = filter_tags_query_field(help_text="memories whose tags contain these")
-    similarity_threshold = serializers.FloatField(
+    similarity_threshold = FloatField(
         required=False,
         allow_null=True,
         min_value=0.0,
@@ -101,7 +101,7 @@ class SearchParamsSerializer(serializers.Serializer):
         help_text="ISO 8601; episodic memories only",
     )
     include_secrets = include_secrets_field()
-    temporal = serializers.BooleanField(
+    temporal = BooleanField(
         required=False,
         default=False,
         help_text="read a phrase pinning a past time in the query ('a week ago', 'in March') "
@@ -162,7 +162,7 @@ class SearchResultSerializer(MemorySerializer):
 
 
 class SearchOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     query = TextField()
     memory_type = TextField()
     search_field = TextField(allow_null=True)
@@ -170,7 +170,7 @@ class SearchOutputSerializer(serializers.Serializer):
     date_range = serializers.DictField(allow_null=True)
     temporal_expression = TextField(allow_null=True)
     results = SearchResultSerializer(many=True)
-    count = serializers.IntegerField()
+    count = IntegerField()
 
 
 def memories_grouped(
@@ -190,16 +190,16 @@ def memories_grouped(
 class RetrieveTopicParamsSerializer(serializers.Serializer):
     user_id = UserIdField()
     topic = TextField(max_length=10_000)
-    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    limit = IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
     filter_tags = filter_tags_query_field()
-    use_cache = serializers.BooleanField(required=False)
+    use_cache = BooleanField(required=False)
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
         return filter_tags_check(value)
 
 
 class RetrievedByTopicSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     topic = TextField()
     memories = serializers.DictField(child=SearchResultSerializer(many=True))
 
@@ -207,14 +207,14 @@ class RetrievedByTopicSerializer(serializers.Serializer):
 class RetrieveConversationInputSerializer(serializers.Serializer):
     user_id = UserIdField()
     messages = serializers.ListField(child=MessageInputField(), min_length=1, max_length=1000)
-    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    limit = IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
     filter_tags = FilterTagsField()
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # The moment time phrases are read from ("yesterday" of which day); now by default.
     as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; accepted and ignored.
-    use_cache = serializers.BooleanField(required=False)
+    use_cache = BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +237,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
 
 
 class RetrievedByConversationSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     topics = serializers.ListField(child=TextField())
     temporal_expression = TextField(allow_null=True)
     date_range = serializers.DictField(allow_null=True)
