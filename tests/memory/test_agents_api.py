@@ -120,6 +120,11 @@ def test_initialize_rejects_what_it_cannot_understand(org: TenantFixture) -> Non
         ),
         ({"config": {"llm_config": {"model": "m", "api_key": 42}}}, "config.llm_config.api_key"),
         ({"config": {"meta_agent_config": 0}}, "config.meta_agent_config"),
+        # A provider wins over a config, which must still be one.
+        (
+            {"provider": "openai", "config": {"llm_config": {"model": 7}}},
+            "config.llm_config.model",
+        ),
         (
             {"config": {"meta_agent_config": {"agents": [{"core_memory_agent": 5}]}}},
             "config.meta_agent_config.agents.0.core_memory_agent",

@@ -30,7 +30,7 @@ class MetaAgentConfigField(serializers.DictField):
 
 class MetaAgentInitializeInputSerializer(serializers.Serializer):
     """Either ``provider`` (quick setup, with ``api_key`` and ``model``) or a ``config`` that
-    is not empty; ``provider`` wins when both are given."""
+    is not empty; ``provider`` wins when both are given, but a config given is valid."""
 
     config = MetaAgentConfigField(required=False, allow_null=True)
     provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
@@ -40,17 +40,19 @@ class MetaAgentInitializeInputSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         provider, config = attrs.get("provider"), attrs.get("config")
+        if not provider and not config:
+            raise serializers.ValidationError(
+                {"config": ["Give either `provider` (quick setup) or a `config` object."]}
+            )
         try:
-            if provider:
-                agent_settings = meta_agent_settings_from_provider(
+            from_config = meta_agent_settings_from_config(config) if config else None
+            agent_settings = (
+                meta_agent_settings_from_provider(
                     provider=provider, api_key=attrs.get("api_key"), model=attrs.get("model")
                 )
-            elif config:
-                agent_settings = meta_agent_settings_from_config(config)
-            else:
-                raise serializers.ValidationError(
-                    {"config": ["Give either `provider` (quick setup) or a `config` object."]}
-                )
+                if provider
+                else from_config
+            )
         except DjangoValidationError as error:
             raise serializers.ValidationError(error.message_dict) from None
         return {"agent_settings": agent_settings, "update": attrs["update_agents"]}
