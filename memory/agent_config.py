@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from accounts.api.fields import NOT_BLANK_PATTERN
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.embeddings import (
     GEMINI_MODEL_DIMENSIONS,
@@ -114,8 +115,6 @@ _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "number": (int, float),
     "boolean": (bool,),
 }
-# A name that is not blank, in the dialect ECMA and Python share (the schema publishes it).
-NOT_BLANK = r"[^ \t\n\r\f\v]"
 
 # Quick-setup defaults for `initialize_meta_agent(provider=...)`, as the MIRIX client documents.
 PROVIDER_DEFAULTS: dict[str, dict[str, dict[str, Any] | None]] = {
@@ -255,7 +254,7 @@ def _typed(raw: Any, fields: dict[str, str], *, where: str) -> dict[str, Any]:
 
 
 def _named(value: Any) -> bool:
-    return isinstance(value, str) and re.search(NOT_BLANK, value) is not None
+    return isinstance(value, str) and re.search(NOT_BLANK_PATTERN, value) is not None
 
 
 def _llm_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
@@ -416,7 +415,7 @@ def _fields_schema(fields: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 def config_schema() -> dict[str, Any]:
     """The JSON schema of a ``config`` as ``meta_agent_settings_from_config`` takes it."""
-    named = {"type": "string", "pattern": NOT_BLANK}
+    named = {"type": "string", "pattern": NOT_BLANK_PATTERN}
     known = {"enum": sorted(KNOWN_EMBEDDING_DIMS)}
     dimensioned = {
         "required": ["embedding_dim"],

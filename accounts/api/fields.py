@@ -27,8 +27,22 @@ class _StringsOnly:
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
+# A character str.strip() keeps, spelled out code point by code point so that ECMA (clients,
+# the schema) and Python read the class alike: text holding one is not blank once trimmed.
+NOT_BLANK_PATTERN = "[^{}]".format(
+    "".join(f"\\u{ord(char):04x}" for char in map(chr, range(0x10000)) if char.isspace())
+)
+
+
 class TextField(_StringsOnly, serializers.CharField):
-    pass
+    """Trimmed (unless ``trim_whitespace=False``), and then refused if blank unless
+    ``allow_blank``: the schema states that with ``NOT_BLANK_PATTERN``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.trim_whitespace and not self.allow_blank:
+            # Never fails: CharField refuses blank text first. It puts the rule in the schema.
+            self.validators.append(RegexValidator(NOT_BLANK_PATTERN))
 
 
 class WholeMatchValidator(RegexValidator):
