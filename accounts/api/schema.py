@@ -14,6 +14,10 @@ What an operation is decides what it may answer:
 
 Views declare only the errors particular to them (a conflict, a permission a parameter needs)
 with ``error_response``.
+
+Query parameters are declared as the API reads them: an optional one may be empty (DRF reads
+``?limit=`` as no limit given), text holds no NUL, and an object is JSON text
+(``content: application/json``).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ INVALID = {
     422: "Invalid input: `fields` names each parameter or body field at fault (a NUL "
     "character in any query parameter included)."
 }
+NO_NUL_PATTERN = "^[^\\u0000]*$"
 HEADERS = {
     401: {
         "WWW-Authenticate": {
@@ -109,7 +114,8 @@ class ApiAutoSchema(AutoSchema):
         return operation
 
     def _get_parameters(self) -> list[dict[str, Any]]:
-        return [_json_in_query(parameter) for parameter in super()._get_parameters()]
+        parameters = super()._get_parameters()
+        return [_json_in_query(_nul_refused(_empty_allowed(p))) for p in parameters]
 
     def _error_answers(self, operation: dict[str, Any]) -> dict[int, str]:
         answers: dict[int, str] = {}
@@ -152,6 +158,29 @@ class ApiAutoSchema(AutoSchema):
         return response
 
 
+def _empty_allowed(parameter: dict[str, Any]) -> dict[str, Any]:
+    """DRF reads ``?limit=`` in a query string as no limit given (``Field.get_value``): an
+    optional query parameter may be empty."""
+    if parameter["in"] == "query" and not parameter.get("required"):
+        return parameter | {"allowEmptyValue": True}
+    return parameter
+
+
+def _nul_refused(parameter: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's text holds no NUL (``accounts.api.middleware`` answers 422)."""
+    schema = parameter.get("schema", {})
+    if (
+        parameter["in"] != "query"
+        or schema.get("type") != "string"
+        or {"enum", "format"} & set(schema)
+    ):
+        return parameter
+    no_nul = {"pattern": NO_NUL_PATTERN}
+    if "pattern" in schema:
+        return parameter | {"schema": schema | {"allOf": [no_nul]}}
+    return parameter | {"schema": schema | no_nul}
+
+
 def _json_in_query(parameter: dict[str, Any]) -> dict[str, Any]:
     """A query parameter whose value is an object or a list is JSON text (a ``JsonTextField``,
     whose empty text means no value): OpenAPI says so with ``content``, rather than the
@@ -162,4 +191,4 @@ def _json_in_query(parameter: dict[str, Any]) -> dict[str, Any]:
     rest = {
         key: value for key, value in parameter.items() if key not in {"schema", "style", "explode"}
     }
-    return rest | {"allowEmptyValue": True, "content": {"application/json": {"schema": schema}}}
+    return rest | {"content": {"application/json": {"schema": schema}}}
