@@ -3,7 +3,7 @@
 invalid ones refused; no 500; auth not ignored; deleted objects gone) over every operation of
 /api/schema/, against the live server with a real API key, and finds nothing.
 
-``tests/schemathesis.toml`` bounds the run (a fixed seed, deterministic cases);
+``tests/schemathesis.toml`` bounds the run (the same cases every run, about a minute);
 ``tests/schemathesis_hooks.py`` holds the rules between fields that the schema cannot state.
 """
 
