@@ -124,6 +124,10 @@ class SessionFilterTagsField(FilterTagsField):
 
 
 class MemoryAddInputSerializer(serializers.Serializer):
+    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
+    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
+    do), and by both only if they are equal."""
+
     user_id = UserIdField(required=False, allow_null=True)
     meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
     messages = serializers.ListField(

@@ -98,7 +98,7 @@ class SearchParamsSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default_timezone=UTC,
-        help_text="ISO 8601; episodic memories only",
+        help_text="ISO 8601, not before start_date; episodic memories only",
     )
     include_secrets = include_secrets_field()
     temporal = BooleanField(
@@ -205,6 +205,9 @@ class RetrievedByTopicSerializer(serializers.Serializer):
 
 
 class RetrieveConversationInputSerializer(serializers.Serializer):
+    """A conversation to retrieve for: some message holds text or an image; start_date is not
+    after end_date."""
+
     user_id = UserIdField()
     messages = serializers.ListField(child=MessageInputField(), min_length=1, max_length=1000)
     limit = IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
