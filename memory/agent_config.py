@@ -8,12 +8,14 @@ field, rather than being stored and failing later.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from accounts.api.fields import NOT_BLANK_PATTERN
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.providers.embeddings import (
     GEMINI_MODEL_DIMENSIONS,
@@ -71,35 +73,48 @@ EMBEDDING_ENDPOINT_TYPES = frozenset(
         "together",
     }
 )
-LLM_FIELDS = (
-    "model",
-    "model_endpoint_type",
-    "model_endpoint",
-    "model_wrapper",
-    "context_window",
-    "temperature",
-    "max_tokens",
-    "enable_reasoner",
-    "reasoning_effort",
-    "max_reasoning_tokens",
-    "put_inner_thoughts_in_kwargs",
-    "is_local_model",
-    "api_version",
-    "azure_endpoint",
-    "azure_deployment",
-    "handle",
-)
-EMBEDDING_FIELDS = (
-    "embedding_endpoint_type",
-    "embedding_endpoint",
-    "embedding_model",
-    "embedding_dim",
-    "embedding_chunk_size",
-    "azure_endpoint",
-    "azure_version",
-    "azure_deployment",
-    "handle",
-)
+# The fields of a config that are kept, with their JSON types: the AgentState the MIRIX client
+# parses declares the same, so a value of another type is refused rather than stored and
+# answered. None (or an absent field) is no value.
+LLM_FIELDS = {
+    "model": "string",
+    "model_endpoint_type": "string",
+    "model_endpoint": "string",
+    "model_wrapper": "string",
+    "context_window": "integer",
+    "temperature": "number",
+    "max_tokens": "integer",
+    "enable_reasoner": "boolean",
+    "reasoning_effort": "string",
+    "max_reasoning_tokens": "integer",
+    "put_inner_thoughts_in_kwargs": "boolean",
+    "is_local_model": "boolean",
+    "api_version": "string",
+    "azure_endpoint": "string",
+    "azure_deployment": "string",
+    "handle": "string",
+}
+EMBEDDING_FIELDS = {
+    "embedding_endpoint_type": "string",
+    "embedding_endpoint": "string",
+    "embedding_model": "string",
+    "embedding_dim": "integer",
+    "embedding_chunk_size": "integer",
+    "azure_endpoint": "string",
+    "azure_version": "string",
+    "azure_deployment": "string",
+    "handle": "string",
+}
+# Read from a config but not kept in it: the provider key (stored encrypted) and MIRIX's other
+# name for the embedding model.
+LLM_INPUT_FIELDS = {**LLM_FIELDS, "api_key": "string"}
+EMBEDDING_INPUT_FIELDS = {**EMBEDDING_FIELDS, "model": "string", "api_key": "string"}
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
 
 # Quick-setup defaults for `initialize_meta_agent(provider=...)`, as the MIRIX client documents.
 PROVIDER_DEFAULTS: dict[str, dict[str, dict[str, Any] | None]] = {
@@ -177,6 +192,7 @@ COMPONENT_AGENT_TYPES = {
     "knowledge_vault": "knowledge_memory_agent",
 }
 CORE_BLOCK_LIMIT = 5000
+BLOCK_FIELDS = {"label": "string", "value": "string", "limit": "integer"}
 DEFAULT_CORE_BLOCKS = (
     {"label": "human", "value": "", "limit": CORE_BLOCK_LIMIT},
     {"label": "persona", "value": "I am a helpful assistant.", "limit": CORE_BLOCK_LIMIT},
@@ -220,13 +236,32 @@ def server_llm_config() -> dict[str, Any]:
     }
 
 
-def _llm_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
+def _typed(raw: Any, fields: dict[str, str], *, where: str) -> dict[str, Any]:
+    """The values of ``fields`` in ``raw`` that are not None, each of its JSON type."""
     if not isinstance(raw, dict):
         raise ValidationError({where: ["Must be an object."]})
-    model = raw.get("model")
-    if not isinstance(model, str) or not model.strip():
+    values = {}
+    for name, json_type in fields.items():
+        value = raw.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, _PYTHON_TYPES[json_type]) or (
+            isinstance(value, bool) and json_type != "boolean"
+        ):
+            raise ValidationError({f"{where}.{name}": [f"Must be of type {json_type}."]})
+        values[name] = value
+    return values
+
+
+def _named(value: Any) -> bool:
+    return isinstance(value, str) and re.search(NOT_BLANK_PATTERN, value) is not None
+
+
+def _llm_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
+    config = _typed(raw, LLM_FIELDS, where=where)
+    model = config.get("model")
+    if not _named(model):
         raise ValidationError({f"{where}.model": ["A model name is required."]})
-    config = {name: raw[name] for name in LLM_FIELDS if raw.get(name) is not None}
     config.setdefault("model_endpoint_type", _infer_llm_endpoint_type(model))
     if config["model_endpoint_type"] not in LLM_ENDPOINT_TYPES:
         raise ValidationError(
@@ -236,25 +271,21 @@ def _llm_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
                 ]
             }
         )
-    context_window = config.setdefault("context_window", settings.LLM_CONTEXT_WINDOW)
-    if (
-        not isinstance(context_window, int)
-        or isinstance(context_window, bool)
-        or context_window < 1
-    ):
+    if config.setdefault("context_window", settings.LLM_CONTEXT_WINDOW) < 1:
         raise ValidationError({f"{where}.context_window": ["Must be a positive integer."]})
     return config
 
 
 def _embedding_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ValidationError({where: ["Must be an object."]})
-    model = raw.get("embedding_model") or raw.get("model")
-    if not isinstance(model, str) or not model.strip():
+    given = _typed(raw, EMBEDDING_INPUT_FIELDS, where=where)
+    model = next(
+        (given[name] for name in ("embedding_model", "model") if _named(given.get(name))), None
+    )
+    if model is None:
         raise ValidationError(
             {f"{where}.embedding_model": ["An embedding model name is required."]}
         )
-    config = {name: raw[name] for name in EMBEDDING_FIELDS if raw.get(name) is not None}
+    config = {name: value for name, value in given.items() if name in EMBEDDING_FIELDS}
     config["embedding_model"] = model
     config.setdefault(
         "embedding_endpoint_type",
@@ -269,7 +300,7 @@ def _embedding_config_normalize(raw: Any, *, where: str) -> dict[str, Any]:
             }
         )
     dim = config.setdefault("embedding_dim", KNOWN_EMBEDDING_DIMS.get(model))
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+    if dim is None or dim < 1:
         raise ValidationError(
             {f"{where}.embedding_dim": ["Required for this model: a positive integer."]}
         )
@@ -281,12 +312,14 @@ def _blocks_normalize(raw: Any, *, where: str) -> list[dict[str, Any]]:
         raise ValidationError({where: ["Must be a list of {label, value} objects."]})
     blocks = []
     for index, block in enumerate(raw):
-        label = block.get("label") if isinstance(block, dict) else None
-        if not isinstance(label, str) or not label.strip():
+        given = _typed(block, BLOCK_FIELDS, where=f"{where}.{index}")
+        label = given.get("label")
+        if not _named(label):
             raise ValidationError({f"{where}.{index}.label": ["A label is required."]})
-        value = block.get("value") or ""
-        limit = block.get("limit") or CORE_BLOCK_LIMIT
-        if not isinstance(value, str) or not isinstance(limit, int) or len(value) > limit:
+        value, limit = given.get("value", ""), given.get("limit", CORE_BLOCK_LIMIT)
+        if limit < 1:
+            raise ValidationError({f"{where}.{index}.limit": ["Must be a positive integer."]})
+        if len(value) > limit:
             raise ValidationError(
                 {f"{where}.{index}.value": [f"A string of at most {limit} characters."]}
             )
@@ -305,7 +338,10 @@ def _agents_normalize(raw: Any, settings_: MetaAgentSettings, *, where: str) -> 
             name, options = item, {}
         elif isinstance(item, dict) and len(item) == 1:
             name, options = next(iter(item.items()))
-            options = options or {}
+            if options is None:
+                options = {}
+            if not isinstance(options, dict):
+                raise ValidationError({f"{where}.{index}.{name}": ["Must be an object."]})
         else:
             raise ValidationError(
                 {f"{where}.{index}": ["An agent name or a {name: options} object."]}
@@ -315,7 +351,7 @@ def _agents_normalize(raw: Any, settings_: MetaAgentSettings, *, where: str) -> 
         component = AGENT_COMPONENTS[name]
         if component and component not in components:
             components.append(component)
-        if component == "core" and isinstance(options, dict) and "blocks" in options:
+        if component == "core" and options.get("blocks") is not None:
             settings_.core_blocks = _blocks_normalize(
                 options["blocks"], where=f"{where}.{index}.blocks"
             )
@@ -341,6 +377,10 @@ def meta_agent_settings_from_provider(
 def meta_agent_settings_from_config(config: dict[str, Any]) -> MetaAgentSettings:
     llm_raw = config.get("llm_config")
     embedding_raw = config.get("embedding_config")
+    llm_keys = _typed(llm_raw or {}, {"api_key": "string"}, where="config.llm_config")
+    embedding_keys = _typed(
+        embedding_raw or {}, {"api_key": "string"}, where="config.embedding_config"
+    )
     result = MetaAgentSettings(
         llm_config=_llm_config_normalize(llm_raw, where="config.llm_config")
         if llm_raw is not None
@@ -348,18 +388,131 @@ def meta_agent_settings_from_config(config: dict[str, Any]) -> MetaAgentSettings
         embedding_config=_embedding_config_normalize(embedding_raw, where="config.embedding_config")
         if embedding_raw is not None
         else None,
-        llm_api_key=(llm_raw or {}).get("api_key") or None,
-        embedding_api_key=(embedding_raw or {}).get("api_key") or None,
+        llm_api_key=llm_keys.get("api_key") or None,
+        embedding_api_key=embedding_keys.get("api_key") or None,
     )
-    meta = config.get("meta_agent_config") or {}
+    meta = config.get("meta_agent_config")
+    if meta is None:
+        meta = {}
     if not isinstance(meta, dict):
         raise ValidationError({"config.meta_agent_config": ["Must be an object."]})
-    if "agents" in meta:
+    if meta.get("agents") is not None:
         _agents_normalize(meta["agents"], result, where="config.meta_agent_config.agents")
-    prompts = meta.get("system_prompts") or {}
+    prompts = meta.get("system_prompts")
+    if prompts is None:
+        prompts = {}
     if not isinstance(prompts, dict) or not all(isinstance(text, str) for text in prompts.values()):
         raise ValidationError(
             {"config.meta_agent_config.system_prompts": ["An object of agent name → text."]}
         )
     result.system_prompts = prompts
     return result
+
+
+def _fields_schema(fields: dict[str, str]) -> dict[str, dict[str, Any]]:
+    return {name: {"type": json_type, "nullable": True} for name, json_type in fields.items()}
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON schema of a ``config`` as ``meta_agent_settings_from_config`` takes it."""
+    named = {"type": "string", "pattern": NOT_BLANK_PATTERN}
+    known = {"enum": sorted(KNOWN_EMBEDDING_DIMS)}
+    dimensioned = {
+        "required": ["embedding_dim"],
+        "properties": {"embedding_dim": {"type": "integer"}},
+    }
+    llm = {
+        "type": "object",
+        "nullable": True,
+        "required": ["model"],
+        "properties": _fields_schema(LLM_INPUT_FIELDS)
+        | {
+            "model": named,
+            "model_endpoint_type": {"enum": [*sorted(LLM_ENDPOINT_TYPES), None], "nullable": True},
+            "context_window": {"type": "integer", "minimum": 1, "nullable": True},
+        },
+        "description": "without it, the server's own model; api_key is stored encrypted",
+    }
+    embedding = {
+        "type": "object",
+        "nullable": True,
+        "properties": _fields_schema(EMBEDDING_INPUT_FIELDS)
+        | {
+            "embedding_endpoint_type": {
+                "enum": [*sorted(EMBEDDING_ENDPOINT_TYPES), None],
+                "nullable": True,
+            },
+            "embedding_dim": {"type": "integer", "minimum": 1, "nullable": True},
+        },
+        "allOf": [
+            {
+                "anyOf": [
+                    {"required": ["embedding_model"], "properties": {"embedding_model": named}},
+                    {"required": ["model"], "properties": {"model": named}},
+                ]
+            },
+            {
+                "anyOf": [
+                    dimensioned,
+                    {"required": ["embedding_model"], "properties": {"embedding_model": known}},
+                    {
+                        "required": ["model"],
+                        "properties": {"model": known, "embedding_model": {"not": named}},
+                    },
+                ]
+            },
+        ],
+        "description": "the model in embedding_model (or model); embedding_dim is required "
+        "unless the server knows the model's",
+    }
+    block = {
+        "type": "object",
+        "required": ["label"],
+        "properties": _fields_schema(BLOCK_FIELDS)
+        | {
+            "label": named,
+            "limit": {"type": "integer", "minimum": 1, "nullable": True},
+        },
+        "description": f"value: at most limit characters (default {CORE_BLOCK_LIMIT})",
+    }
+    options = {"type": "object", "nullable": True}
+    core_options = options | {
+        "properties": {"blocks": {"type": "array", "nullable": True, "items": block}}
+    }
+    agent = {
+        "oneOf": [
+            {"enum": sorted(AGENT_COMPONENTS)},
+            *(
+                {
+                    "type": "object",
+                    "required": [name],
+                    "additionalProperties": False,
+                    "properties": {name: core_options if name == "core_memory_agent" else options},
+                }
+                for name in sorted(AGENT_COMPONENTS)
+            ),
+        ]
+    }
+    meta = {
+        "type": "object",
+        "nullable": True,
+        "properties": {
+            "agents": {
+                "type": "array",
+                "nullable": True,
+                "items": agent,
+                "description": "the memory components to run; all of them without it",
+            },
+            "system_prompts": {
+                "type": "object",
+                "nullable": True,
+                "additionalProperties": {"type": "string"},
+            },
+        },
+    }
+    return {
+        "type": "object",
+        "nullable": True,
+        "properties": {"llm_config": llm, "embedding_config": embedding, "meta_agent_config": meta},
+        "description": "a MIRIX configuration (quick setup: provider instead)",
+    }

@@ -102,6 +102,17 @@ def memory_type_resolve(name: str) -> MemoryType | None:
     return MEMORY_TYPES.get(TYPE_ALIASES.get(name, name))
 
 
+def memory_type_names(*, searchable: bool = False) -> list[str]:
+    """Every name a caller may give a memory type by (aliases included), for the API's
+    choices; ``searchable``: only the types the retrieval engine searches."""
+    names = [*MEMORY_TYPES, *TYPE_ALIASES]
+    return [
+        name
+        for name in names
+        if not searchable or memory_type_resolve(name).kind is not None  # type: ignore[union-attr]
+    ]
+
+
 def memory_kinds() -> tuple[SearchableKind, ...]:
     """The searchable kinds of the memory types, in the table's order."""
     return tuple(memory_type.kind for memory_type in MEMORY_TYPES.values() if memory_type.kind)

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -343,24 +343,25 @@ def _manage(*arguments: str) -> None:
     subprocess.run([sys.executable, str(PROJECT_DIR / "manage.py"), *arguments], check=True)  # noqa: S603
 
 
-def web_command(*, port: str) -> list[str]:
-    """The web server `make run` starts (and the keep-alive test starts the same way)."""
+def web_command(*, port: str, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The web server `make run` starts (and the tests start the same way), its settings read
+    from ``environ`` (the environment it will run in)."""
     return [
         str(Path(sys.executable).parent / "gunicorn"),
         "mirix_site.wsgi:application",
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",
-        os.environ.get("WEB_CONCURRENCY", "4"),
+        environ.get("WEB_CONCURRENCY", "4"),
         "--worker-class",
         "gthread",
         "--threads",
-        os.environ.get("WEB_THREADS", "2"),
+        environ.get("WEB_THREADS", "2"),
         # Idle connections stay open longer than clients pause between requests: a client
         # that reuses a socket the server has just closed loses that request (gunicorn's
         # default is 2 s). Above the usual proxy idle timeouts (60-75 s), which then close first.
         "--keep-alive",
-        os.environ.get("WEB_KEEPALIVE", "90"),
+        environ.get("WEB_KEEPALIVE", "90"),
         "--graceful-timeout",
         "10",
         "--access-logfile",

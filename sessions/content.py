@@ -16,8 +16,17 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 MAX_TOOL_CALLS = 128
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_DATA_IMAGE = re.compile(r"^data:image/[a-z0-9.+-]+(;[a-z0-9=.+-]+)*;base64,", re.IGNORECASE)
+MAX_NAME_CHARS = 255
+# Patterns in the dialect ECMA and Python share: ``message_schema`` publishes them.
+IMAGE_ID_PATTERN = r"^[0-9a-f]{64}$"
+# An image URL: http(s), or an inline base64 image (its media type and parameters bounded, so
+# the check reads at most ~200 characters of a data URL). Schemes are case-insensitive.
+IMAGE_URL_PATTERN = (
+    r"^([Hh][Tt][Tt][Pp][Ss]?://|[Dd][Aa][Tt][Aa]:[Ii][Mm][Aa][Gg][Ee]/[A-Za-z0-9.+-]{1,50}"
+    r"(;[A-Za-z0-9=.+-]{1,30}){0,4};[Bb][Aa][Ss][Ee]64,)"
+)
+_IMAGE_ID = re.compile(IMAGE_ID_PATTERN)
+_IMAGE_URL = re.compile(IMAGE_URL_PATTERN)
 
 
 @dataclass
@@ -36,22 +45,18 @@ class MessageInput:
 def _image_url_check(url: Any, where: str) -> str:
     if not isinstance(url, str) or not url:
         raise ValidationError({where: ["An image URL is required."]})
+    if _IMAGE_URL.match(url):
+        return url
     lowered = url[:16].lower()
     if lowered.startswith("file:"):
         raise ValidationError(
             {where: ["file: URLs are refused: the server never reads its own files."]}
         )
     if lowered.startswith("data:"):
-        if not _DATA_IMAGE.match(url[:200]):
-            raise ValidationError(
-                {where: ["A data: URL must be a base64 image (data:image/...;base64,...)."]}
-            )
-        return url
-    if not lowered.startswith(("https://", "http://")):
         raise ValidationError(
-            {where: ["Only https://, http:// and data:image/ URLs are accepted."]}
+            {where: ["A data: URL must be a base64 image (data:image/...;base64,...)."]}
         )
-    return url
+    raise ValidationError({where: ["Only https://, http:// and data:image/ URLs are accepted."]})
 
 
 def _part_normalize(part: Any, where: str) -> tuple[dict[str, Any], str, str | None]:
@@ -71,7 +76,7 @@ def _part_normalize(part: Any, where: str) -> tuple[dict[str, Any], str, str | N
         return {"type": "image_url", "image_url": {"url": url}}, "", url
     if kind == "image":
         image_id = part.get("image_id")
-        if not isinstance(image_id, str) or not _SHA256.match(image_id):
+        if not isinstance(image_id, str) or not _IMAGE_ID.fullmatch(image_id):
             raise ValidationError(
                 {f"{where}.image_id": ["Must be the image's sha256 (64 hex characters)."]}
             )
@@ -101,6 +106,14 @@ def _tool_calls_normalize(raw: Any, where: str) -> list[dict[str, Any]] | None:
             )
     # Kept exactly as sent: callers read their tool calls back unchanged.
     return raw
+
+
+def _name_check(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_NAME_CHARS:
+        raise ValidationError({where: [f"A string of at most {MAX_NAME_CHARS} characters."]})
+    return value
 
 
 def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> MessageInput:
@@ -137,12 +150,8 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
                 ]
             }
         )
-    name = raw.get("name") or ""
-    tool_call_id = raw.get("tool_call_id") or ""
-    if not isinstance(name, str) or len(name) > 255:
-        raise ValidationError({f"{where}.name": ["A string of at most 255 characters."]})
-    if not isinstance(tool_call_id, str) or len(tool_call_id) > 255:
-        raise ValidationError({f"{where}.tool_call_id": ["A string of at most 255 characters."]})
+    name = _name_check(raw.get("name"), f"{where}.name")
+    tool_call_id = _name_check(raw.get("tool_call_id"), f"{where}.tool_call_id")
     return MessageInput(
         role=role,
         parts=parts,
@@ -152,3 +161,78 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
         tool_call_id=tool_call_id,
         image_urls=image_urls,
     )
+
+
+def message_schema(*, roles: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON schema of one message as ``message_normalize`` takes it, for the OpenAPI
+    schema. What it cannot say: the text of a message's parts together is at most
+    ``MESSAGE_MAX_CHARS`` characters."""
+    max_chars = settings.MESSAGE_MAX_CHARS
+    image_url = {"type": "string", "pattern": IMAGE_URL_PATTERN}
+    part_text = {
+        "type": "object",
+        "required": ["type", "text"],
+        "properties": {
+            "type": {"enum": ["text"]},
+            "text": {"type": "string", "maxLength": max_chars},
+        },
+    }
+    part_image_url = {
+        "type": "object",
+        "required": ["type", "image_url"],
+        "properties": {
+            "type": {"enum": ["image_url"]},
+            "image_url": {
+                "oneOf": [
+                    {"type": "object", "required": ["url"], "properties": {"url": image_url}},
+                    image_url,
+                ]
+            },
+        },
+    }
+    part_image = {
+        "type": "object",
+        "required": ["type", "image_id"],
+        "properties": {
+            "type": {"enum": ["image"]},
+            "image_id": {"type": "string", "pattern": IMAGE_ID_PATTERN},
+        },
+    }
+    tool_call = {
+        "type": "object",
+        "required": ["function"],
+        "properties": {
+            "function": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "arguments": {"oneOf": [{"type": "string"}, {"type": "object"}]},
+                },
+            }
+        },
+    }
+    name = {"type": "string", "nullable": True, "maxLength": MAX_NAME_CHARS}
+    return {
+        "type": "object",
+        "required": ["role"],
+        "properties": {
+            "role": {"enum": list(roles)},
+            "content": {
+                "oneOf": [
+                    {"type": "string", "nullable": True, "maxLength": max_chars},
+                    {"type": "array", "items": {"oneOf": [part_text, part_image_url, part_image]}},
+                ],
+                "description": "text, or a list of parts; file_uri parts and file: URLs are "
+                f"refused; at most {max_chars} characters of text in all",
+            },
+            "tool_calls": {
+                "type": "array",
+                "nullable": True,
+                "maxItems": MAX_TOOL_CALLS,
+                "items": tool_call,
+            },
+            "name": name,
+            "tool_call_id": name,
+        },
+    }

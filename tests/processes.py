@@ -117,7 +117,8 @@ def web_server(log_dir: Path, *, workers: int = 1, **env: str) -> Iterator[Proce
             return False
 
     environment = environment_on_test_database(WEB_CONCURRENCY=str(workers), **env)
-    with process_running("web", web_command(port=port), environment, log_dir / "web.log") as web:
+    command = web_command(port=port, environ=environment)
+    with process_running("web", command, environment, log_dir / "web.log") as web:
         web.url = url
         _wait_for(web, answers)
         yield web

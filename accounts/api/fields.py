@@ -1,13 +1,21 @@
-"""The API's text fields. DRF's take a number where a string is due (``{"user_id": 12345}``
-becomes "12345"); a client that sends a number there has a bug it should hear about, so ours
-take JSON strings only. Every serializer of the project declares text with these
+"""The API's fields of text, numbers and booleans. DRF's take a number where a string is due
+(``{"user_id": 12345}`` becomes "12345") and text or a number where a boolean is due (``"yes"``,
+``0.0``); a client that sends those has a bug it should hear about, and the schema says so, so
+in a JSON body ours take the JSON type they declare. In a query string every value is text,
+read as DRF reads it. Every serializer of the project declares these fields with these
 (``tests/test_project.py`` holds it to that)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.http import QueryDict
 from rest_framework import serializers
+from rest_framework.fields import empty
+
+from accounts.api.parsers import JsonTooDeepError, json_text_load
 
 NOT_A_STRING = "Not a valid string."
 
@@ -19,13 +27,100 @@ class _StringsOnly:
         return super().to_internal_value(data)  # type: ignore[misc]
 
 
+# A character str.strip() keeps, spelled out code point by code point so that ECMA (clients,
+# the schema) and Python read the class alike: text holding one is not blank once trimmed.
+NOT_BLANK_PATTERN = "[^{}]".format(
+    "".join(f"\\u{ord(char):04x}" for char in map(chr, range(0x10000)) if char.isspace())
+)
+
+
 class TextField(_StringsOnly, serializers.CharField):
-    pass
+    """Trimmed (unless ``trim_whitespace=False``), and then refused if blank unless
+    ``allow_blank``: the schema states that with ``NOT_BLANK_PATTERN``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.trim_whitespace and not self.allow_blank:
+            # Never fails: CharField refuses blank text first. It puts the rule in the schema.
+            self.validators.append(RegexValidator(NOT_BLANK_PATTERN))
 
 
-class PatternField(_StringsOnly, serializers.RegexField):
-    pass
+class WholeMatchValidator(RegexValidator):
+    """The pattern must match the whole value, as it does in the OpenAPI schema: ECMA's ``$``
+    is the end of the text, Python's also matches before a final newline ("bob\\n")."""
+
+    def __call__(self, value: Any) -> None:
+        if not self.regex.fullmatch(str(value)):
+            raise ValidationError(self.message, code=self.code, params={"value": value})
+
+
+class PatternField(TextField):
+    """Text matching ``pattern`` whole. Write the pattern in the dialect ECMA and Python share
+    (no ``\\A``, ``\\Z``, ``\\d``): the schema publishes it for clients to check. Nothing is
+    trimmed: " bob" does not match a pattern without spaces, here or in a client."""
+
+    default_error_messages = {"invalid": "This value does not match the required pattern."}
+
+    def __init__(self, pattern: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        self.validators.append(WholeMatchValidator(pattern, message=self.error_messages["invalid"]))
 
 
 class TextChoiceField(_StringsOnly, serializers.ChoiceField):
     pass
+
+
+def _reads_query_string(field: serializers.Field) -> bool:
+    return isinstance(getattr(field.root, "initial_data", None), QueryDict)
+
+
+class _JsonTyped:
+    """In a JSON body, only values of ``json_types`` (a boolean is no number)."""
+
+    json_types: tuple[type, ...] = ()
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not _reads_query_string(self) and (  # type: ignore[arg-type]
+            not isinstance(data, self.json_types)
+            or (isinstance(data, bool) and bool not in self.json_types)
+        ):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class BooleanField(_JsonTyped, serializers.BooleanField):
+    json_types = (bool,)
+
+
+class IntegerField(_JsonTyped, serializers.IntegerField):
+    json_types = (int,)
+
+
+class FloatField(_JsonTyped, serializers.FloatField):
+    json_types = (int, float)
+
+
+class JsonTextField(TextField):
+    """JSON carried as text, as a query parameter carries it (``?filter_tags={"a": 1}``), read
+    by the body's rules (``accounts.api.parsers.json_text_load``); empty text is no value
+    (None). ``schema`` is the JSON's own schema: the OpenAPI schema declares the parameter as
+    ``content: application/json`` with it (``accounts.api.schema``), so clients send JSON."""
+
+    def __init__(self, *, schema: dict[str, Any], **kwargs: Any) -> None:
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+        self.json_schema = schema
+
+    def run_validation(self, data: Any = empty) -> Any:
+        value = super().run_validation(data)
+        return None if value == "" else value
+
+    def to_internal_value(self, data: Any) -> Any:
+        text = super().to_internal_value(data)
+        try:
+            return json_text_load(text)
+        except JsonTooDeepError as error:
+            raise serializers.ValidationError(str(error.detail)) from None
+        except ValueError:
+            raise serializers.ValidationError("Not valid JSON.") from None

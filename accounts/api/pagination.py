@@ -25,6 +25,9 @@ from rest_framework.views import APIView
 
 from accounts.api.errors import UnprocessableEntity
 
+# Unpadded base64url, as ``_cursor_encode`` writes it.
+CURSOR_PATTERN = "^[A-Za-z0-9_-]*$"
+
 
 def _value_encode(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
@@ -54,7 +57,8 @@ def _cursor_encode(row: Model, fields: list[str]) -> str:
 def _cursor_decode(cursor: str, fields: list[str]) -> list[Any]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        # validate: refuse what is not base64url (b64decode would skip it), as the schema does.
+        values = json.loads(base64.b64decode(padded.encode(), altchars=b"-_", validate=True))
         if not isinstance(values, list) or len(values) != len(fields):
             raise ValueError(cursor)
         return [_value_decode(field, value) for field, value in zip(fields, values, strict=True)]
@@ -149,7 +153,13 @@ class KeysetPage(BasePagination):
                 "required": False,
                 "schema": {"type": "integer", "minimum": 1, "maximum": self.max_limit},
             },
-            {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}},
+            {
+                "name": "cursor",
+                "in": "query",
+                "required": False,
+                "description": "the next_cursor of the previous page, as the server wrote it",
+                "schema": {"type": "string", "pattern": CURSOR_PATTERN},
+            },
         ]
 
 

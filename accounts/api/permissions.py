@@ -11,13 +11,13 @@ if TYPE_CHECKING:
     from rest_framework.views import APIView
 
 
-def request_writes(request: Request, view: APIView) -> bool:
-    """Whether the request changes state. Views whose POST only reads (retrieval with a body)
-    declare ``writes = False``."""
+def view_writes(view: APIView, method: str) -> bool:
+    """Whether calling ``view`` with ``method`` changes state. Views whose POST only reads
+    (retrieval with a body) declare ``writes = False``. The OpenAPI schema reads it too."""
     declared = getattr(view, "writes", None)
     if declared is not None:
         return bool(declared)
-    return request.method not in SAFE_METHODS
+    return method.upper() not in SAFE_METHODS
 
 
 class KeyMayWrite(BasePermission):
@@ -26,6 +26,6 @@ class KeyMayWrite(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         api_key = request.auth
-        if api_key is None or not request_writes(request, view):
+        if api_key is None or not view_writes(view, request.method):
             return True
         return not api_key.read_only

@@ -6,7 +6,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts.api.fields import PatternField, TextField
+from accounts.api.fields import BooleanField, IntegerField, PatternField, TextField
 from accounts.models import EndUser
 from accounts.selectors import EndUserRow
 
@@ -29,7 +29,7 @@ class UserIdField(PatternField):
 class UserQuerySerializer(serializers.Serializer):
     """The end user a request is about, named by its ``user_id`` query parameter."""
 
-    user_id = UserIdField()
+    user_id = UserIdField(help_text="the end user's id")
 
 
 class UserCreateOrGetInputSerializer(serializers.Serializer):
@@ -64,6 +64,6 @@ class UserOutputSerializer(serializers.Serializer):
 
 
 class UserDeleteOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     id = TextField()
-    deleted = serializers.DictField(child=serializers.IntegerField())
+    deleted = serializers.DictField(child=IntegerField())

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -54,10 +54,7 @@ class UserDetailApi(TenantAPIView):
         return Response(UserOutputSerializer(user).data)
 
     @extend_schema(
-        responses={
-            200: UserDeleteOutputSerializer,
-            404: OpenApiResponse(description="No such user"),
-        },
+        responses={200: UserDeleteOutputSerializer},
         summary="Delete everything this client holds about an end user",
         description="Other clients' rows about the user stay; the user goes with the last "
         "of them. `deleted` counts this client's rows only. Forgetting a person across every "

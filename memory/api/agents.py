@@ -34,6 +34,10 @@ class MetaAgentInitializeApi(TenantAPIView):
 
 
 class AgentListApi(TenantAPIView):
+    # A bare JSON array, unpaginated: the MIRIX client reads ``[AgentState(**agent) for agent
+    # in data]``, and a client has one meta agent.
+    pagination_class = None
+
     @extend_schema(
         responses=AgentStateSerializer(many=True),
         summary="The client's meta agent, as a list (the MIRIX client expects a JSON array)",

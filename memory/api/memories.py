@@ -13,14 +13,18 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
-from accounts.api.fields import TextField
+from accounts.api.fields import BooleanField, IntegerField, TextField
+from accounts.api.schema import error_response
+from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
+    SECRETS_DENIED_RESPONSE,
     ComponentsParamsSerializer,
     MemoryAddInputSerializer,
     MemoryAddOutputSerializer,
     MemoryDetailParamsSerializer,
     MemorySerializer,
+    MemoryUpdateSerializer,
     UserScopedInputSerializer,
     memory_update_serializer,
     secrets_context,
@@ -29,14 +33,24 @@ from memory.retrieval.spaces import write_embedders
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.services.records import MemoryReadOnlyError
-from memory.types import MemoryType, memory_type_resolve
+from memory.types import MemoryType, memory_type_names, memory_type_resolve
 from sessions.services import SessionClosedError, SessionTagMismatchError
+
+READ_ONLY_MEMORY = "This memory belongs to another client; it is read-only here."
+MEMORY_TYPE_IN_PATH = OpenApiParameter(
+    "memory_type", str, OpenApiParameter.PATH, enum=memory_type_names(), description="its type"
+)
+READ_ONLY_MEMORY_RESPONSE = error_response(f"{READ_ONLY_MEMORY} Or the API key is read-only.")
 
 
 class MemoryAddApi(TenantAPIView):
     @extend_schema(
         request=MemoryAddInputSerializer,
-        responses={202: MemoryAddOutputSerializer},
+        responses={
+            202: MemoryAddOutputSerializer,
+            404: error_response("meta_agent_id names no meta agent of this client."),
+            409: error_response("The session is closed, or is a session of the other tag."),
+        },
         summary="Store conversation turns; chat turns are turned into memories in the background",
     )
     def post(self, request: Request) -> Response:
@@ -69,18 +83,21 @@ class MemoryAddApi(TenantAPIView):
 
 class MemoryComponentsApi(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True), ComponentsParamsSerializer],
-        responses=inline_serializer(
-            "MemoryComponents",
-            {
-                "success": serializers.BooleanField(),
-                "user_id": TextField(),
-                "memory_type": TextField(),
-                "limit": serializers.IntegerField(),
-                "memories": serializers.DictField(child=MemorySerializer(many=True)),
-                "counts": serializers.DictField(child=serializers.IntegerField()),
-            },
-        ),
+        parameters=[UserQuerySerializer, ComponentsParamsSerializer],
+        responses={
+            200: inline_serializer(
+                "MemoryComponents",
+                {
+                    "success": BooleanField(),
+                    "user_id": TextField(),
+                    "memory_type": TextField(),
+                    "limit": IntegerField(),
+                    "memories": serializers.DictField(child=MemorySerializer(many=True)),
+                    "counts": serializers.DictField(child=IntegerField()),
+                },
+            ),
+            403: SECRETS_DENIED_RESPONSE,
+        },
         summary="The user's memories, grouped by type, newest first",
     )
     def get(self, request: Request) -> Response:
@@ -121,9 +138,9 @@ class MemoryClearApi(TenantAPIView):
         responses=inline_serializer(
             "MemoryCleared",
             {
-                "success": serializers.BooleanField(),
+                "success": BooleanField(),
                 "message": TextField(),
-                "deleted": serializers.DictField(child=serializers.IntegerField()),
+                "deleted": serializers.DictField(child=IntegerField()),
             },
         ),
         summary="Delete every memory this client holds about the user",
@@ -144,13 +161,15 @@ class MemoryClearApi(TenantAPIView):
 
 class UserMemoriesApi(TenantAPIView):
     @extend_schema(
-        responses=inline_serializer(
-            "UserMemoriesDeleted",
-            {
-                "success": serializers.BooleanField(),
-                "deleted": serializers.DictField(child=serializers.IntegerField()),
-            },
-        ),
+        responses={
+            200: inline_serializer(
+                "UserMemoriesDeleted",
+                {
+                    "success": BooleanField(),
+                    "deleted": serializers.DictField(child=IntegerField()),
+                },
+            )
+        },
         summary="Delete every memory this client holds about the user (the user stays)",
     )
     def delete(self, request: Request, user_id: str) -> Response:
@@ -181,9 +200,9 @@ class MemoryDetailApi(TenantAPIView):
         return memory_type, row
 
     @extend_schema(
-        parameters=[MemoryDetailParamsSerializer],
-        request=inline_serializer("MemoryUpdate", {"summary": TextField(required=False)}),
-        responses=MemorySerializer,
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
+        request=MemoryUpdateSerializer,
+        responses={200: MemorySerializer, 403: READ_ONLY_MEMORY_RESPONSE},
         summary="Edit a memory (its search text and embeddings follow)",
     )
     def patch(self, request: Request, memory_type: str, memory_id: str) -> Response:
@@ -207,14 +226,22 @@ class MemoryDetailApi(TenantAPIView):
                 embedders=write_embedders(),
             )
         except MemoryReadOnlyError:
-            raise PermissionDenied(
-                "This memory belongs to another client; it is read-only here."
-            ) from None
+            raise PermissionDenied(READ_ONLY_MEMORY) from None
         return Response(MemorySerializer(row, context={"memory_type": found}).data)
 
     @extend_schema(
-        parameters=[MemoryDetailParamsSerializer],
-        responses=inline_serializer("MemoryDeleted", {"success": serializers.BooleanField()}),
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
+        responses={
+            200: inline_serializer(
+                "MemoryDeleted",
+                {
+                    "success": BooleanField(),
+                    "id": TextField(),
+                    "memory_type": TextField(),
+                },
+            ),
+            403: READ_ONLY_MEMORY_RESPONSE,
+        },
         summary="Delete a memory",
     )
     def delete(self, request: Request, memory_type: str, memory_id: str) -> Response:
@@ -222,7 +249,5 @@ class MemoryDetailApi(TenantAPIView):
         try:
             memory_delete(tenant=self.tenant, memory_type=found, row=row)
         except MemoryReadOnlyError:
-            raise PermissionDenied(
-                "This memory belongs to another client; it is read-only here."
-            ) from None
+            raise PermissionDenied(READ_ONLY_MEMORY) from None
         return Response({"success": True, "id": memory_id, "memory_type": found.name})

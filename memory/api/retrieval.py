@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
+from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
-from memory.api.serializers.memories import secrets_context
+from memory.api.serializers.memories import SECRETS_DENIED_RESPONSE, secrets_context
 from memory.api.serializers.retrieval import (
     RetrieveConversationInputSerializer,
     RetrievedByConversationSerializer,
@@ -96,8 +97,8 @@ class MemorySearchApi(_RetrievalApi):
         }
 
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True), SearchParamsSerializer],
-        responses=SearchOutputSerializer,
+        parameters=[UserQuerySerializer, SearchParamsSerializer],
+        responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search one user's memories: BM25 and embeddings, fused with RRF, gated",
     )
     def get(self, request: Request) -> Response:
@@ -109,7 +110,7 @@ class MemorySearchAllUsersApi(MemorySearchApi):
 
     @extend_schema(
         parameters=[SearchParamsSerializer],
-        responses=SearchOutputSerializer,
+        responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search the memories of every user the client may read",
     )
     def get(self, request: Request) -> Response:

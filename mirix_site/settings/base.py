@@ -198,7 +198,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.KeysetPage",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "accounts.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "accounts.api.schema.ApiAutoSchema",
     "UNAUTHENTICATED_USER": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }

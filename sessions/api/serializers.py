@@ -2,12 +2,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import TextField
+from accounts.api.fields import IntegerField, TextField
 from accounts.api.serializers import UserIdField
 from mirix_site.jsonvalues import strings_mapped
+from sessions.content import message_schema
+from sessions.models import Message
 from sessions.sensitive import MASK, sensitive_redacted
+
+MESSAGE_ROLES = tuple(role.value for role in Message.Role)
+
+
+@extend_schema_field(message_schema(roles=MESSAGE_ROLES))
+class MessageInputField(serializers.JSONField):
+    """One turn as a caller sends it, in a list of them; the list is checked whole
+    (``sessions.content.message_normalize``), so that errors name the turn's index."""
 
 
 class SessionSerializer(serializers.Serializer):
@@ -18,7 +29,7 @@ class SessionSerializer(serializers.Serializer):
     tag = TextField()
     status = TextField()
     close_reason = TextField(allow_blank=True)
-    message_count = serializers.IntegerField()
+    message_count = IntegerField()
     filter_tags = serializers.DictField()
     created_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
@@ -31,7 +42,7 @@ class MessageSerializer(serializers.Serializer):
     ``secrets_of`` (``Tenant.secrets_of``) names the client that wrote it."""
 
     id = TextField(source="pk")
-    position = serializers.IntegerField()
+    position = IntegerField()
     role = TextField()
     content = serializers.JSONField()
     tool_calls = serializers.JSONField(allow_null=True)

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.pagination import PositionPage
+from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from sessions.api.serializers import (
     MessageSerializer,
@@ -16,12 +17,12 @@ from sessions.models import Session
 from sessions.selectors import message_list, session_get, session_get_own, session_list
 from sessions.services import session_close
 
-USER_ID = OpenApiParameter("user_id", str, required=True, description="the end user's id")
-
 
 class SessionListApi(TenantAPIView):
     @extend_schema(
-        parameters=[USER_ID], responses=SessionSerializer(many=True), summary="The user's sessions"
+        parameters=[UserQuerySerializer],
+        responses=SessionSerializer(many=True),
+        summary="The user's sessions",
     )
     def get(self, request: Request) -> Response:
         sessions = session_list(tenant=self.tenant, end_user=self.query_end_user()).select_related(
@@ -31,7 +32,9 @@ class SessionListApi(TenantAPIView):
 
 
 class SessionDetailApi(TenantAPIView):
-    @extend_schema(parameters=[USER_ID], responses=SessionSerializer, summary="One session")
+    @extend_schema(
+        parameters=[UserQuerySerializer], responses=SessionSerializer, summary="One session"
+    )
     def get(self, request: Request, session_id: str) -> Response:
         session = session_get(
             tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
@@ -41,7 +44,7 @@ class SessionDetailApi(TenantAPIView):
 
 class SessionMessagesApi(TenantAPIView):
     @extend_schema(
-        parameters=[USER_ID],
+        parameters=[UserQuerySerializer],
         responses=MessageSerializer(many=True),
         summary="The session's turns, in the order they were sent",
         description="Keys, passwords, e-mail addresses and phone numbers in them are masked "

@@ -37,7 +37,9 @@ def test_name_defaults_to_user_id(org: TenantFixture) -> None:
 
 
 def test_invalid_user_id_is_422_and_stores_nothing(org: TenantFixture) -> None:
-    for bad in ["has space", "a/b", "x" * 256, ""]:
+    # A final newline passes Python's "$", a surrounding space DRF's trimming: the schema's
+    # pattern, which clients check, refuses both.
+    for bad in ["has space", "a/b", "x" * 256, "", "bob\n", " bob"]:
         response = org.api.post("/users/create_or_get", {"user_id": bad})
         assert response.status_code == 422, bad
         body = response.json()
@@ -87,6 +89,10 @@ def test_list_is_paginated_ordered_and_scoped(
     assert second_page["next"] is None
     same_by_cursor = org.api.get("/users", {"limit": 3, "cursor": first_page["next_cursor"]})
     assert same_by_cursor.json()["results"] == second_page["results"]
+    # Only the cursor as written: base64 would skip the "!", the schema's pattern refuses it.
+    cursor = first_page["next_cursor"]
+    garbled = org.api.get("/users", {"limit": 3, "cursor": f"{cursor[:4]}!{cursor[4:]}"})
+    assert garbled.status_code == 422
 
 
 def test_bad_paging_parameters_are_422(org: TenantFixture) -> None:

@@ -109,6 +109,26 @@ def test_initialize_rejects_what_it_cannot_understand(org: TenantFixture) -> Non
             {"config": {"embedding_config": {"embedding_model": "unknown-model"}}},
             "config.embedding_config.embedding_dim",
         ),
+        # Kept values are of the types the AgentState answers them in.
+        (
+            {"config": {"llm_config": {"model": "m", "temperature": "warm"}}},
+            "config.llm_config.temperature",
+        ),
+        (
+            {"config": {"llm_config": {"model": "m", "context_window": True}}},
+            "config.llm_config.context_window",
+        ),
+        ({"config": {"llm_config": {"model": "m", "api_key": 42}}}, "config.llm_config.api_key"),
+        ({"config": {"meta_agent_config": 0}}, "config.meta_agent_config"),
+        # A provider wins over a config, which must still be one.
+        (
+            {"provider": "openai", "config": {"llm_config": {"model": 7}}},
+            "config.llm_config.model",
+        ),
+        (
+            {"config": {"meta_agent_config": {"agents": [{"core_memory_agent": 5}]}}},
+            "config.meta_agent_config.agents.0.core_memory_agent",
+        ),
         (
             {"config": {"meta_agent_config": {"agents": ["mind_reader"]}}},
             "config.meta_agent_config.agents.0",

@@ -111,6 +111,8 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         ({"session_id": "a" * 65}, "session_id"),
         ({"session_id": "a/b"}, "session_id"),
         ({"session_id": "a b"}, "session_id"),
+        ({"session_id": "a\n"}, "session_id"),
+        ({"filter_tags": {"session_id": "a\n"}}, "filter_tags.session_id"),
         ({"session_id": "s1", "filter_tags": {"session_id": "s2"}}, "filter_tags.session_id"),
         (
             {"messages": turns(user="x" * (django_settings.MESSAGE_MAX_CHARS + 1))},
@@ -144,11 +146,21 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         ),
         ({"occurred_at": "yesterday"}, "occurred_at"),
         ({"user_id": "not valid/"}, "user_id"),
+        ({"messages": [{"role": "tool", "content": "ok", "name": 0}]}, "messages.0.name"),
+        (
+            {"messages": [{"role": "tool", "content": "ok", "tool_call_id": []}]},
+            "messages.0.tool_call_id",
+        ),
+        # JSON's own types, as the schema declares them (DRF took 0.0 and "yes" for booleans).
+        ({"verbose": 0.0}, "verbose"),
+        ({"async_add": "yes"}, "async_add"),
     ],
     ids=[
         "session-65",
         "session-slash",
         "session-space",
+        "session-final-newline",
+        "filter-tag-session-final-newline",
         "filter-tag-mismatch",
         "text-too-long",
         "unknown-role",
@@ -160,6 +172,10 @@ def test_session_id_of_64_characters_is_accepted(org: TenantFixture) -> None:
         "file-url",
         "bad-occurred-at",
         "bad-user-id",
+        "name-not-a-string",
+        "tool-call-id-not-a-string",
+        "boolean-as-number",
+        "boolean-as-text",
     ],
 )
 def test_invalid_adds_are_422_and_store_nothing(

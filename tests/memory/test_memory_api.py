@@ -72,6 +72,13 @@ def test_patch_edits_a_memory_and_its_embedding(org: TenantFixture) -> None:
         ).status_code
         == 422
     )
+    # A field of another type (a core block's value) is refused, not silently dropped.
+    mixed = {"summary": "Dropped too", "value": "not episodic"}
+    refused = org.api.patch(f"/memory/episodic/{episode.pk}", mixed, format="json")
+    assert refused.status_code == 422
+    assert list(refused.json()["fields"]) == ["value"]
+    episode.refresh_from_db()
+    assert episode.summary == "Quarterly tax filing was late"
 
 
 def test_patch_a_vault_secret_is_stored_encrypted(org: TenantFixture) -> None:

@@ -10,10 +10,11 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 from memory.agent_config import (
     COMPONENT_AGENT_TYPES,
     PROVIDERS,
+    config_schema,
     meta_agent_settings_from_config,
     meta_agent_settings_from_provider,
 )
@@ -22,26 +23,36 @@ from memory.models import MetaAgent
 # --- Meta agent initialization ----------------------------------------------------------------
 
 
+@extend_schema_field(config_schema())
+class MetaAgentConfigField(serializers.DictField):
+    """A MIRIX ``config`` object, read by ``meta_agent_settings_from_config``."""
+
+
 class MetaAgentInitializeInputSerializer(serializers.Serializer):
-    config = serializers.DictField(required=False, allow_null=True)
+    """Either ``provider`` (quick setup, with ``api_key`` and ``model``) or a ``config`` that
+    is not empty; ``provider`` wins when both are given, but a config given is valid."""
+
+    config = MetaAgentConfigField(required=False, allow_null=True)
     provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
     api_key = TextField(required=False, allow_null=True, allow_blank=True, max_length=500)
     model = TextField(required=False, allow_null=True, allow_blank=True, max_length=200)
-    update_agents = serializers.BooleanField(required=False, default=True)
+    update_agents = BooleanField(required=False, default=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         provider, config = attrs.get("provider"), attrs.get("config")
+        if not provider and not config:
+            raise serializers.ValidationError(
+                {"config": ["Give either `provider` (quick setup) or a `config` object."]}
+            )
         try:
-            if provider:
-                agent_settings = meta_agent_settings_from_provider(
+            from_config = meta_agent_settings_from_config(config) if config else None
+            agent_settings = (
+                meta_agent_settings_from_provider(
                     provider=provider, api_key=attrs.get("api_key"), model=attrs.get("model")
                 )
-            elif config:
-                agent_settings = meta_agent_settings_from_config(config)
-            else:
-                raise serializers.ValidationError(
-                    {"config": ["Give either `provider` (quick setup) or a `config` object."]}
-                )
+                if provider
+                else from_config
+            )
         except DjangoValidationError as error:
             raise serializers.ValidationError(error.message_dict) from None
         return {"agent_settings": agent_settings, "update": attrs["update_agents"]}
@@ -53,39 +64,39 @@ class MetaAgentInitializeInputSerializer(serializers.Serializer):
 class LLMConfigSerializer(serializers.Serializer):
     model = TextField()
     model_endpoint_type = TextField()
-    model_endpoint = TextField(required=False, allow_null=True)
-    model_wrapper = TextField(required=False, allow_null=True)
-    context_window = serializers.IntegerField()
-    temperature = serializers.FloatField(required=False)
-    max_tokens = serializers.IntegerField(required=False, allow_null=True)
-    handle = TextField(required=False, allow_null=True)
-    enable_reasoner = serializers.BooleanField(required=False)
-    reasoning_effort = TextField(required=False, allow_null=True)
-    max_reasoning_tokens = serializers.IntegerField(required=False)
-    put_inner_thoughts_in_kwargs = serializers.BooleanField(required=False, allow_null=True)
-    is_local_model = serializers.BooleanField(required=False, allow_null=True)
-    api_version = TextField(required=False, allow_null=True)
-    azure_endpoint = TextField(required=False, allow_null=True)
-    azure_deployment = TextField(required=False, allow_null=True)
+    model_endpoint = TextField(required=False, allow_null=True, allow_blank=True)
+    model_wrapper = TextField(required=False, allow_null=True, allow_blank=True)
+    context_window = IntegerField()
+    temperature = FloatField(required=False)
+    max_tokens = IntegerField(required=False, allow_null=True)
+    handle = TextField(required=False, allow_null=True, allow_blank=True)
+    enable_reasoner = BooleanField(required=False)
+    reasoning_effort = TextField(required=False, allow_null=True, allow_blank=True)
+    max_reasoning_tokens = IntegerField(required=False)
+    put_inner_thoughts_in_kwargs = BooleanField(required=False, allow_null=True)
+    is_local_model = BooleanField(required=False, allow_null=True)
+    api_version = TextField(required=False, allow_null=True, allow_blank=True)
+    azure_endpoint = TextField(required=False, allow_null=True, allow_blank=True)
+    azure_deployment = TextField(required=False, allow_null=True, allow_blank=True)
 
 
 class EmbeddingConfigSerializer(serializers.Serializer):
     embedding_model = TextField()
     embedding_endpoint_type = TextField()
-    embedding_endpoint = TextField(required=False, allow_null=True)
-    embedding_dim = serializers.IntegerField()
-    embedding_chunk_size = serializers.IntegerField(required=False, allow_null=True)
-    handle = TextField(required=False, allow_null=True)
-    azure_endpoint = TextField(required=False, allow_null=True)
-    azure_version = TextField(required=False, allow_null=True)
-    azure_deployment = TextField(required=False, allow_null=True)
+    embedding_endpoint = TextField(required=False, allow_null=True, allow_blank=True)
+    embedding_dim = IntegerField()
+    embedding_chunk_size = IntegerField(required=False, allow_null=True)
+    handle = TextField(required=False, allow_null=True, allow_blank=True)
+    azure_endpoint = TextField(required=False, allow_null=True, allow_blank=True)
+    azure_version = TextField(required=False, allow_null=True, allow_blank=True)
+    azure_deployment = TextField(required=False, allow_null=True, allow_blank=True)
 
 
 class BlockSerializer(serializers.Serializer):
     id = TextField()
     label = TextField()
     value = TextField(allow_blank=True)
-    limit = serializers.IntegerField()
+    limit = IntegerField()
     agent_id = TextField()
     organization_id = TextField()
 

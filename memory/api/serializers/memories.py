@@ -10,29 +10,46 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from accounts.api.fields import TextChoiceField, TextField
+from accounts.api.fields import (
+    BooleanField,
+    IntegerField,
+    JsonTextField,
+    PatternField,
+    TextChoiceField,
+    TextField,
+)
+from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
-from memory.types import MEMORY_TYPES, MemoryType, memory_type_resolve
+from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
+from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
 from sessions.content import MessageInput, message_normalize
-from sessions.models import Message, Session
+from sessions.models import Session
 from sessions.sensitive import MASK
 
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+SESSION_ID_INVALID = "1-64 characters: letters, digits, underscore and hyphen only."
 MAX_MESSAGES_PER_ADD = 1000
 MAX_FILTER_TAGS_BYTES = 8192
 
 
 SECRETS_DENIED = "This API key may not show secrets: issue one with create_api_key --secrets."
+# The answer of every endpoint with ``include_secrets`` to a key that may not show them.
+SECRETS_DENIED_RESPONSE = error_response(
+    "include_secrets, from an API key without the secrets permission."
+)
 
 
-def include_secrets_field() -> serializers.BooleanField:
+def include_secrets_field() -> BooleanField:
     """The one ``include_secrets`` parameter of every endpoint that returns memories."""
-    return serializers.BooleanField(
+    return BooleanField(
         required=False,
         default=False,
         help_text="show knowledge-vault values the caller's client wrote, in plain text "
@@ -49,6 +66,15 @@ def secrets_context(tenant: Tenant, *, requested: bool) -> dict[str, str | None]
     return {"secrets_of": tenant.secrets_of if requested else None}
 
 
+FILTER_TAGS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "nullable": True,
+    "additionalProperties": True,
+    "description": f"tag names to values (at most {MAX_FILTER_TAGS_BYTES} bytes of JSON); "
+    "memories keep the tags of the request that produced them",
+}
+
+
 def filter_tags_check(value: Any) -> dict[str, Any]:
     """``filter_tags`` as every endpoint takes it: an object of tag names to values."""
     if value is None:
@@ -60,59 +86,78 @@ def filter_tags_check(value: Any) -> dict[str, Any]:
     return value
 
 
+@extend_schema_field(FILTER_TAGS_SCHEMA)
+class FilterTagsField(serializers.JSONField):
+    """``filter_tags`` in a body: a JSON object (or null, none)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, allow_null=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        return filter_tags_check(super().to_internal_value(data))
+
+
+def filter_tags_query_field(**kwargs: Any) -> JsonTextField:
+    """``filter_tags`` in a query string: the same object, as JSON text."""
+    return JsonTextField(schema=FILTER_TAGS_SCHEMA, required=False, **kwargs)
+
+
 def messages_check(raw_messages: list[Any]) -> list[MessageInput]:
     """Conversation turns as every endpoint takes them, each checked and normalized; errors
     name the message (``messages.3.role``)."""
-    roles = tuple(role.value for role in Message.Role)
     try:
         return [
-            message_normalize(raw, roles=roles, where=f"messages.{index}")
+            message_normalize(raw, roles=MESSAGE_ROLES, where=f"messages.{index}")
             for index, raw in enumerate(raw_messages)
         ]
     except DjangoValidationError as error:
         raise serializers.ValidationError(error.message_dict) from None
 
 
+@extend_schema_field(
+    FILTER_TAGS_SCHEMA
+    | {"properties": {"session_id": {"type": "string", "pattern": SESSION_ID_PATTERN}}}
+)
+class SessionFilterTagsField(FilterTagsField):
+    """A /memory/add's tags, whose ``session_id`` names the session (MIRIX 0.1.7 clients name
+    it only there)."""
+
+
 class MemoryAddInputSerializer(serializers.Serializer):
+    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
+    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
+    do), and by both only if they are equal."""
+
     user_id = UserIdField(required=False, allow_null=True)
     meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
     messages = serializers.ListField(
-        child=serializers.JSONField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
     )
-    session_id = TextField(required=False, allow_null=True, allow_blank=True, trim_whitespace=False)
+    session_id = PatternField(
+        SESSION_ID_PATTERN,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": SESSION_ID_INVALID},
+    )
     session_tag = TextChoiceField(
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
-    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    filter_tags = SessionFilterTagsField()
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
-    chaining = serializers.BooleanField(required=False)
-    verbose = serializers.BooleanField(required=False)
-    use_cache = serializers.BooleanField(required=False)
-    async_add = serializers.BooleanField(required=False)
+    chaining = BooleanField(required=False)
+    verbose = BooleanField(required=False)
+    use_cache = BooleanField(required=False)
+    async_add = BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
-
-    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return filter_tags_check(value)
-
-    def validate_session_id(self, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not SESSION_ID_PATTERN.match(value):
-            raise serializers.ValidationError(
-                "1-64 characters: letters, digits, underscore and hyphen only."
-            )
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         tags = attrs.get("filter_tags") or {}
         session_id = attrs.get("session_id")
         tagged = tags.get("session_id")
         if tagged is not None:
-            if not isinstance(tagged, str) or not SESSION_ID_PATTERN.match(tagged):
-                raise serializers.ValidationError(
-                    {"filter_tags.session_id": ["1-64 characters: letters, digits, _ and - only."]}
-                )
+            if not isinstance(tagged, str) or not re.fullmatch(SESSION_ID_PATTERN, tagged):
+                raise serializers.ValidationError({"filter_tags.session_id": [SESSION_ID_INVALID]})
             if session_id is not None and tagged != session_id:
                 raise serializers.ValidationError(
                     {
@@ -143,11 +188,11 @@ class MemoryAddInputSerializer(serializers.Serializer):
 
 
 class MemoryAddOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     message = TextField()
     status = TextChoiceField(["queued", "stored"])
     agent_id = TextField(allow_null=True)
-    message_count = serializers.IntegerField()
+    message_count = IntegerField()
     session_id = TextField(allow_null=True)
     message_ids = serializers.ListField(child=TextField())
 
@@ -164,35 +209,32 @@ class ComponentsParamsSerializer(serializers.Serializer):
     """``GET /memory/components``: which types, how many of each, secrets and superseded
     memories shown or not."""
 
-    memory_type = TextField(
-        required=False,
-        default="all",
-        help_text="all, core, episodic, semantic, procedural, resource, knowledge_vault "
-        "(or knowledge)",
-    )
-    limit = serializers.IntegerField(
+    memory_type = TextChoiceField(["all", *memory_type_names()], required=False, default="all")
+    limit = IntegerField(
         required=False,
         default=50,
         max_value=MAX_COMPONENTS_LIMIT,
         help_text="per type; 0 or less: all",
     )
     include_secrets = include_secrets_field()
-    include_superseded = serializers.BooleanField(
+    include_superseded = BooleanField(
         required=False, default=False, help_text="also memories another one has replaced"
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        name = attrs["memory_type"] or "all"
+        name = attrs["memory_type"]
         if name == "all":
-            return attrs | {"memory_type": name, "memory_types": list(MEMORY_TYPES.values())}
-        memory_type = memory_type_resolve(name)
-        if memory_type is None:
-            raise serializers.ValidationError({"memory_type": [f"Unknown memory type {name!r}."]})
-        return attrs | {"memory_types": [memory_type]}
+            return attrs | {"memory_types": list(MEMORY_TYPES.values())}
+        return attrs | {"memory_types": [memory_type_resolve(name)]}
 
 
 class MemoryDetailParamsSerializer(serializers.Serializer):
-    include_superseded = serializers.BooleanField(
+    user_id = UserIdField(
+        required=False,
+        help_text="the user a procedural memory belongs to (procedural memories are addressed "
+        "within one user: required for them)",
+    )
+    include_superseded = BooleanField(
         required=False,
         default=False,
         help_text="reach a memory another one has replaced (otherwise 404)",
@@ -242,23 +284,72 @@ class MemorySerializer(serializers.Serializer):
         return data
 
 
+def _editable_field(name: str) -> serializers.Field:
+    """The field a PATCH changes ``name`` with (every one optional)."""
+    optional: dict[str, Any] = {"required": False}
+    if name == "occurred_at":
+        return serializers.DateTimeField(default_timezone=UTC, **optional)
+    if name == "steps":
+        return serializers.ListField(child=TextField(max_length=2000), max_length=100, **optional)
+    if name == "limit":
+        return IntegerField(min_value=1, max_value=100_000, **optional)
+    if name == "sensitivity":
+        return TextChoiceField(["low", "medium", "high"], **optional)
+    return TextField(allow_blank=True, max_length=65_536, **optional)
+
+
+class _MemoryUpdateSerializer(serializers.Serializer):
+    """A PATCH body: a field the memory's type does not edit is refused, not dropped."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict):
+            editable = ", ".join(self.fields)
+            unknown = {
+                str(name): [f"Not an editable field here; editable: {editable}."]
+                for name in data
+                if name not in self.fields
+            }
+            if unknown:
+                raise serializers.ValidationError(unknown)
+        return super().to_internal_value(data)
+
+
+def _update_serializer(
+    name: str, fields: tuple[str, ...], doc: str
+) -> type[serializers.Serializer]:
+    attributes = {field: _editable_field(field) for field in fields}
+    return type(name, (_MemoryUpdateSerializer,), {**attributes, "__doc__": doc})
+
+
+_UPDATE_SERIALIZERS = {
+    memory_type.name: _update_serializer(
+        f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
+        memory_type.editable_fields,
+        f"The editable fields of a {memory_type.name} memory.",
+    )
+    for memory_type in MEMORY_TYPES.values()
+}
+# The PATCH body the schema declares: a memory's type decides which of these it takes, and
+# one path serves every type.
+MemoryUpdateSerializer = _update_serializer(
+    "MemoryUpdateSerializer",
+    tuple(dict.fromkeys(name for type_ in MEMORY_TYPES.values() for name in type_.editable_fields)),
+    "At least one field to change, among the editable fields of the memory's type: "
+    + "; ".join(
+        f"{name}: {', '.join(type_.editable_fields)}" for name, type_ in MEMORY_TYPES.items()
+    )
+    + ".",
+)
+
+
+class MemoryUpdateSchema(OpenApiSerializerExtension):
+    target_class = MemoryUpdateSerializer
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: str) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return schema | {"minProperties": 1, "additionalProperties": False}
+
+
 def memory_update_serializer(memory_type: MemoryType) -> type[serializers.Serializer]:
     """The PATCH body of one memory type: its editable fields, all optional."""
-    optional = {"required": False}
-    field_types: dict[str, serializers.Field] = {
-        "occurred_at": serializers.DateTimeField(default_timezone=UTC, **optional),
-        "steps": serializers.ListField(
-            child=TextField(max_length=2000), max_length=100, **optional
-        ),
-        "limit": serializers.IntegerField(min_value=1, max_value=100_000, **optional),
-        "sensitivity": TextChoiceField(["low", "medium", "high"], **optional),
-    }
-    fields = {
-        name: field_types.get(name) or TextField(allow_blank=True, max_length=65_536, **optional)
-        for name in memory_type.editable_fields
-    }
-    return type(
-        f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
-        (serializers.Serializer,),
-        fields,
-    )
+    return _UPDATE_SERIALIZERS[memory_type.name]

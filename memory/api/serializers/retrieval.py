@@ -10,35 +10,25 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts.api.fields import TextChoiceField, TextField
-from accounts.api.parsers import JsonTooDeepError, json_text_load
+from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import (
+    FilterTagsField,
     MemorySerializer,
     filter_tags_check,
+    filter_tags_query_field,
     include_secrets_field,
     messages_check,
 )
 from memory.models import CoreMemoryBlock
 from memory.query.temporal import date_bounds, temporal_range
 from memory.retrieval.engine import METHODS, SearchOutcome
-from memory.types import MEMORY_TYPES, memory_kinds, memory_type_resolve
+from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
+from sessions.api.serializers import MessageInputField
 
 MAX_LIMIT = 100
-
-
-def _filter_tags(raw: Any) -> dict[str, Any]:
-    """``filter_tags`` of a query string arrive as JSON text."""
-    if raw == "":
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json_text_load(raw)
-        except JsonTooDeepError as error:
-            raise serializers.ValidationError(str(error.detail)) from None
-        except ValueError:
-            raise serializers.ValidationError("A JSON object of tag names to values.") from None
-    return filter_tags_check(raw)
+# The search_field values that name no field (MIRIX clients send "null").
+NO_SEARCH_FIELD = ("null", "None", "")
 
 
 def _dates_check(attrs: dict[str, Any]) -> None:
@@ -68,33 +58,30 @@ class SearchParamsSerializer(serializers.Serializer):
     time phrase in the query with ``temporal``) and ``temporal_expression``."""
 
     query = TextField(max_length=10_000, trim_whitespace=True)
-    memory_type = TextField(
-        required=False,
-        default="all",
-        help_text="all (default), episodic, semantic, procedural, resource, knowledge_vault",
+    memory_type = TextChoiceField(
+        ["all", *memory_type_names(searchable=True)], required=False, default="all"
     )
-    search_field = TextField(
+    search_field = TextChoiceField(
+        [*NO_SEARCH_FIELD, *sorted({name for kind in memory_kinds() for name in kind.text_fields})],
         required=False,
         allow_null=True,
         allow_blank=True,
-        help_text="one text field of the type: narrows the keyword lane",
+        help_text="narrows the keyword lane to one text field of the one memory_type searched ("
+        + "; ".join(f"{kind.name}: {', '.join(kind.text_fields)}" for kind in memory_kinds())
+        + "); null (the MIRIX client's default) for every field",
     )
     search_method = TextChoiceField(
         METHODS, required=False, default="hybrid", help_text="default hybrid"
     )
-    limit = serializers.IntegerField(
+    limit = IntegerField(
         required=False,
         default=10,
         min_value=1,
         max_value=MAX_LIMIT,
         help_text="per memory type, 1-100 (default 10)",
     )
-    filter_tags = TextField(
-        required=False,
-        allow_blank=True,
-        help_text="JSON object; memories whose tags contain it",
-    )
-    similarity_threshold = serializers.FloatField(
+    filter_tags = filter_tags_query_field(help_text="memories whose tags contain these")
+    similarity_threshold = FloatField(
         required=False,
         allow_null=True,
         min_value=0.0,
@@ -111,10 +98,10 @@ class SearchParamsSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default_timezone=UTC,
-        help_text="ISO 8601; episodic memories only",
+        help_text="ISO 8601, not before start_date; episodic memories only",
     )
     include_secrets = include_secrets_field()
-    temporal = serializers.BooleanField(
+    temporal = BooleanField(
         required=False,
         default=False,
         help_text="read a phrase pinning a past time in the query ('a week ago', 'in March') "
@@ -127,22 +114,14 @@ class SearchParamsSerializer(serializers.Serializer):
         help_text="ISO 8601; the moment temporal phrases are read from (now)",
     )
 
-    def validate_filter_tags(self, value: str) -> dict[str, Any]:
-        return _filter_tags(value)
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        name = attrs.get("memory_type") or "all"
-        if name == "all":
-            kinds = memory_kinds()
-        else:
-            memory_type = memory_type_resolve(name)
-            if memory_type is None or memory_type.kind is None:
-                raise serializers.ValidationError(
-                    {"memory_type": [f"Unknown memory type {name!r}."]}
-                )
-            kinds = (memory_type.kind,)
+        name = attrs["memory_type"]
+        kinds = memory_kinds() if name == "all" else (memory_type_resolve(name).kind,)
         field = attrs.get("search_field")
-        if field in (None, "", "null", "None"):
+        if field is None or field in NO_SEARCH_FIELD:
             field = None
         elif len(kinds) != 1 or field not in kinds[0].text_fields:
             raise serializers.ValidationError(
@@ -183,7 +162,7 @@ class SearchResultSerializer(MemorySerializer):
 
 
 class SearchOutputSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     query = TextField()
     memory_type = TextField()
     search_field = TextField(allow_null=True)
@@ -191,7 +170,7 @@ class SearchOutputSerializer(serializers.Serializer):
     date_range = serializers.DictField(allow_null=True)
     temporal_expression = TextField(allow_null=True)
     results = SearchResultSerializer(many=True)
-    count = serializers.IntegerField()
+    count = IntegerField()
 
 
 def memories_grouped(
@@ -211,35 +190,35 @@ def memories_grouped(
 class RetrieveTopicParamsSerializer(serializers.Serializer):
     user_id = UserIdField()
     topic = TextField(max_length=10_000)
-    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
-    filter_tags = TextField(required=False, allow_blank=True)
-    use_cache = serializers.BooleanField(required=False)
+    limit = IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = filter_tags_query_field()
+    use_cache = BooleanField(required=False)
 
-    def validate_filter_tags(self, value: str) -> dict[str, Any]:
-        return _filter_tags(value)
+    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
 
 
 class RetrievedByTopicSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     topic = TextField()
     memories = serializers.DictField(child=SearchResultSerializer(many=True))
 
 
 class RetrieveConversationInputSerializer(serializers.Serializer):
+    """A conversation to retrieve for: some message holds text or an image; start_date is not
+    after end_date."""
+
     user_id = UserIdField()
-    messages = serializers.ListField(child=serializers.JSONField(), max_length=1000)
-    limit = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
-    filter_tags = serializers.JSONField(required=False, allow_null=True)
+    messages = serializers.ListField(child=MessageInputField(), min_length=1, max_length=1000)
+    limit = IntegerField(required=False, default=10, min_value=1, max_value=MAX_LIMIT)
+    filter_tags = FilterTagsField()
     start_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     end_date = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # The moment time phrases are read from ("yesterday" of which day); now by default.
     as_of = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; accepted and ignored.
-    use_cache = serializers.BooleanField(required=False)
+    use_cache = BooleanField(required=False)
     local_model_for_retrieval = TextField(required=False, allow_null=True)
-
-    def validate_filter_tags(self, value: Any) -> dict[str, Any]:
-        return _filter_tags(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         messages = messages_check(attrs["messages"])
@@ -261,7 +240,7 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
 
 
 class RetrievedByConversationSerializer(serializers.Serializer):
-    success = serializers.BooleanField()
+    success = BooleanField()
     topics = serializers.ListField(child=TextField())
     temporal_expression = TextField(allow_null=True)
     date_range = serializers.DictField(allow_null=True)
