@@ -393,11 +393,23 @@ def test_the_recovery_job_queues_forgotten_turns(org: TenantFixture, settings) -
 
 @contextlib.contextmanager
 def runner_session(*jobs: ExtractionJob) -> Iterator[psycopg.Connection]:
-    """Another database session holding the jobs' run locks, as the worker running them does."""
+    """Another database session holding the jobs' run locks, as the worker running them does;
+    on leaving, it is gone (PostgreSQL ends a closed session's backend, and with it its locks,
+    a moment after the client goes: under load, long enough for the next statement to see
+    the locks still held)."""
     with psycopg.connect(**connection.get_connection_params(), autocommit=True) as session:
         for job in jobs:
             session.execute("SELECT pg_advisory_lock(%s)", [RUN_LOCK_BASE + job.pk])
+        backend = session.info.backend_pid
         yield session
+    deadline = time.monotonic() + 10
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [backend])
+            if cursor.fetchone() is None:
+                break
+            assert time.monotonic() < deadline, "the runner's session did not end"
+            time.sleep(0.01)
 
 
 def test_a_running_job_goes_back_to_the_queue_once_its_runners_session_is_gone(
