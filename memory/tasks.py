@@ -33,6 +33,9 @@ def _backoff(retries: int, hint: float | None = None) -> float:
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+    """A token that says extraction work is queued: it runs the fairest queued jobs, not
+    necessarily the one it names (see extraction_job_run). When the job it names failed, its
+    retry is the only task that takes that job, after the backoff."""
     try:
         extraction_job_run(organization_id=organization_id, job_id=job_id)
     except (LLMTransientError, EmbeddingTransientError) as error:

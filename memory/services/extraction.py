@@ -1,9 +1,10 @@
 """Running extraction jobs: claim, extract one batch, store, mark the messages processed.
 
-A job is claimed with a conditional update (``queued → running``); a second delivery of the same
-job finds nothing to claim. The batch's messages are locked (``SKIP LOCKED``) for the whole
-run and marked processed in the same transaction that stores their memories, so a crash
-half-way leaves them pending, and the fingerprints make the re-run store nothing twice.
+A task claims the queued jobs fairest to take (across tenants, see _jobs_claim) with a
+conditional update (``queued → running``); a delivery that finds none queued claims nothing.
+The batch's messages are locked (``SKIP LOCKED``) for the whole run and marked processed in the
+same transaction that stores their memories, so a crash half-way leaves them pending, and the
+fingerprints make the re-run store nothing twice.
 """
 
 from __future__ import annotations
@@ -103,39 +104,107 @@ def _enabled_types(client_id: str) -> set[str]:
     return set(components if components is not None else MEMORY_COMPONENTS)
 
 
-# Queued jobs of the organization, the given one first, then the oldest; rows another worker
-# holds are skipped, not waited for.
+# The queued jobs a task may claim, at most ``per_organization`` of each organization (its
+# oldest, numbered), beside when that organization was last served (its latest claim; the
+# index extraction_job_served answers it per organization). ``tried``: rows this claim has
+# already locked or found locked. A job that failed waits out its backoff for its own task's
+# retry (``job_id``), and then runs alone: the fair order would otherwise hand it to the next
+# task at once, spending its attempts in seconds, and whatever failed it could fail others.
+# Nothing is locked here: the claim locks only the rows it takes (_CLAIM_LOCK_SQL), so a
+# concurrent claim still finds the rest.
 _CANDIDATES_SQL = """
-SELECT id, client_id, end_user_id FROM memory_extractionjob
- WHERE organization_id = %(organization_id)s AND status = 'queued'
- ORDER BY (id <> %(job_id)s), id
- LIMIT %(limit)s
+WITH retry AS (
+    SELECT id FROM memory_extractionjob
+     WHERE id = %(job_id)s AND status = 'queued' AND attempts > 0
+), queued AS (
+    SELECT id, organization_id, client_id, end_user_id,
+           row_number() OVER (PARTITION BY organization_id ORDER BY id) AS turn
+      FROM memory_extractionjob
+     WHERE status = 'queued' AND id <> ALL(%(tried)s::bigint[])
+       AND CASE WHEN EXISTS (SELECT FROM retry) THEN id = %(job_id)s ELSE attempts = 0 END
+), served AS (
+    SELECT waiting.organization_id,
+           (SELECT max(job.started_at) FROM memory_extractionjob AS job
+             WHERE job.organization_id = waiting.organization_id) AS served_at
+      FROM (SELECT DISTINCT organization_id FROM queued) AS waiting
+)
+SELECT queued.id, queued.client_id, queued.end_user_id
+  FROM queued JOIN served USING (organization_id)
+ WHERE queued.turn <= %(per_organization)s
+ ORDER BY queued.turn, served.served_at NULLS FIRST, queued.id
+"""
+
+# Rows another claim holds are skipped, not waited for; one it has taken meanwhile is no
+# longer queued (PostgreSQL re-checks the condition on the row's latest version).
+_CLAIM_LOCK_SQL = """
+SELECT id FROM memory_extractionjob
+ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
    FOR UPDATE SKIP LOCKED
 """
 
 
-@transaction.atomic
-def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
-    """Claim the job and, while their pending turns fit in one batch
-    (``EXTRACTION_BATCH_MESSAGES``), more queued jobs of the organization: small jobs share a
-    run (and an embedding call), a large one runs alone and leaves the rest to other workers.
-    The given job is claimed only if it is still queued."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _CANDIDATES_SQL,
-            {"organization_id": organization_id, "job_id": job_id, "limit": limit},
-        )
-        candidates = cursor.fetchall()
-    if not candidates:
-        return []
-    pending = messages_pending_count(end_user_ids=[row[2] for row in candidates])
-    chosen, budget = [], settings.EXTRACTION_BATCH_MESSAGES
-    for candidate_id, client_id, end_user_id in candidates:
-        size = pending.get((client_id, end_user_id), 0)
-        if chosen and size > budget:
+def _jobs_pick(
+    candidates: list[tuple[int, str, int]], sizes: dict[int, int], *, room: int, slots: int
+) -> list[int]:
+    """In the candidates' order, at most ``slots`` jobs whose turns fit in ``room`` messages;
+    one too large is passed over for smaller ones after it. (In an empty run any job fits: a
+    job takes at most one batch.)"""
+    picked: list[int] = []
+    for job_id, _client_id, _end_user_id in candidates:
+        if len(picked) == slots:
             break
-        chosen.append(candidate_id)
-        budget -= size
+        if sizes[job_id] <= room:
+            picked.append(job_id)
+            room -= sizes[job_id]
+    return picked
+
+
+@transaction.atomic
+def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
+    """Claim up to ``limit`` queued jobs in the fair order, of any organization, whichever job
+    the task named. The broker delivers tasks first published first, so a task taking its
+    own job would leave a light tenant's job behind every task of a heavy tenant's import: a
+    task is a token that says there is work. The job it named stays queued for a later token;
+    tokens left when nothing is queued claim nothing.
+
+    The fair order is round-robin over the organizations with queued jobs, the least recently
+    served first: each one's oldest job, then each one's second, and so on. So while others
+    wait, no organization has a second job in a run before each of them has its first;
+    alone, it may fill the run. Within an organization the oldest job goes first, and a user
+    whose batch filled queues a new job behind the others, so users take turns.
+
+    Jobs join the run while their turns fit in one batch (``EXTRACTION_BATCH_MESSAGES``):
+    small jobs share a run (and an embedding call), a large one runs alone."""
+    batch = settings.EXTRACTION_BATCH_MESSAGES
+    chosen: list[int] = []
+    tried: set[int] = set()
+    room = batch
+    while len(chosen) < limit:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _CANDIDATES_SQL,
+                {"job_id": job_id, "per_organization": limit, "tried": sorted(tried)},
+            )
+            candidates = cursor.fetchall()
+        if not candidates:
+            break
+        pending = messages_pending_count(end_user_ids=list({row[2] for row in candidates}))
+        sizes = {
+            candidate_id: min(batch, pending.get((client_id, end_user_id), 0))
+            for candidate_id, client_id, end_user_id in candidates
+        }
+        picked = _jobs_pick(candidates, sizes, room=room, slots=limit - len(chosen))
+        if not picked:
+            break
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_LOCK_SQL, {"ids": picked})
+            locked = [row[0] for row in cursor.fetchall()]
+        chosen.extend(locked)
+        room -= sum(sizes[candidate_id] for candidate_id in locked)
+        if len(locked) == len(picked):
+            break  # no other claim was in the way: what fits is taken
+        # Another claim holds some of them: look again, past every job tried.
+        tried.update(picked)
     ExtractionJob.objects.filter(pk__in=chosen).update(
         status=ExtractionJob.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
     )
@@ -152,17 +221,19 @@ def _job_batch(job: ExtractionJob) -> list[Message]:
 
 
 def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJob]:
-    """Run the job, and with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN - 1``
-    other queued jobs of the organization with it (one embedding call for all: the model's fixed
-    cost per call dominates small batches). With an LLM, one job: its call dominates anyway.
-    Returns the jobs run; empty when there was nothing to claim (already run, or taken).
-    On an error every claimed job but ``job_id`` goes back to the queue and the error
-    propagates, for the task to retry or fail ``job_id`` (see extraction_job_requeue)."""
+    """Claim and run the fairest queued work (see _jobs_claim: not necessarily the job named),
+    with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN`` jobs together (one
+    embedding call for all: the model's fixed cost per call dominates small batches). With an
+    LLM, one job: its call dominates anyway. Returns the jobs run; empty when there was nothing
+    to claim. On an error every claimed job but ``job_id`` goes back to the queue at no cost
+    of an attempt, for the recovery job to publish again (a token of its own, after a pause),
+    and the error propagates, for the task to retry or fail ``job_id`` (see
+    extraction_job_requeue)."""
     provider = llm_provider_from_settings()
     limit = 1 if provider is not None else settings.EXTRACTION_JOBS_PER_RUN
-    claimed = _jobs_claim(organization_id=organization_id, job_id=job_id, limit=limit)
+    claimed = _jobs_claim(job_id=job_id, limit=limit)
     if not claimed:
-        logger.info("extraction job %s: nothing to claim", job_id)
+        logger.info("extraction job %s (%s): nothing to claim", job_id, organization_id)
         return []
     jobs = list(ExtractionJob.objects.filter(pk__in=claimed).order_by("id"))
     try:
@@ -170,11 +241,14 @@ def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJ
     except Exception as error:
         for job in jobs:
             if job.pk != job_id:
+                # The error may be another job's, of another tenant even: it costs this one
+                # no attempt. Its next run is alone (see _CANDIDATES_SQL).
                 extraction_job_requeue(
                     organization_id=job.organization_id,
                     job_id=job.pk,
                     error=repr(error),
                     final=False,
+                    count_attempt=False,
                 )
         raise
     return jobs
@@ -230,9 +304,12 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
 
 
 @transaction.atomic
-def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, final: bool) -> None:
+def extraction_job_requeue(
+    *, organization_id: str, job_id: int, error: str, final: bool, count_attempt: bool = True
+) -> None:
     """After a failed run: back to ``queued`` for the task's retry, or (``final``) ``failed``,
-    counting the attempt against the user's pending messages; a message that has failed
+    counting the attempt against the user's pending messages (unless ``count_attempt`` is
+    false: the job only shared the failed run); a message that has failed
     ``EXTRACTION_MAX_ATTEMPTS`` times is marked failed and left alone."""
     job = (
         ExtractionJob.objects.select_for_update()
@@ -242,11 +319,12 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
     if job is None:
         return
     job.error = error[:2000]
-    messages_mark_attempt_failed(
-        client_id=job.client_id,
-        end_user_id=job.end_user_id,
-        give_up_after=settings.EXTRACTION_MAX_ATTEMPTS,
-    )
+    if count_attempt:
+        messages_mark_attempt_failed(
+            client_id=job.client_id,
+            end_user_id=job.end_user_id,
+            give_up_after=settings.EXTRACTION_MAX_ATTEMPTS,
+        )
     if final:
         job.status = ExtractionJob.Status.FAILED
         job.finished_at = timezone.now()
