@@ -30,9 +30,10 @@ from memory.retrieval.spaces import write_embedders
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from sessions.models import Message
 from sessions.selectors import (
-    messages_pending_count,
+    PendingSize,
     messages_pending_lock,
     messages_pending_owners_list,
+    messages_pending_sizes,
     messages_preceding_get,
 )
 from sessions.services import messages_mark_attempt_failed, messages_mark_processed
@@ -144,18 +145,24 @@ SELECT id FROM memory_extractionjob
 
 
 def _jobs_pick(
-    candidates: list[tuple[int, str, int]], sizes: dict[int, int], *, room: int, slots: int
+    candidates: list[tuple[int, str, int]],
+    sizes: dict[int, PendingSize],
+    *,
+    room: PendingSize,
+    slots: int,
 ) -> list[int]:
-    """In the candidates' order, at most ``slots`` jobs whose turns fit in ``room`` messages;
-    one too large is passed over for smaller ones after it. (In an empty run any job fits: a
-    job takes at most one batch.)"""
+    """In the candidates' order, at most ``slots`` jobs whose batches fit in ``room``; one too
+    large is passed over for smaller ones after it. (In an empty run any job fits: a batch
+    is at most one run's worth.)"""
     picked: list[int] = []
+    messages, chars = room
     for job_id, _client_id, _end_user_id in candidates:
         if len(picked) == slots:
             break
-        if sizes[job_id] <= room:
+        size = sizes[job_id]
+        if size.messages <= messages and size.chars <= chars:
             picked.append(job_id)
-            room -= sizes[job_id]
+            messages, chars = messages - size.messages, chars - size.chars
     return picked
 
 
@@ -173,9 +180,10 @@ def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
     alone, it may fill the run. Within an organization the oldest job goes first, and a user
     whose batch filled queues a new job behind the others, so users take turns.
 
-    Jobs join the run while their turns fit in one batch (``EXTRACTION_BATCH_MESSAGES``):
-    small jobs share a run (and an embedding call), a large one runs alone."""
-    batch = settings.EXTRACTION_BATCH_MESSAGES
+    Jobs join the run while their batches fit in one batch's worth (``EXTRACTION_BATCH_MESSAGES``
+    turns, ``EXTRACTION_BATCH_CHARS`` of text): small jobs share a run (and an embedding call),
+    a large one runs alone."""
+    batch = PendingSize(settings.EXTRACTION_BATCH_MESSAGES, settings.EXTRACTION_BATCH_CHARS)
     chosen: list[int] = []
     tried: set[int] = set()
     room = batch
@@ -188,11 +196,15 @@ def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
             candidates = cursor.fetchall()
         if not candidates:
             break
-        pending = messages_pending_count(end_user_ids=list({row[2] for row in candidates}))
-        sizes = {
-            candidate_id: min(batch, pending.get((client_id, end_user_id), 0))
-            for candidate_id, client_id, end_user_id in candidates
-        }
+        pending = messages_pending_sizes(
+            owners=[(client_id, end_user_id) for _id, client_id, end_user_id in candidates],
+            limit=batch.messages,
+        )
+        sizes: dict[int, PendingSize] = {}
+        for candidate_id, client_id, end_user_id in candidates:
+            messages, chars = pending.get((client_id, end_user_id), (0, 0))
+            # A batch is cut at the text budget (see _job_batch).
+            sizes[candidate_id] = PendingSize(messages, min(chars, batch.chars))
         picked = _jobs_pick(candidates, sizes, room=room, slots=limit - len(chosen))
         if not picked:
             break
@@ -200,7 +212,10 @@ def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
             cursor.execute(_CLAIM_LOCK_SQL, {"ids": picked})
             locked = [row[0] for row in cursor.fetchall()]
         chosen.extend(locked)
-        room -= sum(sizes[candidate_id] for candidate_id in locked)
+        room = PendingSize(
+            room.messages - sum(sizes[candidate_id].messages for candidate_id in locked),
+            room.chars - sum(sizes[candidate_id].chars for candidate_id in locked),
+        )
         if len(locked) == len(picked):
             break  # no other claim was in the way: what fits is taken
         # Another claim holds some of them: look again, past every job tried.
@@ -211,13 +226,35 @@ def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
     return sorted(chosen)
 
 
+def _starts_exchange(message: Message, previous: Message) -> bool:
+    """Whether ``message`` opens a new exchange after ``previous`` (as the deterministic
+    extractor reads them: a user turn after a reply, or another session)."""
+    return message.session_id != previous.session_id or (
+        message.role == Message.Role.USER and previous.role != Message.Role.USER
+    )
+
+
 def _job_batch(job: ExtractionJob) -> list[Message]:
-    """The user's pending turns, oldest first, locked for this transaction."""
-    return messages_pending_lock(
+    """The user's pending turns, oldest first, locked for this transaction: at most
+    ``EXTRACTION_BATCH_MESSAGES`` of them and ``EXTRACTION_BATCH_CHARS`` of text, cut before an
+    exchange so that a reply stays with what it answers (an exchange longer than that is cut
+    where the text runs out, at one turn at least). The turns left over stay pending."""
+    locked = messages_pending_lock(
         client_id=job.client_id,
         end_user_id=job.end_user_id,
         limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
+    chars, fits, cut = 0, 0, 0
+    for index, message in enumerate(locked):
+        if index and _starts_exchange(message, locked[index - 1]):
+            cut = index
+        chars += len(message.text)
+        if index and chars > settings.EXTRACTION_BATCH_CHARS:
+            break
+        fits = index + 1
+    else:
+        return locked
+    return locked[: cut or fits]
 
 
 def extraction_job_run(*, organization_id: str, job_id: int) -> list[ExtractionJob]:
@@ -284,6 +321,10 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
     messages_mark_processed(
         message_ids=[message.pk for batch in batches for message in batch], extracted_at=now
     )
+    # A long backlog, cut into batches, or turns that arrived during the run.
+    waiting = messages_pending_sizes(
+        owners=[(job.client_id, job.end_user_id) for job in jobs], limit=1
+    )
     for job, batch, outcome, job_counts in zip(jobs, batches, outcomes, counts, strict=True):
         job.status = ExtractionJob.Status.SUCCEEDED
         job.finished_at = now
@@ -294,8 +335,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> No
         job.input_tokens += outcome.input_tokens
         job.output_tokens += outcome.output_tokens
         job.save()
-        if len(batch) == settings.EXTRACTION_BATCH_MESSAGES:
-            # More may be waiting (a long backlog, or turns that arrived during the run).
+        if (job.client_id, job.end_user_id) in waiting:
             extraction_job_ensure(
                 organization_id=job.organization_id,
                 client_id=job.client_id,

@@ -311,6 +311,39 @@ def test_a_job_too_large_for_the_run_is_passed_over_for_smaller_ones(
     assert broker.deliver() == ["alice/ben"]
 
 
+def test_a_run_takes_a_bounded_amount_of_text_cut_between_exchanges(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker, settings
+) -> None:
+    # A run's time grows with its text: a long history is taken a bounded part at a time, so
+    # another tenant's new turns wait for at most one such part.
+    settings.EXTRACTION_BATCH_CHARS = 1000
+    reply = "Sure. " + "All right. " * 30  # ~340 characters
+    history = []
+    for number in range(3):
+        history += [f"Question {number}: " + "tell me more " * 10, reply]
+    broker.add(org, "ana", *history)  # three ~470-character exchanges
+    broker.add(other_org, "dee", "Hi", "Hello")
+    assert broker.deliver() == ["alice/ana"]
+    # Two whole exchanges, under 1,000 characters; the third waits, queued again.
+    assert EpisodicMemory.objects.filter(end_user__user_id="ana").count() == 2
+    assert Message.objects.filter(extraction=Message.Extraction.PENDING).count() == 4
+    # Bob's short turns and the rest of ana's fit in the next run together.
+    assert broker.deliver() == ["bob/dee", "alice/ana"]
+    assert EpisodicMemory.objects.filter(end_user__user_id="ana").count() == 3
+    assert not Message.objects.filter(extraction=Message.Extraction.PENDING).exists()
+
+
+def test_an_exchange_longer_than_the_text_budget_is_cut_at_a_turn(
+    org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_BATCH_CHARS = 1000
+    broker.add(org, "ana", "x" * 1500, "y" * 200)
+    assert broker.deliver() == ["alice/ana"]
+    assert Message.objects.filter(extraction=Message.Extraction.PROCESSED).count() == 1
+    assert broker.deliver() == ["alice/ana"]
+    assert not Message.objects.filter(extraction=Message.Extraction.PENDING).exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_job_another_worker_holds_is_replaced_by_the_next(
     org: TenantFixture, broker: Broker, settings
