@@ -31,15 +31,16 @@ def _free_port() -> str:
 
 
 @pytest.fixture
-def web_server(org: TenantFixture) -> Iterator[str]:
+def web_server(org: TenantFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The real web server on the test database, one worker (what it does is per socket)."""
     parts = urlsplit(os.environ["DATABASE_URL"])
     database_url = urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
     port = _free_port()
+    # web_command reads the worker count from this process's environment.
+    monkeypatch.setenv("WEB_CONCURRENCY", "1")
     env = os.environ | {
         "DJANGO_SETTINGS_MODULE": "mirix_site.settings.test",
         "DATABASE_URL": database_url,
-        "WEB_CONCURRENCY": "1",
     }
     process = subprocess.Popen(  # noqa: S603 - our own server
         web_command(port=port),
@@ -55,8 +56,8 @@ def web_server(org: TenantFixture) -> Iterator[str]:
             try:
                 if requests.get(f"{url}/health", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or still loading Django on a busy machine
             assert process.poll() is None and time.monotonic() < deadline, "web did not start"
             time.sleep(0.2)
         yield url
