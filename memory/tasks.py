@@ -40,6 +40,9 @@ def _backoff(
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+    """A token that says extraction work is queued: it runs the fairest queued jobs, not
+    necessarily the one it names (see extraction_job_run). When the job it names failed, its
+    retry is the only task that takes that job, after the backoff."""
     # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:

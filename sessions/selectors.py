@@ -62,21 +62,47 @@ class PendingOwner(NamedTuple):
     end_user_id: int
 
 
-# One statement over the partial index of pending turns (message_pending_by_user), run while
-# the extraction claim holds its candidate jobs locked: it decides how many jobs share a run.
-_PENDING_COUNT_SQL = f"""
-SELECT client_id, end_user_id, count(*) FROM {Message._meta.db_table}
- WHERE extraction = 'pending' AND end_user_id = ANY(%(end_user_ids)s)
- GROUP BY client_id, end_user_id
+class PendingSize(NamedTuple):
+    """How much of a user's pending work one batch would take: its turns and their text."""
+
+    messages: int
+    chars: int
+
+
+# One statement, each user's first ``limit`` pending turns read through the partial index of
+# pending turns (message_pending_by_user) and no more: the most one batch takes. Run while the
+# extraction claim chooses its jobs: it decides how many jobs share a run.
+_PENDING_SIZES_SQL = f"""
+SELECT owner.client_id, owner.end_user_id, count(*), coalesce(sum(length(turn.text)), 0)
+  FROM unnest(%(client_ids)s::varchar[], %(end_user_ids)s::bigint[])
+           AS owner (client_id, end_user_id)
+  CROSS JOIN LATERAL (
+        SELECT text FROM {Message._meta.db_table}
+         WHERE extraction = 'pending' AND end_user_id = owner.end_user_id
+           AND client_id = owner.client_id
+         ORDER BY id LIMIT %(limit)s) AS turn
+ GROUP BY owner.client_id, owner.end_user_id
 """  # noqa: S608  (the table name comes from model metadata; every value is bound)
 
 
-def messages_pending_count(*, end_user_ids: list[int]) -> dict[tuple[str, int], int]:
-    """How many turns of each of these users wait for extraction, by (client id, end user
-    id); a user with none is absent."""
+def messages_pending_sizes(
+    *, owners: list[tuple[str, int]], limit: int
+) -> dict[tuple[str, int], PendingSize]:
+    """The size of the first ``limit`` turns waiting for extraction of each (client id, end
+    user id) of ``owners``; one with none is absent."""
     with connection.cursor() as cursor:
-        cursor.execute(_PENDING_COUNT_SQL, {"end_user_ids": end_user_ids})
-        return {(client_id, user_id): count for client_id, user_id, count in cursor.fetchall()}
+        cursor.execute(
+            _PENDING_SIZES_SQL,
+            {
+                "client_ids": [client_id for client_id, _user_id in owners],
+                "end_user_ids": [user_id for _client_id, user_id in owners],
+                "limit": limit,
+            },
+        )
+        return {
+            (client_id, user_id): PendingSize(messages, chars)
+            for client_id, user_id, messages, chars in cursor.fetchall()
+        }
 
 
 def messages_pending_lock(*, client_id: str, end_user_id: int, limit: int) -> list[Message]:

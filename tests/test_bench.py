@@ -15,7 +15,7 @@ import pytest
 from django.db import connections
 
 from accounts.models import EndUser
-from bench import auth, faults, ingest, retrieval_latency, retrieval_quality
+from bench import auth, fairness, faults, ingest, retrieval_latency, retrieval_quality
 from bench.common import SMOKE_NOTE
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
@@ -243,6 +243,34 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
         assert table["embedding"]["any@20"] == 1.0
     assert "not scored, no answer session has a user turn marked has_answer: 1" in out
     assert SMOKE_NOTE in out
+
+
+# --- Fairness ------------------------------------------------------------------------------------
+
+
+def test_fairness_times_a_light_tenants_adds_beside_a_heavy_import(
+    smoke_argv, other_org: TenantFixture, worker, tmp_path, capsys
+) -> None:
+    _datasets_write(tmp_path)
+    argv = [*smoke_argv, "--light-api-key", other_org.key, "--data-dir", str(tmp_path)]
+
+    assert fairness.main(argv) == 0
+
+    out = capsys.readouterr().out
+    # The toy haystacks hold fewer turns than a smoke run's --turns: all are imported.
+    imported = [entry for entry in LONGMEMEVAL if not entry["question_id"].endswith("_abs")]
+    sessions = [session for entry in imported for session in entry["haystack_sessions"]]
+    turns = sum(len(session) for session in sessions)
+    assert f"{len(imported)} users, {len(sessions)} adds (one per session), {turns} turns" in out
+    assert re.search(r"first add to last turn processed: [\d.]+ s -> [\d.]+ turns/s", out)
+    assert "(failed messages: 0)" in out
+    adds = int(re.search(r"light tenant \(one exchange every [\d.]+ s, (\d+) adds\)", out)[1])
+    assert adds >= 1
+    assert re.search(r"add to searchable +p50 +[\d.]+ s +p95 +[\d.]+ s +max +[\d.]+ s", out)
+    assert SMOKE_NOTE in out
+    # The light tenant's user is the other organization's.
+    [light] = EndUser.objects.filter(user_id__endswith="-light")
+    assert light.organization_id == other_org.organization.pk
 
 
 # --- Retrieval latency ----------------------------------------------------------------------------

@@ -333,8 +333,10 @@ def test_adds_while_redis_is_down_answer_at_once_and_are_all_processed_once_it_i
             what=f"an add made after Redis came back\n{worker.log_tail()}",
         )
         # Work stored while Redis was down is published by the recovery beat job (every minute,
-        # work older than EXTRACTION_REQUEUE_AFTER); here its service is called at once.
-        assert extraction_jobs_recover(older_than=timedelta(0)) == 3
+        # work older than EXTRACTION_REQUEUE_AFTER); here its service is called at once. (The
+        # new add's task may have taken some of it already: a task claims the fairest queued
+        # jobs, not only its own, so a lost task's job does not wait for its own token.)
+        assert extraction_jobs_recover(older_than=timedelta(0)) <= 3
         all_stored = wait_until(
             nothing_pending, timeout=60, what=f"every turn\n{worker.log_tail()}"
         )

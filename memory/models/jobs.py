@@ -38,7 +38,11 @@ class ExtractionJob(Owned):
                 name="one_queued_extraction_job_per_user",
             ),
         ]
-        indexes = [models.Index(fields=["status", "created_at"], name="extraction_job_status")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="extraction_job_status"),
+            # When each organization was last served: the fair claim's order (max started_at).
+            models.Index(fields=["organization", "started_at"], name="extraction_job_served"),
+        ]
 
     def __str__(self) -> str:
         return f"extraction #{self.pk} ({self.status})"

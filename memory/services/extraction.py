@@ -1,9 +1,10 @@
 """Running extraction jobs: claim, extract one batch, store, mark the messages processed.
 
-A job is claimed with a conditional update (``queued → running``); a second delivery of the same
-job finds nothing to claim. The batch's messages are locked (``SKIP LOCKED``) for the whole
-run and marked processed in the same transaction that stores their memories, so a crash
-half-way leaves them pending, and the fingerprints make the re-run store nothing twice.
+A task claims the queued jobs fairest to take (across tenants, see _jobs_claim) with a
+conditional update (``queued → running``); a delivery that finds none queued claims nothing.
+The batch's messages are locked (``SKIP LOCKED``) for the whole run and marked processed in the
+same transaction that stores their memories, so a crash half-way leaves them pending, and the
+fingerprints make the re-run store nothing twice.
 
 A running job belongs to the database session that claimed it: the claim takes an advisory
 lock per job, in the claiming transaction, and the run lets it go when it ends. A worker that
@@ -40,9 +41,10 @@ from memory.services.records import Owner, StoreRequest, memories_store_many
 from mirix_site.database import database_unreachable
 from sessions.models import Message
 from sessions.selectors import (
-    messages_pending_count,
+    PendingSize,
     messages_pending_lock,
     messages_pending_owners_list,
+    messages_pending_sizes,
     messages_preceding_get,
 )
 from sessions.services import messages_mark_attempt_failed, messages_mark_processed
@@ -119,39 +121,121 @@ def _enabled_types(client_id: str) -> set[str]:
     return set(components if components is not None else MEMORY_COMPONENTS)
 
 
-# Queued jobs of the organization, the given one first, then the oldest; rows another worker
-# holds are skipped, not waited for.
+# The queued jobs a task may claim, at most ``per_organization`` of each organization (its
+# oldest, numbered), beside when that organization was last served (its latest claim; the
+# index extraction_job_served answers it per organization). ``tried``: rows this claim has
+# already locked or found locked. A job that failed waits out its backoff for its own task's
+# retry (``job_id``), and then runs alone: the fair order would otherwise hand it to the next
+# task at once, spending its attempts in seconds, and whatever failed it could fail others.
+# Nothing is locked here: the claim locks only the rows it takes (_CLAIM_LOCK_SQL), so a
+# concurrent claim still finds the rest.
 _CANDIDATES_SQL = """
-SELECT id, client_id, end_user_id FROM memory_extractionjob
- WHERE organization_id = %(organization_id)s AND status = 'queued'
- ORDER BY (id <> %(job_id)s), id
- LIMIT %(limit)s
+WITH retry AS (
+    SELECT id FROM memory_extractionjob
+     WHERE id = %(job_id)s AND status = 'queued' AND attempts > 0
+), queued AS (
+    SELECT id, organization_id, client_id, end_user_id,
+           row_number() OVER (PARTITION BY organization_id ORDER BY id) AS turn
+      FROM memory_extractionjob
+     WHERE status = 'queued' AND id <> ALL(%(tried)s::bigint[])
+       AND CASE WHEN EXISTS (SELECT FROM retry) THEN id = %(job_id)s ELSE attempts = 0 END
+), served AS (
+    SELECT waiting.organization_id,
+           (SELECT max(job.started_at) FROM memory_extractionjob AS job
+             WHERE job.organization_id = waiting.organization_id) AS served_at
+      FROM (SELECT DISTINCT organization_id FROM queued) AS waiting
+)
+SELECT queued.id, queued.client_id, queued.end_user_id
+  FROM queued JOIN served USING (organization_id)
+ WHERE queued.turn <= %(per_organization)s
+ ORDER BY queued.turn, served.served_at NULLS FIRST, queued.id
+"""
+
+# Rows another claim holds are skipped, not waited for; one it has taken meanwhile is no
+# longer queued (PostgreSQL re-checks the condition on the row's latest version).
+_CLAIM_LOCK_SQL = """
+SELECT id FROM memory_extractionjob
+ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
    FOR UPDATE SKIP LOCKED
 """
 
 
-@transaction.atomic
-def _jobs_claim(*, organization_id: str, job_id: int, limit: int) -> list[int]:
-    """Claim the job and, while their pending turns fit in one batch
-    (``EXTRACTION_BATCH_MESSAGES``), more queued jobs of the organization: small jobs share a
-    run (and an embedding call), a large one runs alone and leaves the rest to other workers.
-    The given job is claimed only if it is still queued."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _CANDIDATES_SQL,
-            {"organization_id": organization_id, "job_id": job_id, "limit": limit},
-        )
-        candidates = cursor.fetchall()
-    if not candidates:
-        return []
-    pending = messages_pending_count(end_user_ids=[row[2] for row in candidates])
-    chosen, budget = [], settings.EXTRACTION_BATCH_MESSAGES
-    for candidate_id, client_id, end_user_id in candidates:
-        size = pending.get((client_id, end_user_id), 0)
-        if chosen and size > budget:
+def _jobs_pick(
+    candidates: list[tuple[int, str, int]],
+    sizes: dict[int, PendingSize],
+    *,
+    room: PendingSize,
+    slots: int,
+) -> list[int]:
+    """In the candidates' order, at most ``slots`` jobs whose batches fit in ``room``; one too
+    large is passed over for smaller ones after it. (In an empty run any job fits: a batch
+    is at most one run's worth.)"""
+    picked: list[int] = []
+    messages, chars = room
+    for job_id, _client_id, _end_user_id in candidates:
+        if len(picked) == slots:
             break
-        chosen.append(candidate_id)
-        budget -= size
+        size = sizes[job_id]
+        if size.messages <= messages and size.chars <= chars:
+            picked.append(job_id)
+            messages, chars = messages - size.messages, chars - size.chars
+    return picked
+
+
+@transaction.atomic
+def _jobs_claim(*, job_id: int, limit: int) -> list[int]:
+    """Claim up to ``limit`` queued jobs in the fair order, of any organization, whichever job
+    the task named. The broker delivers tasks first published first, so a task taking its
+    own job would leave a light tenant's job behind every task of a heavy tenant's import: a
+    task is a token that says there is work. The job it named stays queued for a later token;
+    tokens left when nothing is queued claim nothing.
+
+    The fair order is round-robin over the organizations with queued jobs, the least recently
+    served first: each one's oldest job, then each one's second, and so on. So while others
+    wait, no organization has a second job in a run before each of them has its first;
+    alone, it may fill the run. Within an organization the oldest job goes first, and a user
+    whose batch filled queues a new job behind the others, so users take turns.
+
+    Jobs join the run while their batches fit in one batch's worth (``EXTRACTION_BATCH_MESSAGES``
+    turns, ``EXTRACTION_BATCH_CHARS`` of text): small jobs share a run (and an embedding call),
+    a large one runs alone."""
+    batch = PendingSize(settings.EXTRACTION_BATCH_MESSAGES, settings.EXTRACTION_BATCH_CHARS)
+    chosen: list[int] = []
+    tried: set[int] = set()
+    room = batch
+    while len(chosen) < limit:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _CANDIDATES_SQL,
+                {"job_id": job_id, "per_organization": limit, "tried": sorted(tried)},
+            )
+            candidates = cursor.fetchall()
+        if not candidates:
+            break
+        pending = messages_pending_sizes(
+            owners=[(client_id, end_user_id) for _id, client_id, end_user_id in candidates],
+            limit=batch.messages,
+        )
+        sizes: dict[int, PendingSize] = {}
+        for candidate_id, client_id, end_user_id in candidates:
+            messages, chars = pending.get((client_id, end_user_id), (0, 0))
+            # A batch is cut at the text budget (see _job_batch).
+            sizes[candidate_id] = PendingSize(messages, min(chars, batch.chars))
+        picked = _jobs_pick(candidates, sizes, room=room, slots=limit - len(chosen))
+        if not picked:
+            break
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_LOCK_SQL, {"ids": picked})
+            locked = [row[0] for row in cursor.fetchall()]
+        chosen.extend(locked)
+        room = PendingSize(
+            room.messages - sum(sizes[candidate_id].messages for candidate_id in locked),
+            room.chars - sum(sizes[candidate_id].chars for candidate_id in locked),
+        )
+        if len(locked) == len(picked):
+            break  # no other claim was in the way: what fits is taken
+        # Another claim holds some of them: look again, past every job tried.
+        tried.update(picked)
     ExtractionJob.objects.filter(pk__in=chosen).update(
         status=ExtractionJob.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
     )
@@ -184,13 +268,35 @@ def _run_locks_release(job_ids: Sequence[int]) -> None:
         # The connection is gone, and the session's locks went with it.
 
 
+def _starts_exchange(message: Message, previous: Message) -> bool:
+    """Whether ``message`` opens a new exchange after ``previous`` (as the deterministic
+    extractor reads them: a user turn after a reply, or another session)."""
+    return message.session_id != previous.session_id or (
+        message.role == Message.Role.USER and previous.role != Message.Role.USER
+    )
+
+
 def _job_batch(job: ExtractionJob) -> list[Message]:
-    """The user's pending turns, oldest first, locked for this transaction."""
-    return messages_pending_lock(
+    """The user's pending turns, oldest first, locked for this transaction: at most
+    ``EXTRACTION_BATCH_MESSAGES`` of them and ``EXTRACTION_BATCH_CHARS`` of text, cut before an
+    exchange so that a reply stays with what it answers (an exchange longer than that is cut
+    where the text runs out, at one turn at least). The turns left over stay pending."""
+    locked = messages_pending_lock(
         client_id=job.client_id,
         end_user_id=job.end_user_id,
         limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
+    chars, fits, cut = 0, 0, 0
+    for index, message in enumerate(locked):
+        if index and _starts_exchange(message, locked[index - 1]):
+            cut = index
+        chars += len(message.text)
+        if index and chars > settings.EXTRACTION_BATCH_CHARS:
+            break
+        fits = index + 1
+    else:
+        return locked
+    return locked[: cut or fits]
 
 
 # How long a delivery sent again after its worker was lost waits for the dead runner's session
@@ -202,30 +308,30 @@ REDELIVERY_LOCK_WAIT = 5.0
 def extraction_job_run(
     *, organization_id: str, job_id: int, redelivered: bool = False
 ) -> list[ExtractionJob]:
-    """Run the job, and with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN - 1``
-    other queued jobs of the organization with it (one embedding call for all: the model's fixed
-    cost per call dominates small batches). With an LLM, one job: its call dominates anyway.
-    A job left running by a runner that is gone is queued again first (``redelivered``: the
-    broker sends it again because its worker was lost; wait for that worker's session to end,
-    and queue the other jobs of the organization that worker held too).
-    Returns the jobs run; empty when there was nothing to claim (already run, or taken).
-    On an error every claimed job but ``job_id`` goes back to the queue and the error
-    propagates, for the task to retry or fail ``job_id`` (see extraction_job_requeue)."""
+    """Claim and run the fairest queued work (see _jobs_claim: not necessarily the job named),
+    with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN`` jobs together (one
+    embedding call for all: the model's fixed cost per call dominates small batches). With an
+    LLM, one job: its call dominates anyway. A job left running by a runner that is gone is
+    queued again first (``redelivered``: the broker sends it again because its worker was
+    lost; wait for that worker's session to end, and queue the other jobs that worker held
+    too, of any organization: a run takes the fairest jobs). Returns the jobs run; empty when
+    there was nothing to claim. On an error every claimed job but ``job_id`` goes back to the
+    queue at no cost of an attempt, for the recovery job to publish again (a token of its own,
+    after a pause), and the error propagates, for the task to retry or fail ``job_id`` (see
+    extraction_job_requeue)."""
     provider = llm_provider_from_settings()
     limit = 1 if provider is not None else settings.EXTRACTION_JOBS_PER_RUN
     # Before the claim: other deliveries may take the orphan's turns, never the orphan itself.
     extraction_jobs_orphaned_requeue(
         job_ids=[job_id], wait=REDELIVERY_LOCK_WAIT if redelivered else 0.0
     )
-    # The lost run may have held other jobs of the organization beside this one.
-    orphans = (
-        extraction_jobs_orphaned_requeue(organization_id=organization_id) if redelivered else []
-    )
-    claimed = _jobs_claim(organization_id=organization_id, job_id=job_id, limit=limit)
+    # The lost run may have held other jobs beside this one.
+    orphans = extraction_jobs_orphaned_requeue() if redelivered else []
+    claimed = _jobs_claim(job_id=job_id, limit=limit)
     # Those this run has no room for go to other workers now, not to the beat job.
     _jobs_publish(ExtractionJob.objects.filter(pk__in=orphans, status=ExtractionJob.Status.QUEUED))
     if not claimed:
-        logger.info("extraction job %s: nothing to claim", job_id)
+        logger.info("extraction job %s (%s): nothing to claim", job_id, organization_id)
         return []
     jobs = list(ExtractionJob.objects.filter(pk__in=claimed).order_by("id"))
     try:
@@ -233,11 +339,14 @@ def extraction_job_run(
     except Exception as error:
         for job in jobs:
             if job.pk != job_id:
+                # The error may be another job's, of another tenant even: it costs this one
+                # no attempt. Its next run is alone (see _CANDIDATES_SQL).
                 extraction_job_requeue(
                     organization_id=job.organization_id,
                     job_id=job.pk,
                     error=repr(error),
                     final=False,
+                    count_attempt=False,
                 )
         raise
     finally:
@@ -286,6 +395,10 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
     messages_mark_processed(
         message_ids=[message.pk for batch in batches for message in batch], extracted_at=now
     )
+    # A long backlog, cut into batches, or turns that arrived during the run.
+    waiting = messages_pending_sizes(
+        owners=[(job.client_id, job.end_user_id) for job in jobs], limit=1
+    )
     for job, batch, outcome, job_counts in zip(jobs, batches, outcomes, counts, strict=True):
         job.status = ExtractionJob.Status.SUCCEEDED
         job.finished_at = now
@@ -307,8 +420,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
                 "output_tokens",
             ]
         )
-        if len(batch) == settings.EXTRACTION_BATCH_MESSAGES:
-            # More may be waiting (a long backlog, or turns that arrived during the run).
+        if (job.client_id, job.end_user_id) in waiting:
             extraction_job_ensure(
                 organization_id=job.organization_id,
                 client_id=job.client_id,
@@ -318,9 +430,12 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
 
 
 @transaction.atomic
-def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, final: bool) -> bool:
+def extraction_job_requeue(
+    *, organization_id: str, job_id: int, error: str, final: bool, count_attempt: bool = True
+) -> bool:
     """After a failed run: back to ``queued`` for the task's retry, or (``final``) ``failed``,
-    counting the attempt against the user's pending messages; a message that has failed
+    counting the attempt against the user's pending messages (unless ``count_attempt`` is
+    false: the job only shared the failed run); a message that has failed
     ``EXTRACTION_MAX_ATTEMPTS`` times is marked failed and left alone. False when the job
     was not running (any more)."""
     job = (
@@ -331,11 +446,12 @@ def extraction_job_requeue(*, organization_id: str, job_id: int, error: str, fin
     if job is None:
         return False
     job.error = error[:2000]
-    messages_mark_attempt_failed(
-        client_id=job.client_id,
-        end_user_id=job.end_user_id,
-        give_up_after=settings.EXTRACTION_MAX_ATTEMPTS,
-    )
+    if count_attempt:
+        messages_mark_attempt_failed(
+            client_id=job.client_id,
+            end_user_id=job.end_user_id,
+            give_up_after=settings.EXTRACTION_MAX_ATTEMPTS,
+        )
     if final:
         job.status = ExtractionJob.Status.FAILED
         job.finished_at = timezone.now()

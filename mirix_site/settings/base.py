@@ -252,6 +252,11 @@ VECTOR_INDEX_BUILD_MEMORY_MB = env_int("VECTOR_INDEX_BUILD_MEMORY_MB", 512, mini
 TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
 # Messages per extraction job; an LLM sees them in one call.
 EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
+# Text (characters of turns) one extraction run takes at most, whatever its number of jobs: a
+# job's batch is cut at an exchange within it (one exchange longer runs alone). A run's time
+# grows with its text (embedding it), and another tenant's new turns wait for a worker's run
+# to end: 200 long turns took 25-80 s, far over the 10 s goal (bench/RESULTS.md, fairness).
+EXTRACTION_BATCH_CHARS = env_int("EXTRACTION_BATCH_CHARS", 20_000, minimum=1000)
 # Queued jobs (of one organization) a worker runs together, sharing one embedding call;
 # with an LLM configured each job runs alone.
 EXTRACTION_JOBS_PER_RUN = env_int("EXTRACTION_JOBS_PER_RUN", 20, minimum=1)

@@ -28,7 +28,9 @@ from memory.models import (
     ResourceMemory,
     SemanticMemory,
 )
+from memory.providers.embeddings import EmbeddingTransientError
 from memory.providers.llm import LLMTransientError
+from memory.retrieval.spaces import write_embedders
 from memory.services import (
     extraction,
     extraction_job_requeue,
@@ -180,7 +182,7 @@ def test_an_episode_carries_the_end_of_the_turn_it_replies_to(org: TenantFixture
     assert len(quoted) <= CONTEXT_CHARS and ramble.endswith(quoted[1:])
 
 
-def test_one_run_takes_several_users_queued_jobs(
+def test_one_run_takes_several_users_queued_jobs_whatever_their_organization(
     org: TenantFixture, other_org: TenantFixture
 ) -> None:
     for user_id in ("ana", "ben", "cy"):
@@ -194,15 +196,13 @@ def test_one_run_takes_several_users_queued_jobs(
     )
     first = ExtractionJob.objects.filter(organization=org.organization).order_by("id").first()
     ran = extraction_job_run(organization_id=first.organization_id, job_id=first.pk)
-    assert [job.end_user.user_id for job in ran] == ["ana", "ben", "cy"]
+    # Another organization's queued job shares the run (and its embedding call)...
+    assert [job.end_user.user_id for job in ran] == ["ana", "ben", "cy", "dee"]
     assert all(job.status == "succeeded" and job.memory_counts == {"episodic": 1} for job in ran)
-    assert sorted(EpisodicMemory.objects.values_list("end_user__user_id", flat=True)) == [
-        "ana",
-        "ben",
-        "cy",
-    ]
-    # Another organization's job is never taken along: it waits for its own task.
-    assert ExtractionJob.objects.get(organization=other_org.organization).status == "queued"
+    # ...and each memory belongs to its own user's organization.
+    assert sorted(
+        EpisodicMemory.objects.values_list("organization__name", "end_user__user_id")
+    ) == [("alice", "ana"), ("alice", "ben"), ("alice", "cy"), ("bob", "dee")]
 
 
 def test_a_large_job_runs_alone_and_leaves_the_rest_to_other_workers(
@@ -219,6 +219,229 @@ def test_a_large_job_runs_alone_and_leaves_the_rest_to_other_workers(
     ran = extraction_job_run(organization_id=first.organization_id, job_id=first.pk)
     assert [job.pk for job in ran] == [first.pk]
     assert ExtractionJob.objects.get(end_user__user_id="ben").status == "queued"
+
+
+# --- Fair claiming: a task is a token, the claim chooses the work -----------------------------
+
+
+class Broker:
+    """The ingest queue as Redis delivers it, first published first out: extraction tasks
+    are recorded when published (after the commit) and delivered one at a time."""
+
+    def __init__(self, capture_on_commit: Any) -> None:
+        self.capture_on_commit = capture_on_commit
+        self.published: list[tuple[int, str]] = []
+
+    def publish(self, job_id: int, organization_id: str) -> bool:
+        self.published.append((job_id, organization_id))
+        return True
+
+    def add(self, tenant: TenantFixture, user_id: str, *texts: str) -> None:
+        with self.capture_on_commit(execute=True):
+            response = tenant.api.post(
+                "/memory/add", {"user_id": user_id, "messages": chat_turns(*texts)}, format="json"
+            )
+        assert response.status_code == 202, response.json()
+
+    def deliver(self, *, newest: bool = False) -> list[str]:
+        """Run the first task published (``newest``: the last one, as a duplicate or a retry
+        may come); whom its run served, as ``organization/user``."""
+        job_id, organization_id = self.published.pop(-1 if newest else 0)
+        with self.capture_on_commit(execute=True):
+            ran = extraction_job_run(organization_id=organization_id, job_id=job_id)
+        return [f"{job.organization.name}/{job.end_user.user_id}" for job in ran]
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any) -> Broker:
+    broker = Broker(django_capture_on_commit_callbacks)
+    monkeypatch.setattr("memory.services.extraction.extraction_job_publish", broker.publish)
+    return broker
+
+
+def test_a_light_tenants_turns_do_not_wait_behind_a_heavy_tenants_backlog(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_JOBS_PER_RUN = 1
+    heavy, light = org, other_org
+    for number in range(10):
+        broker.add(heavy, f"importer-{number}", "An old session", "Its reply")
+    assert broker.deliver() == ["alice/importer-0"]
+    broker.add(light, "chatter", "Hello there", "Hi")  # published behind nine heavy tasks
+    # The next task names a heavy job: it takes the light tenant's, the least recently served.
+    assert broker.deliver() == ["bob/chatter"]
+    assert broker.deliver() == ["alice/importer-1"]
+    broker.add(light, "chatter", "Still there?", "Yes")
+    assert broker.deliver() == ["bob/chatter"]
+    # The heavy backlog goes on, oldest first; as many runs as tasks, none wasted.
+    assert [broker.deliver() for _ in range(8)] == [
+        [f"alice/importer-{number}"] for number in range(2, 10)
+    ]
+    assert not broker.published
+    assert not ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).exists()
+
+
+def test_users_of_one_organization_take_turns_whichever_task_comes_first(
+    org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_JOBS_PER_RUN = 1
+    settings.EXTRACTION_BATCH_MESSAGES = 2
+    broker.add(org, "ana", "a1", "r", "a2", "r", "a3", "r")  # three batches
+    broker.add(org, "ben", "b1", "r", "b2", "r")  # two
+    while broker.published:
+        # Newest first, as duplicates or retries may arrive: a user whose batch filled queued
+        # a new job, and the others' older jobs go before it all the same.
+        broker.deliver(newest=True)
+    served = ExtractionJob.objects.filter(message_count__gt=0).order_by("started_at")
+    assert [job.end_user.user_id for job in served] == ["ana", "ben", "ana", "ben", "ana"]
+    assert not Message.objects.filter(extraction=Message.Extraction.PENDING).exists()
+
+
+def test_waiting_organizations_share_a_run_and_one_alone_fills_it(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_JOBS_PER_RUN = 4
+    for number in range(6):
+        broker.add(org, f"a{number}", "Hi", "Hello")
+    for number in range(3):
+        broker.add(other_org, f"b{number}", "Hi", "Hello")
+    # Round robin: each organization's oldest job, then each one's second: two each.
+    assert broker.deliver() == ["alice/a0", "alice/a1", "bob/b0", "bob/b1"]
+    # Bob's last job is taken as soon as it is one of the organizations' turns.
+    assert broker.deliver() == ["alice/a2", "alice/a3", "alice/a4", "bob/b2"]
+    broker.add(org, "a6", "Hi", "Hello")
+    # With nobody else waiting, alice may fill the run.
+    assert broker.deliver() == ["alice/a5", "alice/a6"]
+
+
+def test_a_job_too_large_for_the_run_is_passed_over_for_smaller_ones(
+    org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_BATCH_MESSAGES = 5
+    broker.add(org, "ana", "a", "b")
+    broker.add(org, "ben", "a", "b", "c", "d")
+    broker.add(org, "cy", "a", "b")
+    assert broker.deliver() == ["alice/ana", "alice/cy"]
+    assert broker.deliver() == ["alice/ben"]
+
+
+def test_a_run_takes_a_bounded_amount_of_text_cut_between_exchanges(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker, settings
+) -> None:
+    # A run's time grows with its text: a long history is taken a bounded part at a time, so
+    # another tenant's new turns wait for at most one such part.
+    settings.EXTRACTION_BATCH_CHARS = 1000
+    reply = "Sure. " + "All right. " * 30  # ~340 characters
+    history = []
+    for number in range(3):
+        history += [f"Question {number}: " + "tell me more " * 10, reply]
+    broker.add(org, "ana", *history)  # three ~470-character exchanges
+    broker.add(other_org, "dee", "Hi", "Hello")
+    assert broker.deliver() == ["alice/ana"]
+    # Two whole exchanges, under 1,000 characters; the third waits, queued again.
+    assert EpisodicMemory.objects.filter(end_user__user_id="ana").count() == 2
+    assert Message.objects.filter(extraction=Message.Extraction.PENDING).count() == 4
+    # Bob's short turns and the rest of ana's fit in the next run together.
+    assert broker.deliver() == ["bob/dee", "alice/ana"]
+    assert EpisodicMemory.objects.filter(end_user__user_id="ana").count() == 3
+    assert not Message.objects.filter(extraction=Message.Extraction.PENDING).exists()
+
+
+def test_an_exchange_longer_than_the_text_budget_is_cut_at_a_turn(
+    org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_BATCH_CHARS = 1000
+    broker.add(org, "ana", "x" * 1500, "y" * 200)
+    assert broker.deliver() == ["alice/ana"]
+    assert Message.objects.filter(extraction=Message.Extraction.PROCESSED).count() == 1
+    assert broker.deliver() == ["alice/ana"]
+    assert not Message.objects.filter(extraction=Message.Extraction.PENDING).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_another_worker_holds_is_replaced_by_the_next(
+    org: TenantFixture, broker: Broker, settings
+) -> None:
+    settings.EXTRACTION_JOBS_PER_RUN = 1
+    for user_id in ("ana", "ben"):
+        add(org, chat_turns(f"I am {user_id}", "Hi"), user_id=user_id)
+    ana_job = ExtractionJob.objects.get(end_user__user_id="ana")
+    held, release = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        # Its own connection, in the middle of a claim that took ana's job.
+        try:
+            with transaction.atomic():
+                ExtractionJob.objects.select_for_update().get(pk=ana_job.pk)
+                held.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert held.wait(timeout=30)
+        ran = extraction_job_run(organization_id=ana_job.organization_id, job_id=ana_job.pk)
+    finally:
+        release.set()
+        thread.join()
+    assert [job.end_user.user_id for job in ran] == ["ben"]
+
+
+def test_a_failed_job_waits_for_its_own_retry(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker
+) -> None:
+    broker.add(org, "ana", "Hi", "Hello")
+    failed_job = ExtractionJob.objects.get()
+    # As extraction_job_requeue leaves a job whose attempt failed: queued, one attempt.
+    ExtractionJob.objects.filter(pk=failed_job.pk).update(attempts=1)
+    retry = broker.published.pop()
+    broker.add(other_org, "dee", "Hi", "Hello")
+    # Any other task would take it at once and spend its attempts without a pause.
+    assert broker.deliver() == ["bob/dee"]
+    broker.published.append(retry)
+    assert broker.deliver() == ["alice/ana"]
+
+
+class _EmbeddingsDown:
+    """An embedding service that answers 503: every run that stores a memory fails."""
+
+    model_name = "down"
+
+    def chunk(self, text: str) -> list[str]:
+        return [text]
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise EmbeddingTransientError("503 from the embedding service")
+
+
+def test_the_other_jobs_of_a_failed_run_lose_no_attempt_and_next_run_alone(
+    org: TenantFixture, other_org: TenantFixture, broker: Broker, monkeypatch
+) -> None:
+    broker.add(org, "ana", "Hi", "Hello")
+    broker.add(other_org, "dee", "Hi", "Hello")
+    embedders = "memory.services.extraction.write_embedders"
+    working = write_embedders
+    monkeypatch.setattr(embedders, lambda: [_EmbeddingsDown()])
+    ana_job, _ = broker.published[0]
+    with pytest.raises(EmbeddingTransientError):
+        broker.deliver()  # ana's task: its run took dee's job too
+    # What the task does with the job it names: queued for its retry, one attempt spent.
+    extraction_job_requeue(
+        organization_id=org.organization.pk, job_id=ana_job, error="503", final=False
+    )
+    attempts = dict(Message.objects.values_list("end_user__user_id", "extraction_attempts"))
+    assert attempts == {"ana": 1, "dee": 0}
+    assert set(ExtractionJob.objects.values_list("status", flat=True)) == {"queued"}
+    monkeypatch.setattr(embedders, working)
+    broker.add(other_org, "eve", "Hi", "Hello")
+    # Dee's own task, published again by the recovery job, runs dee's job alone...
+    assert broker.deliver() == ["bob/dee"]
+    # ...and a fresh task leaves ana's job to its retry.
+    assert broker.deliver() == ["bob/eve"]
+    broker.published.append((ana_job, org.organization.pk))
+    assert broker.deliver() == ["alice/ana"]
 
 
 def test_only_enabled_memory_components_are_stored(org: TenantFixture) -> None:
