@@ -46,7 +46,12 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
     # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:
-        extraction_job_run(organization_id=organization_id, job_id=job_id, redelivered=redelivered)
+        extraction_job_run(
+            organization_id=organization_id,
+            job_id=job_id,
+            redelivered=redelivered,
+            retried=self.request.retries > 0,
+        )
     except (LLMTransientError, EmbeddingTransientError) as error:
         final = self.request.retries >= MAX_RETRIES
         extraction_job_requeue(

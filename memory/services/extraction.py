@@ -306,7 +306,7 @@ REDELIVERY_LOCK_WAIT = 5.0
 
 
 def extraction_job_run(
-    *, organization_id: str, job_id: int, redelivered: bool = False
+    *, organization_id: str, job_id: int, redelivered: bool = False, retried: bool = False
 ) -> list[ExtractionJob]:
     """Claim and run the fairest queued work (see _jobs_claim: not necessarily the job named),
     with the deterministic extractor up to ``EXTRACTION_JOBS_PER_RUN`` jobs together (one
@@ -325,8 +325,9 @@ def extraction_job_run(
     extraction_jobs_orphaned_requeue(
         job_ids=[job_id], wait=REDELIVERY_LOCK_WAIT if redelivered else 0.0
     )
-    # The lost run may have held other jobs beside this one.
-    orphans = extraction_jobs_orphaned_requeue() if redelivered else []
+    # The lost run may have held other jobs beside this one; so may a run a database outage
+    # cut off (``retried``): its error left the others it held running, their locks gone.
+    orphans = extraction_jobs_orphaned_requeue() if redelivered or retried else []
     claimed = _jobs_claim(job_id=job_id, limit=limit)
     # Those this run has no room for go to other workers now, not to the beat job.
     _jobs_publish(ExtractionJob.objects.filter(pk__in=orphans, status=ExtractionJob.Status.QUEUED))
