@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,6 +55,12 @@ class Process:
 
     def log_tail(self, characters: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-characters:]
+
+    def log_records(self, pattern: str, characters: int = 6000) -> str:
+        """The log's lines that match ``pattern`` (a regular expression), the last
+        ``characters`` of them: what a failure needs, without the tracebacks of a shutdown."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(line for line in lines if re.search(pattern, line))[-characters:]
 
     def children(self) -> list[int]:
         path = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children")

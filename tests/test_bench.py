@@ -17,8 +17,10 @@ from django.db import connections
 from accounts.models import EndUser
 from bench import auth, fairness, faults, ingest, retrieval_latency, retrieval_quality
 from bench.common import SMOKE_NOTE
+from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
+from sessions.models import Message
 from tests import processes
 from tests.factories import TenantFixture
 
@@ -77,7 +79,16 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         finally:
             connections.close_all()  # this process's died with the server
             lanes_close()
-        assert code == 0, worker.log_tail()
+        jobs = ExtractionJob.objects.values_list(
+            "end_user__user_id", "status", "attempts", "error"
+        ).order_by("id")
+        pending = Message.objects.exclude(extraction=Message.Extraction.PROCESSED).values_list(
+            "end_user__user_id", "extraction"
+        )
+        assert code == 0, (
+            f"jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
+            + worker.log_records(r"ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim")
+        )
 
     out = capsys.readouterr().out
     assert re.search(r"worker: 48 messages of a backlog extracted in [\d.]+ s, no kill", out)

@@ -595,6 +595,33 @@ def test_the_task_retries_with_backoff_then_gives_up(
     assert job.attempts == settings.EXTRACTION_MAX_ATTEMPTS + 1
 
 
+def test_an_error_raised_while_the_database_is_lost_is_retried_not_failed(
+    org: TenantFixture, monkeypatch
+) -> None:
+    # A clean-up on the dead connection fails with an error of its own type; the job must
+    # stay for the retry (the recovery beat job would take it only minutes later), not fail.
+    from celery.exceptions import Retry
+    from django.db import OperationalError
+
+    from memory import tasks
+
+    add(org, chat_turns("hello", "hi"))
+    job = ExtractionJob.objects.get()
+
+    def run_then_lose_the_database(**_: Any) -> None:
+        try:
+            raise OperationalError("server closed the connection unexpectedly")
+        except OperationalError:
+            raise RuntimeError("rollback on a closed connection") from None
+
+    monkeypatch.setattr(tasks, "extraction_job_run", run_then_lose_the_database)
+    with pytest.raises(Retry):
+        tasks.extract_memories.apply(args=[job.organization_id, job.pk], throw=True)
+    job.refresh_from_db()
+    assert job.status == ExtractionJob.Status.QUEUED
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"pending"}
+
+
 def test_backoff_grows_with_jitter_and_honours_retry_after() -> None:
     from memory.tasks import _backoff
 
