@@ -13,10 +13,12 @@ through its nearest chunk, as the vector lane compares it.
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 from collections.abc import Sequence
 from functools import cache
+from pathlib import Path
 
 from memory.models import GateCalibration
 from memory.providers.embeddings import EmbeddingProvider
@@ -26,6 +28,8 @@ from memory.retrieval.kinds import SearchableKind
 logger = logging.getLogger(__name__)
 
 MIN_RELATED_PAIRS = 10
+# Questions and the memories that answer them, written for this project (see its "about").
+BUNDLED_PAIRS = Path(__file__).resolve().parents[1] / "calibration" / "pairs.json"
 
 
 @cache
@@ -63,14 +67,11 @@ def _cosine(left: list[float], right: list[float]) -> float:
     return dot / norm if norm else 0.0
 
 
-def gate_calibrate(
-    *,
-    embedder: EmbeddingProvider,
-    related_pairs: Sequence[tuple[str, str]],
-    kind: SearchableKind | None = None,
-) -> GateCalibration:
-    """Measure the model on (question, passage) pairs that belong together, every other pairing
-    counting as unrelated, and store the thresholds for the model (or for one kind of it)."""
+def gate_measure(
+    *, embedder: EmbeddingProvider, related_pairs: Sequence[tuple[str, str]]
+) -> dict[str, float | int]:
+    """The thresholds and their evidence for the model, from (question, passage) pairs that
+    belong together, every other pairing counting as unrelated: GateCalibration's fields."""
     if len(related_pairs) < MIN_RELATED_PAIRS:
         raise ValueError(f"At least {MIN_RELATED_PAIRS} related pairs are needed.")
     questions = embedder.embed([question for question, _ in related_pairs])
@@ -92,16 +93,41 @@ def gate_calibrate(
     ]
     minimum = min(_percentile(unrelated, 0.95), _percentile(related, 0.05))
     strong = max(*unrelated, _percentile(related, 0.9))
+    return {
+        "min_similarity": round(minimum, 4),
+        "strong_similarity": round(strong, 4),
+        "related_pairs": len(related),
+        "unrelated_pairs": len(unrelated),
+        "related_mean": round(statistics.fmean(related), 4),
+        "unrelated_mean": round(statistics.fmean(unrelated), 4),
+    }
+
+
+def bundled_pairs() -> list[tuple[str, str]]:
+    """The related pairs the project ships (``memory/calibration/pairs.json``)."""
+    return [tuple(pair) for pair in json.loads(BUNDLED_PAIRS.read_text())["related"]]
+
+
+def gate_calibrate(
+    *,
+    embedder: EmbeddingProvider,
+    related_pairs: Sequence[tuple[str, str]],
+    kind: SearchableKind | None = None,
+) -> GateCalibration:
+    """Measure the model (see gate_measure) and store the thresholds for it, or for one kind
+    of it."""
     calibration, _ = GateCalibration.objects.update_or_create(
         model=embedder.model_name,
         kind=kind.name if kind is not None else "",
-        defaults={
-            "min_similarity": round(minimum, 4),
-            "strong_similarity": round(strong, 4),
-            "related_pairs": len(related),
-            "unrelated_pairs": len(unrelated),
-            "related_mean": round(statistics.fmean(related), 4),
-            "unrelated_mean": round(statistics.fmean(unrelated), 4),
-        },
+        defaults=gate_measure(embedder=embedder, related_pairs=related_pairs),
     )
     return calibration
+
+
+def gate_calibration_ensure(embedder: EmbeddingProvider) -> GateCalibration | None:
+    """The model's calibration on the bundled pairs, unless it has one (of any origin): what
+    setup runs, so that a fresh install searches with the gate it was benchmarked with. None
+    when there was one already."""
+    if GateCalibration.objects.filter(model=embedder.model_name, kind="").exists():
+        return None
+    return gate_calibrate(embedder=embedder, related_pairs=bundled_pairs())

@@ -250,6 +250,9 @@ VECTOR_INDEX_BUILD_MEMORY_MB = env_int("VECTOR_INDEX_BUILD_MEMORY_MB", 512, mini
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
 TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
+# Whether `migrate` measures the bundled (local) embedding model's similarity-gate calibration
+# (memory migration 0009); otherwise the first `make run` does (`calibrate_gate --if-missing`).
+GATE_CALIBRATE_ON_MIGRATE = env_bool("GATE_CALIBRATE_ON_MIGRATE", True)
 # Messages per extraction job; an LLM sees them in one call.
 EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
 # Text (characters of turns) one extraction run takes at most, whatever its number of jobs: a

@@ -1,0 +1,103 @@
+"""The default install searches with the similarity gate it was benchmarked with: migrating a
+fresh database measures the bundled model's calibration, and setup's ``calibrate_gate
+--if-missing`` leaves an existing one alone (and measures one that is missing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from django.core.management import call_command
+
+from memory.models import GateCalibration
+from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
+from memory.retrieval.gate import bundled_pairs, gate_measure
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+FIELDS = ("min_similarity", "strong_similarity", "related_pairs", "unrelated_pairs")
+
+
+@pytest.fixture
+def fresh_database_url() -> Iterator[str]:
+    """A new, empty database on the test run's PostgreSQL; dropped afterwards."""
+    server = os.environ["DATABASE_URL"]
+    name = f"fresh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def _manage(database_url: str, *arguments: str) -> str:
+    # The settings `make run` uses, every gate setting at its default.
+    environment = {
+        key: value for key, value in os.environ.items() if key != "GATE_CALIBRATE_ON_MIGRATE"
+    }
+    environment |= {
+        "DJANGO_SETTINGS_MODULE": "mirix_site.settings.local",
+        "DATABASE_URL": database_url,
+    }
+    finished = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *arguments],
+        cwd=PROJECT_DIR,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    return finished.stdout
+
+
+@pytest.mark.slow
+def test_a_freshly_migrated_database_has_the_bundled_models_calibration(
+    fresh_database_url: str,
+) -> None:
+    _manage(fresh_database_url, "migrate", "--noinput")
+
+    query = (
+        "SELECT model, kind, min_similarity, strong_similarity, related_pairs, unrelated_pairs,"
+        " measured_at FROM memory_gatecalibration"
+    )
+    with psycopg.connect(fresh_database_url) as fresh:
+        [row] = fresh.execute(query).fetchall()
+    expected = gate_measure(
+        embedder=embedding_provider_from_settings(), related_pairs=bundled_pairs()
+    )
+    assert row[:2] == (LOCAL_MODEL_NAME, "")
+    assert dict(zip(FIELDS, row[2:6], strict=True)) == {field: expected[field] for field in FIELDS}
+    assert 0 < expected["min_similarity"] < expected["strong_similarity"] < 1
+
+    # Setup's second step, on every start: the calibration is there, so nothing changes.
+    assert "calibrated already" in _manage(fresh_database_url, "calibrate_gate", "--if-missing")
+    with psycopg.connect(fresh_database_url) as fresh:
+        assert fresh.execute(query).fetchall() == [row]
+
+
+def test_calibrate_gate_if_missing_measures_a_missing_calibration_and_keeps_one(db) -> None:
+    call_command("calibrate_gate", if_missing=True, stdout=StringIO())
+    calibration = GateCalibration.objects.get(model=LOCAL_MODEL_NAME, kind="")
+    expected = gate_measure(
+        embedder=embedding_provider_from_settings(), related_pairs=bundled_pairs()
+    )
+    assert calibration.min_similarity == expected["min_similarity"]
+    assert calibration.related_pairs == len(bundled_pairs())
+
+    # One an operator measured on their own pairs is theirs: setup does not overwrite it.
+    GateCalibration.objects.filter(pk=calibration.pk).update(min_similarity=0.5)
+    out = StringIO()
+    call_command("calibrate_gate", if_missing=True, stdout=out)
+    assert "calibrated already" in out.getvalue()
+    assert GateCalibration.objects.get(pk=calibration.pk).min_similarity == 0.5
