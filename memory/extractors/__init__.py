@@ -8,14 +8,21 @@ one (one structured-output call per batch proposing all six types). Storing the 
 
 from __future__ import annotations
 
-from memory.extractors.deterministic import CONTEXT_CHARS, extract_deterministic
+from memory.extractors.deterministic import (
+    CONTEXT_CHARS,
+    EpisodeBounds,
+    exchange_continues,
+    extract_deterministic,
+)
 from memory.extractors.llm import extract_with_llm
 from memory.extractors.proposals import ExtractionOutcome, Proposal, proposal_redacted
 
 __all__ = [
     "CONTEXT_CHARS",
+    "EpisodeBounds",
     "ExtractionOutcome",
     "Proposal",
+    "exchange_continues",
     "extract_deterministic",
     "extract_with_llm",
     "proposal_redacted",

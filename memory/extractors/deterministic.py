@@ -8,10 +8,13 @@ images and sensitive values it can recognize. Its episode text is what the retri
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from memory.extractors.proposals import REDACTED, ExtractionOutcome, Proposal
-from memory.extractors.transcript import speaker, transcript_line
+from memory.extractors.transcript import speaker, spoken_text, transcript_line
 from sessions.models import Message
 from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
 
@@ -53,23 +56,50 @@ def _sentence_around(text: str, needle: str) -> str:
     return _shorten(text[left:right].strip())
 
 
-def _exchanges(messages: list[Message]) -> list[list[Message]]:
-    """Consecutive turns of one session, each starting at a user turn (system turns left out)."""
-    exchanges: list[list[Message]] = []
-    for message in messages:
-        if message.role == Message.Role.SYSTEM:
-            continue
-        current = exchanges[-1] if exchanges else None
-        starts_new = (
-            current is None
-            or message.session_id != current[0].session_id
-            or (message.role == Message.Role.USER and current[-1].role != Message.Role.USER)
-        )
-        if starts_new:
-            exchanges.append([message])
-        else:
-            current.append(message)
-    return exchanges
+EPISODE_GAP = timedelta(minutes=30)
+
+
+def _estimated_tokens(text: str) -> int:
+    # English runs about 4 word pieces to 3 words; the embedder's own count is used where known.
+    return len(text.split()) * 4 // 3 + 1
+
+
+@dataclass(frozen=True)
+class EpisodeBounds:
+    """How much one episode may hold. An episode is one vector and one BM25 document: longer,
+    and the embedder reads only its start (all-MiniLM-L6-v2 reads 256 word pieces) while BM25's
+    length normalisation buries the turn that answers among the ones that do not."""
+
+    max_turns: int = 4
+    max_tokens: int = 256
+    # A pause this long ends an episode: a conversation taken up again is another event.
+    max_gap: timedelta = EPISODE_GAP
+    count_tokens: Callable[[str], int] = _estimated_tokens
+
+
+def same_sitting(earlier: Message, later: Message, max_gap: timedelta = EPISODE_GAP) -> bool:
+    """One session, the same filter tags, and no longer a pause than ``max_gap`` between."""
+    return (
+        later.session_id == earlier.session_id
+        and later.filter_tags == earlier.filter_tags
+        and abs(later.occurred_at - earlier.occurred_at) <= max_gap
+    )
+
+
+def exchange_continues(
+    opener: Message, previous: Message, message: Message, max_gap: timedelta = EPISODE_GAP
+) -> bool:
+    """Whether ``message`` belongs to the exchange ``opener`` began and ``previous`` last
+    added to: the same sitting (see same_sitting), and not what opens the next exchange, that
+    is the user's turn after a reply or, where every turn comes as role user, the opener's
+    speaker again after someone else spoke."""
+    if not (same_sitting(opener, message, max_gap) and same_sitting(previous, message, max_gap)):
+        return False
+    if message.role != Message.Role.USER:
+        return True
+    if previous.role != Message.Role.USER:
+        return False
+    return not (speaker(message) == speaker(opener) != speaker(previous))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -81,7 +111,7 @@ def _context(before: Message | None) -> str | None:
     event ("Caroline: a sunset, last week"), and a search for what was asked misses it."""
     if before is None or before.role not in (Message.Role.USER, Message.Role.ASSISTANT):
         return None
-    text = " ".join(before.text.split())
+    text = " ".join(spoken_text(before).split())
     if not text:
         return None
     context = ""
@@ -95,21 +125,64 @@ def _context(before: Message | None) -> str | None:
     return f"{speaker(before)}: {context}"
 
 
-def _episodic(exchange: list[Message], before: Message | None = None) -> Proposal | None:
+def _context_line(context: str) -> str:
+    return f"(replying to {context})"
+
+
+def _episodes(
+    messages: list[Message], bounds: EpisodeBounds, preceding: dict[int, Message]
+) -> list[tuple[list[Message], str | None]]:
+    """The turns as episodes, each with the turn it replies to (see _context): exchanges (see
+    exchange_continues), cut further where one would pass ``bounds``, its context counted (a
+    turn longer than them is an episode alone). System turns are left out. ``preceding``: per
+    session, the turn before these."""
+    episodes: list[tuple[list[Message], str | None]] = []
+    last = dict(preceding)
+    tokens = 0
+    for message in messages:
+        if message.role == Message.Role.SYSTEM:
+            continue
+        cost = bounds.count_tokens(transcript_line(message))
+        current = episodes[-1][0] if episodes else None
+        if (
+            current is not None
+            and exchange_continues(current[0], current[-1], message, bounds.max_gap)
+            and len(current) < bounds.max_turns
+            and tokens + cost <= bounds.max_tokens
+        ):
+            current.append(message)
+            tokens += cost
+        else:
+            before = last.get(message.session_id)
+            # Only a turn of the same sitting is what this one replies to: the text of turns
+            # under other filter tags must not show under these.
+            replying = before is not None and same_sitting(before, message, bounds.max_gap)
+            context = _context(before) if replying else None
+            context_cost = bounds.count_tokens(_context_line(context)) if context else 0
+            if cost + context_cost > bounds.max_tokens:  # no room for it beside the turn
+                context, context_cost = None, 0
+            episodes.append(([message], context))
+            tokens = cost + context_cost
+        last[message.session_id] = message
+    return episodes
+
+
+def _episodic(exchange: list[Message], context: str | None) -> Proposal | None:
     lines = [transcript_line(message) for message in exchange if message.text or message.tool_calls]
     if not lines:
         return None
-    context = _context(before)
-    if context is not None:
-        lines.insert(0, f"(replying to {context})")
     opener = exchange[0]
+    if context is not None:
+        lines.insert(0, _context_line(context))
     summary_source = next((message for message in exchange if message.text), opener)
     return Proposal(
         memory_type="episodic",
         fields={
             "event_type": "conversation",
             # Redacted before shortening: a value cut in half would no longer be recognized.
-            "summary": _shorten(_redact(f"{speaker(summary_source)}: {summary_source.text}")),
+            "summary": _shorten(
+                _redact(f"{speaker(summary_source)}: {spoken_text(summary_source)}")
+            ),
             "details": "\n".join(lines),
             "actor": speaker(opener),
         },
@@ -221,17 +294,18 @@ def _vault_items(message: Message) -> list[Proposal]:
 
 
 def extract_deterministic(
-    messages: list[Message], preceding: dict[int, Message] | None = None
+    messages: list[Message],
+    preceding: dict[int, Message] | None = None,
+    bounds: EpisodeBounds | None = None,
 ) -> ExtractionOutcome:
-    """Episodic events (who said what, when, in reply to what) for each exchange, plus the
-    links, files, images and sensitive values the text shows. Secrets found are redacted from
-    the other memories. ``preceding``: per session, the turn before the first of these (from
-    an earlier batch), which the session's first exchange here replies to."""
+    """Episodic events (who said what, when, in reply to what) for each exchange, within
+    ``bounds``, plus the links, files, images and sensitive values the text shows. Secrets
+    found are redacted from the other memories. ``preceding``: per session, the turn before
+    the first of these (from an earlier batch), which the session's first exchange here
+    replies to."""
     proposals: list[Proposal] = []
-    last = dict(preceding or {})
-    for exchange in _exchanges(messages):
-        episodic = _episodic(exchange, before=last.get(exchange[0].session_id))
-        last[exchange[0].session_id] = exchange[-1]
+    for exchange, context in _episodes(messages, bounds or EpisodeBounds(), preceding or {}):
+        episodic = _episodic(exchange, context)
         if episodic is not None:
             proposals.append(episodic)
     for message in messages:

@@ -28,13 +28,16 @@ from django.utils import timezone
 
 from accounts.services import end_users_hold
 from memory.extractors import (
+    EpisodeBounds,
     ExtractionOutcome,
+    exchange_continues,
     extract_deterministic,
     extract_with_llm,
     proposal_redacted,
 )
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
+from memory.providers.embeddings import embedding_provider_from_settings
 from memory.providers.llm import LLMProvider, llm_provider_from_settings
 from memory.retrieval.spaces import write_embedders
 from memory.services.records import Owner, StoreRequest, memories_store_many
@@ -268,11 +271,15 @@ def _run_locks_release(job_ids: Sequence[int]) -> None:
         # The connection is gone, and the session's locks went with it.
 
 
-def _starts_exchange(message: Message, previous: Message) -> bool:
-    """Whether ``message`` opens a new exchange after ``previous`` (as the deterministic
-    extractor reads them: a user turn after a reply, or another session)."""
-    return message.session_id != previous.session_id or (
-        message.role == Message.Role.USER and previous.role != Message.Role.USER
+def episode_bounds() -> EpisodeBounds:
+    """The settings' bounds on an episode, in tokens of the model that embeds it (the
+    configured one, never more than it reads whole)."""
+    embedder = embedding_provider_from_settings()
+    return EpisodeBounds(
+        max_turns=settings.EPISODE_MAX_TURNS,
+        max_tokens=min(settings.EPISODE_MAX_TOKENS, embedder.max_chunk_tokens),
+        max_gap=timedelta(seconds=settings.EPISODE_MAX_GAP),
+        count_tokens=embedder.count_tokens,
     )
 
 
@@ -286,10 +293,11 @@ def _job_batch(job: ExtractionJob) -> list[Message]:
         end_user_id=job.end_user_id,
         limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
-    chars, fits, cut = 0, 0, 0
+    gap = timedelta(seconds=settings.EPISODE_MAX_GAP)
+    chars, fits, cut, opener = 0, 0, 0, locked[0] if locked else None
     for index, message in enumerate(locked):
-        if index and _starts_exchange(message, locked[index - 1]):
-            cut = index
+        if index and not exchange_continues(opener, locked[index - 1], message, gap):
+            cut, opener = index, message
         chars += len(message.text)
         if index and chars > settings.EXTRACTION_BATCH_CHARS:
             break
@@ -369,12 +377,13 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
         logger.info("extraction jobs %s: their user's rows were deleted; stopping", stopped)
         jobs = [job for job in jobs if job.pk in alive]
     batches = [_job_batch(job) for job in jobs]
+    bounds = episode_bounds() if provider is None else None
     outcomes = [
         (
             extract_with_llm(batch, provider)
             if provider
             # A batch's first exchange in a session may reply to a turn of an earlier batch.
-            else extract_deterministic(batch, messages_preceding_get(messages=batch))
+            else extract_deterministic(batch, messages_preceding_get(messages=batch), bounds)
         )
         if batch
         else ExtractionOutcome(proposals=[])

@@ -253,6 +253,12 @@ TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
 # Whether `migrate` measures the bundled (local) embedding model's similarity-gate calibration
 # (memory migration 0009); otherwise the first `make run` does (`calibrate_gate --if-missing`).
 GATE_CALIBRATE_ON_MIGRATE = env_bool("GATE_CALIBRATE_ON_MIGRATE", True)
+# An episode (the deterministic extractor's unit of search) holds at most this many turns, this
+# many tokens of the embedding model (it reads 256 word pieces whole: all-MiniLM-L6-v2), and
+# no pause longer than the gap; adds with other filter tags never share one.
+EPISODE_MAX_TURNS = env_int("EPISODE_MAX_TURNS", 4, minimum=1)
+EPISODE_MAX_TOKENS = env_int("EPISODE_MAX_TOKENS", 256, minimum=16)
+EPISODE_MAX_GAP = env_duration("EPISODE_MAX_GAP", "30m")
 # Messages per extraction job; an LLM sees them in one call.
 EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
 # Text (characters of turns) one extraction run takes at most, whatever its number of jobs: a
