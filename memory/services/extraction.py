@@ -283,16 +283,23 @@ def episode_bounds() -> EpisodeBounds:
     )
 
 
-def _job_batch(job: ExtractionJob) -> list[Message]:
+def _job_batch(job: ExtractionJob, *, one_tag_set: bool = False) -> list[Message]:
     """The user's pending turns, oldest first, locked for this transaction: at most
     ``EXTRACTION_BATCH_MESSAGES`` of them and ``EXTRACTION_BATCH_CHARS`` of text, cut before an
     exchange so that a reply stays with what it answers (an exchange longer than that is cut
-    where the text runs out, at one turn at least). The turns left over stay pending."""
+    where the text runs out, at one turn at least), and with ``one_tag_set`` before the first
+    turn whose filter tags differ from the first's (an LLM's memory may cite any turns it
+    reads, and must carry one set of tags). The turns left over stay pending."""
     locked = messages_pending_lock(
         client_id=job.client_id,
         end_user_id=job.end_user_id,
         limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
+    if one_tag_set and locked:
+        other = next(
+            (i for i, m in enumerate(locked) if m.filter_tags != locked[0].filter_tags), None
+        )
+        locked = locked[:other]
     gap = timedelta(seconds=settings.EPISODE_MAX_GAP)
     chars, fits, cut, opener = 0, 0, 0, locked[0] if locked else None
     for index, message in enumerate(locked):
@@ -376,7 +383,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
     if stopped:
         logger.info("extraction jobs %s: their user's rows were deleted; stopping", stopped)
         jobs = [job for job in jobs if job.pk in alive]
-    batches = [_job_batch(job) for job in jobs]
+    batches = [_job_batch(job, one_tag_set=provider is not None) for job in jobs]
     bounds = episode_bounds() if provider is None else None
     outcomes = [
         (

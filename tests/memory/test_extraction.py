@@ -535,6 +535,24 @@ def test_llm_extraction_makes_one_call_per_batch_and_stores_once(
     )
 
 
+def test_an_llm_batch_never_mixes_filter_tags(org: TenantFixture, llm: LoopbackServer) -> None:
+    # A memory the model writes may cite any turn it read: each call reads one set of tags.
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
+    add(org, chat_turns("Project a's code name is bluebird", "Noted"), filter_tags={"p": "a"})
+    add(org, chat_turns("Project b ships in June", "Noted"), filter_tags={"p": "b"})
+
+    while ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).exists():
+        run_queued_jobs()
+
+    prompts = [request.json["messages"][-1]["content"] for request in llm.requests]
+    assert len(prompts) == 2
+    assert "bluebird" in prompts[0] and "June" not in prompts[0]
+    assert "June" in prompts[1] and "bluebird" not in prompts[1]
+    tags = {tuple(episode.filter_tags.items()) for episode in EpisodicMemory.objects.all()}
+    assert tags == {(("p", "a"),), (("p", "b"),)}
+    assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
+
+
 def test_a_failed_llm_call_leaves_the_messages_pending_for_the_retry(
     org: TenantFixture, llm: LoopbackServer
 ) -> None:
