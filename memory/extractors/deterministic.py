@@ -75,6 +75,9 @@ class EpisodeBounds:
     # A pause this long ends an episode: a conversation taken up again is another event.
     max_gap: timedelta = EPISODE_GAP
     count_tokens: Callable[[str], int] = _estimated_tokens
+    # An AI assistant's reply is kept to its beginning, this many characters (0: whole; see
+    # _episode_line).
+    reply_chars: int = 0
 
 
 def same_sitting(earlier: Message, later: Message, max_gap: timedelta = EPISODE_GAP) -> bool:
@@ -125,6 +128,29 @@ def _context(before: Message | None) -> str | None:
     return f"{speaker(before)}: {context}"
 
 
+def _assistant_reply(message: Message) -> bool:
+    """An AI assistant's turn: role assistant under no name of its own, or a turn sent as
+    ``"assistant: ..."`` (named participants are people, whatever their role)."""
+    if message.role == Message.Role.ASSISTANT:
+        return not message.name
+    return message.role == Message.Role.USER and speaker(message) == "assistant"
+
+
+def _episode_line(message: Message, bounds: EpisodeBounds) -> str:
+    """The turn as the episode holds it: a transcript line, an AI assistant's reply kept to its
+    first ``reply_chars`` (what was asked and what the user said is what a user's questions
+    are about; a long reply would outweigh it in both lanes: bench/RESULTS.md)."""
+    line = transcript_line(message)
+    if not (bounds.reply_chars and _assistant_reply(message)):
+        return line
+    prefix = f"{speaker(message)}: "
+    text = line[len(prefix) :]
+    if len(text) <= bounds.reply_chars:
+        return line
+    cut = text[: bounds.reply_chars].rsplit(None, 1)[0]
+    return f"{prefix}{cut} …"
+
+
 def _context_line(context: str) -> str:
     return f"(replying to {context})"
 
@@ -142,7 +168,7 @@ def _episodes(
     for message in messages:
         if message.role == Message.Role.SYSTEM:
             continue
-        cost = bounds.count_tokens(transcript_line(message))
+        cost = bounds.count_tokens(_episode_line(message, bounds))
         current = episodes[-1][0] if episodes else None
         if (
             current is not None
@@ -167,8 +193,12 @@ def _episodes(
     return episodes
 
 
-def _episodic(exchange: list[Message], context: str | None) -> Proposal | None:
-    lines = [transcript_line(message) for message in exchange if message.text or message.tool_calls]
+def _episodic(
+    exchange: list[Message], context: str | None, bounds: EpisodeBounds
+) -> Proposal | None:
+    lines = [
+        _episode_line(message, bounds) for message in exchange if message.text or message.tool_calls
+    ]
     if not lines:
         return None
     opener = exchange[0]
@@ -304,8 +334,9 @@ def extract_deterministic(
     the first of these (from an earlier batch), which the session's first exchange here
     replies to."""
     proposals: list[Proposal] = []
-    for exchange, context in _episodes(messages, bounds or EpisodeBounds(), preceding or {}):
-        episodic = _episodic(exchange, context)
+    bounds = bounds or EpisodeBounds()
+    for exchange, context in _episodes(messages, bounds, preceding or {}):
+        episodic = _episodic(exchange, context, bounds)
         if episodic is not None:
             proposals.append(episodic)
     for message in messages:

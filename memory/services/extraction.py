@@ -280,6 +280,7 @@ def episode_bounds() -> EpisodeBounds:
         max_tokens=min(settings.EPISODE_MAX_TOKENS, embedder.max_chunk_tokens),
         max_gap=timedelta(seconds=settings.EPISODE_MAX_GAP),
         count_tokens=embedder.count_tokens,
+        reply_chars=settings.EPISODE_REPLY_CHARS,
     )
 
 

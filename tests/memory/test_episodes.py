@@ -190,3 +190,37 @@ def test_a_session_sent_whole_with_two_roles_keeps_its_exchanges(org: TenantFixt
         "user: question 1 about the garden",
         "assistant: answer 1 about the roses",
     ]
+
+
+def test_an_ai_assistants_long_reply_is_kept_to_its_beginning(org: TenantFixture, settings) -> None:
+    settings.EPISODE_REPLY_CHARS = 120
+    reply = "For a spring trip to Kyoto, pack light layers and comfortable shoes. " * 20
+    response = org.api.post(
+        "/memory/add",
+        {
+            "user_id": "sam",
+            "messages": [
+                {"role": "user", "content": "I fly to Kyoto in April with my sister Ana."},
+                {"role": "assistant", "content": reply},
+                # A named participant is a person, whatever the role they were sent under.
+                {"role": "user", "content": "What about Ana?"},
+                {"role": "assistant", "name": "Melanie", "content": reply},
+            ],
+        },
+        format="json",
+    )
+    assert response.status_code == 202
+    ids = [int(value) for value in response.json()["message_ids"]]
+    # The same conversation one turn per add, the speaker in the text.
+    add_turn(org, "user: I fly to Kyoto in April with my sister Ana.", minutes=60 * 24)
+    sent_as_turn = add_turn(org, f"assistant: {reply}", minutes=60 * 24)
+
+    episodes = extract()
+    first, named, turns = (episode_of(i, episodes) for i in (ids[1], ids[3], sent_as_turn))
+
+    kept = first.details.splitlines()
+    assert kept[0] == "user: I fly to Kyoto in April with my sister Ana."
+    assert kept[1].startswith("assistant: For a spring trip to Kyoto") and kept[1].endswith(" …")
+    assert len(kept[1]) <= len("assistant: ") + 120 + 2
+    assert named.details.splitlines()[-1] == f"Melanie: {reply}"
+    assert turns.details.splitlines()[1] == kept[1]
