@@ -2,6 +2,11 @@
 (LongMemEval-S) that hold a question's answer? No LLM in the loop: both benchmarks name their
 evidence, and every memory names the messages it came from (``source_message_ids``).
 
+Held-out halves (``--split``, default test): LoCoMo conversations 1-5 in file order are dev and
+6-10 test; LongMemEval-S ``longmemeval_s_cleaned_sample60`` is dev and ``..._more100`` test. A
+rule, weight or threshold is chosen on dev and reported on test unchanged: a figure bought by
+reading one half's failures must hold on the other (bench-data/README.md).
+
 1. Ingest, through the real path: one end user per LoCoMo conversation
    (``rq-<run>-locomo-<sample_id>``) and per LongMemEval question (``rq-<run>-lme-<question_id>``),
    one ``POST /memory/add`` per session with the session's date as ``occurred_at``. LoCoMo's
@@ -49,7 +54,7 @@ limit raised (one key sends everything):
 
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_quality [--base-url URL] [--api-key KEY]
-        [--dataset locomo|longmemeval|both] [--methods bm25,embedding,hybrid]
+        [--dataset locomo|longmemeval|both] [--split dev|test] [--methods bm25,embedding,hybrid]
         [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE] [--smoke]
 
 ``--smoke`` asks 2 questions per dataset (unless ``--limit-questions``) and tells each user only
@@ -96,6 +101,15 @@ from bench.common import (
 DEFAULT_DATA_DIR = PROJECT_DIR.parent / "shared" / "bench-data"
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz"
+# Held-out halves (bench-data/README.md): every rule, weight and threshold is chosen on dev, and
+# test is reported without changing anything. LoCoMo: its first conversations in file order are
+# dev, the rest test; LongMemEval-S: one file each.
+SPLITS = ("dev", "test")
+LOCOMO_DEV_CONVERSATIONS = 5
+LONGMEMEVAL_FILES = {
+    "dev": LONGMEMEVAL_FILE,
+    "test": Path("longmemeval") / "longmemeval_s_cleaned_more100.json.gz",
+}
 
 METHODS = ("bm25", "embedding", "hybrid")
 CUTOFFS = (1, 5, 10, 20)
@@ -176,6 +190,7 @@ class Dataset:
 
     name: str
     title: str
+    split: str
     unit: str
     haystacks: list[Haystack]
     questions: list[Question]
@@ -254,8 +269,15 @@ def _locomo_turn_text(turn: dict[str, Any]) -> str:
     return f"{text} [image: {caption}]" if caption else text
 
 
-def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
-    conversations = json.loads(path.read_text())
+def locomo_split(conversations: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """The conversations of a split: dev the first LOCOMO_DEV_CONVERSATIONS in file order
+    (1-5 of 10), test the rest."""
+    dev, test = conversations[:LOCOMO_DEV_CONVERSATIONS], conversations[LOCOMO_DEV_CONVERSATIONS:]
+    return {"dev": dev, "test": test}[split]
+
+
+def locomo_load(path: Path, *, run_id: str, limit: int | None, split: str) -> Dataset:
+    conversations = locomo_split(json.loads(path.read_text()), split)
     selected: list[tuple[dict[str, Any], int, dict[str, Any]]] = []
     for conversation in conversations:
         selected.extend((conversation, index, qa) for index, qa in enumerate(conversation["qa"]))
@@ -294,6 +316,7 @@ def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     return Dataset(
         name="locomo",
         title="LoCoMo",
+        split=split,
         unit="turn",
         haystacks=list(haystacks.values()),
         questions=questions,
@@ -341,7 +364,9 @@ def _locomo_haystack(conversation: dict[str, Any], *, run_id: str) -> tuple[Hays
     return Haystack(user_id=user_id, sessions=sessions), undated
 
 
-def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
+def longmemeval_load(path: Path, *, run_id: str, limit: int | None, split: str = "dev") -> Dataset:
+    """The questions of one LongMemEval-S file; ``split`` names the half it is
+    (LONGMEMEVAL_FILES)."""
     with gzip.open(path, "rt") as handle:
         entries = [
             entry for entry in json.load(handle) if not entry["question_id"].endswith("_abs")
@@ -381,6 +406,7 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     return Dataset(
         name="longmemeval",
         title="LongMemEval-S",
+        split=split,
         unit="session",
         haystacks=haystacks,
         questions=questions,
@@ -982,6 +1008,7 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
     """Every figure of one dataset, as printed and as written by --json-out."""
     dataset = result.dataset
     figures: dict[str, Any] = {
+        "split": dataset.split,
         "users": len(dataset.haystacks),
         "questions_scored": len(dataset.questions),
         "unit": dataset.unit,
@@ -1049,8 +1076,8 @@ def _search_summary(method: dict[str, Any]) -> str:
 def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str) -> None:
     dataset, methods = result.dataset, figures["methods"]
     print(
-        f"\n== {dataset.title}: {len(dataset.haystacks)} users, {len(dataset.questions)} "
-        f"questions scored, {dataset.unit} level, {search}"
+        f"\n== {dataset.title}, {dataset.split} split: {len(dataset.haystacks)} users, "
+        f"{len(dataset.questions)} questions scored, {dataset.unit} level, {search}"
     )
     _report_ingest(result.ingest)
     if dataset.undated_sessions:
@@ -1153,7 +1180,7 @@ def _prepare(
         messages=sum(haystack.message_count for haystack in dataset.haystacks),
     )
     print(
-        f"{dataset.title}: {report.users} users, {report.sessions} sessions, "
+        f"{dataset.title} ({dataset.split}): {report.users} users, {report.sessions} sessions, "
         f"{report.messages} messages, {len(_questions_to_ask(dataset))} questions",
         flush=True,
     )
@@ -1182,6 +1209,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     server_arguments(parser)
     parser.add_argument("--dataset", choices=["locomo", "longmemeval", "both"], default="both")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="test",
+        help="held-out half: LoCoMo conversations 1-5 (dev) or 6-10 (test); LongMemEval-S "
+        "sample60 (dev) or more100 (test). Choose rules on dev, report test.",
+    )
     parser.add_argument(
         "--limit-questions",
         type=int,
@@ -1227,15 +1261,19 @@ def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
     if arguments.dataset in ("locomo", "both"):
         datasets.append(
             locomo_load(
-                arguments.data_dir / LOCOMO_FILE, run_id=run_id, limit=arguments.limit_questions
+                arguments.data_dir / LOCOMO_FILE,
+                run_id=run_id,
+                limit=arguments.limit_questions,
+                split=arguments.split,
             )
         )
     if arguments.dataset in ("longmemeval", "both"):
         datasets.append(
             longmemeval_load(
-                arguments.data_dir / LONGMEMEVAL_FILE,
+                arguments.data_dir / LONGMEMEVAL_FILES[arguments.split],
                 run_id=run_id,
                 limit=arguments.limit_questions,
+                split=arguments.split,
             )
         )
     for dataset in datasets:
@@ -1267,8 +1305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     datasets = _datasets(arguments, run_id)
     clients = Clients(arguments.base_url, api_key, arguments.timeout)
     print(
-        f"run {run_id} against {arguments.base_url}: users rq-{run_id}-*, methods "
-        f"{','.join(arguments.methods)}, memory_type={arguments.memory_type}, "
+        f"run {run_id} against {arguments.base_url}: {arguments.split} split, users "
+        f"rq-{run_id}-*, methods {','.join(arguments.methods)}, "
+        f"memory_type={arguments.memory_type}, "
         f"{arguments.threads} threads",
         flush=True,
     )
@@ -1330,6 +1369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.json_out is not None:
         document = {
             "run_id": run_id,
+            "split": arguments.split,
             "base_url": arguments.base_url,
             "memory_type": arguments.memory_type,
             "threads": arguments.threads,

@@ -107,9 +107,56 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
 
 # --- Retrieval quality: toy datasets in the benchmarks' own shapes (../shared/bench-data/README.md)
 
-# No word of a question (stop words aside) is said anywhere but in its evidence turn, so BM25
-# finds that turn's exchange and nothing else.
-LOCOMO = [
+
+def _locomo_conversation(sample_id: str, sessions: list[list[dict]], qa: list[dict]) -> dict:
+    dates = ["1:56 pm on 8 May, 2023", "10:02 am on 20 May, 2023"]
+    conversation: dict = {"speaker_a": "Ada", "speaker_b": "Bo"}
+    for number, (date, turns) in enumerate(zip(dates, sessions, strict=False), start=1):
+        conversation |= {f"session_{number}_date_time": date, f"session_{number}": turns}
+    return {"sample_id": sample_id, "conversation": conversation, "qa": qa}
+
+
+# LoCoMo's first five conversations are its dev split, the rest its test split. In both asked
+# conversations no word of a question (stop words aside) is said anywhere but in its evidence
+# turn, so BM25 finds that turn's exchange and nothing else.
+LOCOMO_DEV = [
+    _locomo_conversation(
+        "toy-dev-1",
+        [
+            [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "Our lighthouse tour starts at noon."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Bring a jacket."},
+            ],
+            [
+                {"speaker": "Bo", "dia_id": "D2:1", "text": "How was the weekend?"},
+                {"speaker": "Ada", "dia_id": "D2:2", "text": "I knitted a crimson scarf."},
+            ],
+        ],
+        [
+            {
+                "question": "When does the lighthouse tour start?",
+                "answer": "noon",
+                "evidence": ["D1:1"],
+                "category": 2,
+            },
+            {
+                "question": "What colour is the knitted scarf?",
+                "answer": "crimson",
+                "evidence": ["D2:2"],
+                "category": 4,
+            },
+        ],
+    ),
+    *(
+        _locomo_conversation(
+            f"toy-dev-{number}",
+            [[{"speaker": "Ada", "dia_id": "D1:1", "text": "Hello."}]],
+            [{"question": "Who said hello?", "answer": "Ada", "evidence": ["D1:1"], "category": 1}],
+        )
+        for number in range(2, 6)
+    ),
+]
+LOCOMO_TEST = [
     {
         "sample_id": "toy-1",
         "conversation": {
@@ -149,6 +196,7 @@ LOCOMO = [
         ],
     }
 ]
+LOCOMO = LOCOMO_DEV + LOCOMO_TEST
 
 
 def _longmemeval_entry(
@@ -176,52 +224,60 @@ def _turns(user: str, assistant: str, *, answer_in: str | None = None) -> list[d
     ]
 
 
-LONGMEMEVAL = [
-    # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
-    _longmemeval_entry(
-        "toy-user",
-        "single-session-user",
-        "What breed is the puppy I adopted?",
-        [
-            _turns("Suggest a lentil soup recipe.", "Lentils, carrots, cumin and stock."),
-            _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
-            _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
-            _turns("Is it going to rain on Friday?", "Take an umbrella."),
-        ],
-        gold="2",
-    ),
-    # The answer is in an assistant turn: not scored by the official rules, asked all the same.
-    _longmemeval_entry(
-        "toy-assistant",
-        "single-session-assistant",
-        "Which museum did you recommend?",
-        [
-            _turns("Where should I go in Lisbon?", "The tile museum.", answer_in="assistant"),
-            _turns("What is a good stretch for my back?", "Try the cat-cow pose."),
-        ],
-        gold="0",
-    ),
-    _longmemeval_entry(
-        "toy-user_abs",
-        "single-session-user",
-        "What is my cat called?",
-        [_turns("I like tea.", "Noted.")],
-        gold="0",
-    ),
-]
+def _longmemeval_toys(prefix: str) -> list[dict]:
+    """A scored question, one the official rules do not score, and an abstention question."""
+    return [
+        # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
+        _longmemeval_entry(
+            f"{prefix}user",
+            "single-session-user",
+            "What breed is the puppy I adopted?",
+            [
+                _turns("Suggest a lentil soup recipe.", "Lentils, carrots, cumin and stock."),
+                _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
+                _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
+                _turns("Is it going to rain on Friday?", "Take an umbrella."),
+            ],
+            gold="2",
+        ),
+        # The answer is in an assistant turn: not scored by the official rules, asked all the same.
+        _longmemeval_entry(
+            f"{prefix}assistant",
+            "single-session-assistant",
+            "Which museum did you recommend?",
+            [
+                _turns("Where should I go in Lisbon?", "The tile museum.", answer_in="assistant"),
+                _turns("What is a good stretch for my back?", "Try the cat-cow pose."),
+            ],
+            gold="0",
+        ),
+        _longmemeval_entry(
+            f"{prefix}user_abs",
+            "single-session-user",
+            "What is my cat called?",
+            [_turns("I like tea.", "Noted.")],
+            gold="0",
+        ),
+    ]
+
+
+LONGMEMEVAL = _longmemeval_toys("toy-")  # sample60: the dev split
+LONGMEMEVAL_TEST = _longmemeval_toys("toy-test-")  # more100: the test split
 
 
 def _datasets_write(directory: Path) -> None:
     (directory / "locomo").mkdir()
     (directory / "locomo" / "locomo10.json").write_text(json.dumps(LOCOMO))
     (directory / "longmemeval").mkdir()
-    with gzip.open(directory / "longmemeval" / "longmemeval_s_cleaned_sample60.json.gz", "wt") as f:
-        json.dump(LONGMEMEVAL, f)
+    for name, entries in (("sample60", LONGMEMEVAL), ("more100", LONGMEMEVAL_TEST)):
+        path = directory / "longmemeval" / f"longmemeval_s_cleaned_{name}.json.gz"
+        with gzip.open(path, "wt") as handle:
+            json.dump(entries, handle)
 
 
 def _all_questions_table(out: str, title: str) -> dict[str, dict[str, float]]:
     """A dataset's "all questions" table as printed: method -> column -> figure."""
-    section = out.split(f"\n== {title}:", 1)[1].split("\n== ", 1)[0]
+    section = out.split(f"\n== {title}", 1)[1].split("\n== ", 1)[0]
     lines = section.split("\n  all questions\n", 1)[1].splitlines()
     columns = lines[0].split()[2:]  # after "method" and "n"
     table = {}
@@ -238,11 +294,13 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
     smoke_argv, worker, tmp_path, capsys
 ) -> None:
     _datasets_write(tmp_path)
+    json_out = tmp_path / "figures.json"
 
-    assert retrieval_quality.main([*smoke_argv, "--data-dir", str(tmp_path)]) == 0
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--json-out", str(json_out)]
+    assert retrieval_quality.main(argv) == 0
 
     out = capsys.readouterr().out
-    for title, scored in (("LoCoMo", 2), ("LongMemEval-S", 1)):
+    for title, scored in (("LoCoMo, test split:", 2), ("LongMemEval-S, test split:", 1)):
         table = _all_questions_table(out, title)
         assert set(table) == {"bm25", "embedding", "hybrid"}
         for figures in table.values():
@@ -254,6 +312,17 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
         assert table["embedding"]["any@20"] == 1.0
     assert "not scored, no answer session has a user turn marked has_answer: 1" in out
     assert SMOKE_NOTE in out
+    # The test split: LoCoMo's sixth conversation, LongMemEval-S's more100 file.
+    figures = json.loads(json_out.read_text())
+    assert figures["split"] == "test"
+    asked = {
+        name: {question["id"] for question in dataset["methods"]["hybrid"]["questions"]}
+        for name, dataset in figures["datasets"].items()
+    }
+    assert asked == {
+        "locomo": {"toy-1#0", "toy-1#1"},
+        "longmemeval": {"toy-test-user", "toy-test-assistant"},
+    }
 
 
 # --- Fairness ------------------------------------------------------------------------------------
