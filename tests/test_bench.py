@@ -290,6 +290,18 @@ def _all_questions_table(out: str, title: str) -> dict[str, dict[str, float]]:
     return table
 
 
+def _against_reference(out: str, title: str) -> dict[str, tuple[float, str, float, str]]:
+    """A dataset's verdict lines: lane -> (its figure, >= or <, the reference's, ok or BELOW)."""
+    section = out.split(f"\n== {title}", 1)[1].split("\n== ", 1)[0]
+    lines = re.findall(
+        rf"^ {{4}}(\w+) ({SCORE}) (>=|<) reference ({SCORE}): (ok|BELOW)$", section, re.M
+    )
+    return {
+        lane: (float(value), sign, float(reference), word)
+        for lane, value, sign, reference, word in lines
+    }
+
+
 def test_retrieval_quality_scores_both_datasets_through_add_and_search(
     smoke_argv, worker, tmp_path, capsys
 ) -> None:
@@ -300,16 +312,27 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
     assert retrieval_quality.main(argv) == 0
 
     out = capsys.readouterr().out
-    for title, scored in (("LoCoMo, test split:", 2), ("LongMemEval-S, test split:", 1)):
+    for title, scored, goal in (
+        ("LoCoMo, test split:", 2, "any@10"),
+        ("LongMemEval-S, test split:", 1, "any@5"),
+    ):
         table = _all_questions_table(out, title)
-        assert set(table) == {"bm25", "embedding", "hybrid"}
+        assert set(table) == {"bm25", "embedding", "hybrid", "reference"}
         for figures in table.values():
             assert figures.pop("n") == scored
             assert all(0 <= value <= 1 for value in figures.values())
         # The evidence is the only exchange holding the question's words.
         assert table["bm25"]["any@1"] == 1.0
+        # The bench's own BM25 over the same units: the evidence is the only unit with them.
+        assert table["reference"]["any@1"] == table["reference"]["ndcg@10"] == 1.0
         # A toy haystack has fewer than 20 units: a lane that returns every memory has them all.
         assert table["embedding"]["any@20"] == 1.0
+        # Each lane beside the reference on the dataset's goal metric, as the tables show them.
+        verdicts = _against_reference(out, title)
+        assert set(verdicts) == {"bm25", "embedding", "hybrid"}
+        for lane, (value, sign, reference, word) in verdicts.items():
+            assert (value, reference) == (table[lane][goal], table["reference"][goal])
+            assert (sign, word) == ((">=", "ok") if value >= reference else ("<", "BELOW"))
     assert "not scored, no answer session has a user turn marked has_answer: 1" in out
     assert SMOKE_NOTE in out
     # The test split: LoCoMo's sixth conversation, LongMemEval-S's more100 file.
