@@ -20,7 +20,7 @@ from bench.common import SMOKE_NOTE
 from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
-from sessions.models import Message
+from sessions.models import Message, Session
 from tests import processes
 from tests.factories import TenantFixture
 
@@ -129,7 +129,12 @@ LOCOMO_DEV = [
             ],
             [
                 {"speaker": "Bo", "dia_id": "D2:1", "text": "How was the weekend?"},
-                {"speaker": "Ada", "dia_id": "D2:2", "text": "I knitted a crimson scarf."},
+                {
+                    "speaker": "Ada",
+                    "dia_id": "D2:2",
+                    "text": "I knitted a crimson scarf.",
+                    "blip_caption": "a photo of a red scarf",
+                },
             ],
         ],
         [
@@ -224,7 +229,7 @@ def _turns(user: str, assistant: str, *, answer_in: str | None = None) -> list[d
     ]
 
 
-def _longmemeval_toys(prefix: str) -> list[dict]:
+def _longmemeval_toys(prefix: str, *, soup_reply: str) -> list[dict]:
     """A scored question, one the official rules do not score, and an abstention question."""
     return [
         # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
@@ -233,7 +238,7 @@ def _longmemeval_toys(prefix: str) -> list[dict]:
             "single-session-user",
             "What breed is the puppy I adopted?",
             [
-                _turns("Suggest a lentil soup recipe.", "Lentils, carrots, cumin and stock."),
+                _turns("Suggest a lentil soup recipe.", soup_reply),
                 _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
                 _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
                 _turns("Is it going to rain on Friday?", "Take an umbrella."),
@@ -261,8 +266,12 @@ def _longmemeval_toys(prefix: str) -> list[dict]:
     ]
 
 
-LONGMEMEVAL = _longmemeval_toys("toy-")  # sample60: the dev split
-LONGMEMEVAL_TEST = _longmemeval_toys("toy-test-")  # more100: the test split
+# sample60, the dev split. An assistant turn outside the gold session holds the question's words:
+# the reference, which reads user turns only (the official rule), must not rank it first.
+SOUP_REPLY_DEV = "Lentils and stock; your adopted puppy's breed may beg for some."
+LONGMEMEVAL = _longmemeval_toys("toy-", soup_reply=SOUP_REPLY_DEV)
+# more100, the test split: the question's words are in the gold session only.
+LONGMEMEVAL_TEST = _longmemeval_toys("toy-test-", soup_reply="Lentils, carrots, cumin and stock.")
 
 
 def _datasets_write(directory: Path) -> None:
@@ -313,8 +322,8 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
 
     out = capsys.readouterr().out
     for title, scored, goal in (
-        ("LoCoMo, test split:", 2, "any@10"),
-        ("LongMemEval-S, test split:", 1, "any@5"),
+        ("LoCoMo, test split, session pattern:", 2, "any@10"),
+        ("LongMemEval-S, test split, session pattern:", 1, "any@5"),
     ):
         table = _all_questions_table(out, title)
         assert set(table) == {"bm25", "embedding", "hybrid", "reference"}
@@ -346,6 +355,90 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
         "locomo": {"toy-1#0", "toy-1#1"},
         "longmemeval": {"toy-test-user", "toy-test-assistant"},
     }
+
+
+def _turns_sent(user_id: str) -> list[tuple[str, str, dict, str]]:
+    """The user's stored messages, in the order stored: role, text, tags, date."""
+    return [
+        (message.role, message.text, message.filter_tags, f"{message.occurred_at:%Y-%m-%dT%H:%MZ}")
+        for message in Message.objects.filter(end_user__user_id=user_id).order_by("id")
+    ]
+
+
+def test_retrieval_quality_turns_pattern_adds_one_turn_at_a_time_without_session_ids(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    _datasets_write(tmp_path)
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--split", "dev", "--client-pattern", "turns"]
+    first, again = tmp_path / "first.json", tmp_path / "again.json"
+
+    assert retrieval_quality.main([*argv, "--run-id", "t1", "--json-out", str(first)]) == 0
+    out = capsys.readouterr().out
+
+    # One message per turn, role user, the speaker in the text, each dated and tagged with its
+    # haystack session, all in the user's default conversation. A smoke run tells LongMemEval's
+    # toy-user its first three sessions (the gold one among them).
+    session_1, session_2 = {"session": "session_1"}, {"session": "session_2"}
+    assert _turns_sent("rq-t1-turns-locomo-toy-dev-1") == [
+        ("user", "Ada: Our lighthouse tour starts at noon.", session_1, "2023-05-08T13:56Z"),
+        ("user", "Bo: Bring a jacket.", session_1, "2023-05-08T13:56Z"),
+        ("user", "Bo: How was the weekend?", session_2, "2023-05-20T10:02Z"),
+        (
+            "user",
+            "Ada: I knitted a crimson scarf. [image: a photo of a red scarf]",
+            session_2,
+            "2023-05-20T10:02Z",
+        ),
+    ]
+    s0, s1, s2 = ({"session": f"toy-user-s{index}"} for index in range(3))
+    assert _turns_sent("rq-t1-turns-lme-toy-user") == [
+        ("user", "user: Suggest a lentil soup recipe.", s0, "2023-05-20T09:00Z"),
+        ("user", f"assistant: {SOUP_REPLY_DEV}", s0, "2023-05-20T09:00Z"),
+        ("user", "user: How do I fix a squeaky hinge?", s1, "2023-05-21T09:01Z"),
+        ("user", "assistant: A drop of oil usually does it.", s1, "2023-05-21T09:01Z"),
+        ("user", "user: I adopted a corgi puppy!", s2, "2023-05-22T09:02Z"),
+        ("user", "assistant: Congratulations.", s2, "2023-05-22T09:02Z"),
+    ]
+    named = Session.objects.filter(end_user__user_id__startswith="rq-t1-", session_id__isnull=False)
+    assert not named.exists()
+
+    for title, scored in (
+        ("LoCoMo, dev split, turns pattern:", 2),
+        ("LongMemEval-S, dev split, turns pattern:", 1),
+    ):
+        table = _all_questions_table(out, title)
+        assert {name: figures.pop("n") for name, figures in table.items()} == dict.fromkeys(
+            ("bm25", "embedding", "hybrid", "reference"), scored
+        )
+        assert all(0 <= value <= 1 for figures in table.values() for value in figures.values())
+        # On LongMemEval the question's words are also in an assistant turn of another session.
+        assert table["reference"]["any@1"] == 1.0
+        # Every stored id maps back to its turn: every turn is cited (each is in an episode),
+        # and a lane that returns every memory finds every unit.
+        section = out.split(f"\n== {title}", 1)[1]
+        cited = re.search(r"turns cited: by an episodic memory (\d+) of (\d+)", section)
+        assert cited[1] == cited[2]
+        assert table["embedding"]["any@20"] == 1.0
+    figures = json.loads(first.read_text())
+    assert (figures["split"], figures["client_pattern"]) == ("dev", "turns")
+    asked = {
+        name: {question["id"] for question in dataset["methods"]["hybrid"]["questions"]}
+        for name, dataset in figures["datasets"].items()
+    }
+    assert asked == {
+        "locomo": {"toy-dev-1#0", "toy-dev-1#1"},
+        "longmemeval": {"toy-user", "toy-assistant"},
+    }
+
+    # --skip-ingest: the turns' ids, which the default conversation cannot list, are read back
+    # from the memories that cite them; the same searches rank the same units.
+    argv += ["--run-id", "t1", "--skip-ingest", "--json-out", str(again)]
+    assert retrieval_quality.main(argv) == 0
+    reread = json.loads(again.read_text())
+    for name, dataset in figures["datasets"].items():
+        for method, scores in dataset["methods"].items():
+            ranked = [q["ranked"] for q in reread["datasets"][name]["methods"][method]["questions"]]
+            assert ranked == [question["ranked"] for question in scores["questions"]]
 
 
 # --- Fairness ------------------------------------------------------------------------------------
