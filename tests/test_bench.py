@@ -355,6 +355,17 @@ def test_retrieval_quality_scores_both_datasets_through_add_and_search(
         "locomo": {"toy-1#0", "toy-1#1"},
         "longmemeval": {"toy-test-user", "toy-test-assistant"},
     }
+    # The reference ranks what the server was told: the smoke run's three of four sessions.
+    [reference] = [
+        question["ranked"]
+        for question in figures["datasets"]["longmemeval"]["reference"]["questions"]
+        if question["id"] == "toy-test-user"
+    ]
+    assert reference == ["toy-test-user-s2", "toy-test-user-s0", "toy-test-user-s1"]
+    per_category = re.findall(r"^ {4}category +n +(.*)$", out, re.MULTILINE)
+    assert [header.split() for header in per_category] == [
+        ["bm25", "embedding", "hybrid", "reference"]
+    ] * 2
 
 
 def _turns_sent(user_id: str) -> list[tuple[str, str, dict, str]]:
