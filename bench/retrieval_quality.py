@@ -2,17 +2,33 @@
 (LongMemEval-S) that hold a question's answer? No LLM in the loop: both benchmarks name their
 evidence, and every memory names the messages it came from (``source_message_ids``).
 
+Held-out halves (``--split``, default test): LoCoMo conversations 1-5 in file order are dev and
+6-10 test; LongMemEval-S ``longmemeval_s_cleaned_sample60`` is dev and ``..._more100`` test. A
+rule, weight or threshold is chosen on dev and reported on test unchanged: a figure bought by
+reading one half's failures must hold on the other (bench-data/README.md).
+
 1. Ingest, through the real path: one end user per LoCoMo conversation
-   (``rq-<run>-locomo-<sample_id>``) and per LongMemEval question (``rq-<run>-lme-<question_id>``),
-   one ``POST /memory/add`` per session with the session's date as ``occurred_at``. LoCoMo's
-   speaker_a speaks as role ``user`` and speaker_b as ``assistant``, each with its ``name``; a
-   turn's text is ``text`` plus `` [image: <blip_caption>]`` when it has one. LongMemEval turns keep
-   their own role and content. The ids ``/memory/add`` returns map every message back to its
-   LoCoMo ``dia_id`` or its LongMemEval (session id, turn index). A user's adds go in order
-   through one thread; ``--threads`` users at a time.
-2. Wait until the Celery worker has processed everything: every message of every bench session,
-   read back with ``GET /sessions/{id}/messages``, is no longer ``pending``. Then count the turns
-   that some memory cites (a turn no memory cites can never be found).
+   (``rq-<run>-locomo-<sample_id>``) and per LongMemEval question (``rq-<run>-lme-<question_id>``;
+   ``rq-<run>-turns-...`` in the turns pattern). A LoCoMo turn's text is ``text`` plus
+   `` [image: <blip_caption>]`` when it has one. ``--client-pattern`` says how a client adds:
+   - ``session`` (default): one ``POST /memory/add`` per haystack session, with its session_id
+     and its date as ``occurred_at``. LoCoMo's speaker_a speaks as role ``user`` and speaker_b as
+     ``assistant``, each with its ``name``; LongMemEval turns keep their own role and content.
+   - ``turns``: as the published MIRIX client sends a conversation, one add per turn and no
+     session_id (the server files them in the user's default conversation), every turn role
+     ``user`` with its speaker in the text, ``"<speaker>: <text>"`` (LoCoMo: the speaker's name;
+     LongMemEval: the turn's own role, ``"assistant: ..."``), ``occurred_at`` its haystack
+     session's date, and ``filter_tags`` ``{"session": <the session pattern's session_id>}``.
+   The ids ``/memory/add`` returns map every message back to its LoCoMo ``dia_id`` or its
+   LongMemEval (session id, turn index). A user's adds go in order through one thread;
+   ``--threads`` users at a time.
+2. Wait until the Celery worker has processed everything. Session pattern: every message of every
+   bench session, read back with ``GET /sessions/{id}/messages``, is no longer ``pending``.
+   Turns pattern: the default conversation's messages cannot be read back (that route names a
+   session by its session_id, and it has none), so a turn counts as processed once a memory cites
+   it, as the deterministic extractor does for every turn; ``--skip-ingest`` then reads the
+   turns' ids from those citations (see _turns_provenance_read). Then count the turns that some
+   memory cites (a turn no memory cites can never be found).
 3. Ask every question with ``GET /memory/search?memory_type=episodic`` once per ``--methods``
    lane (bm25, embedding, hybrid), all against the same ingest; a LongMemEval question also
    sends ``temporal=true`` and its ``question_date`` as ``as_of``, so that a time phrase in it
@@ -39,22 +55,36 @@ evidence, and every memory names the messages it came from (``source_message_ids
      official script would score it recall_any 0 whatever was retrieved. One more line scores
      all ``answer_session_ids`` as gold, to show what the rule leaves out. A haystack that holds
      one session twice gets two server sessions, both scored as that session.
+5. The reference: plain BM25 computed here, no server, over the haystacks the server was told
+   (a smoke run's trimmed ones too), on the same questions, units and metrics; a row
+   ``reference`` in every table. Okapi BM25, k1 1.5, b 0.75, idf ln(1 + (N - df + 0.5) / (df +
+   0.5)), IDF and average length over one bench user's documents; lower case, tokens are runs
+   of letters and digits, NLTK's English stop words dropped (STOP_WORDS). A LoCoMo document is
+   one turn, ``"<speaker>: <text>"`` with its image caption, unit its dia_id; a LongMemEval
+   document is one haystack session, its user turns concatenated (the official retrieval rule).
+   Every unit is ranked, ties in haystack order. It reproduces bench-data/README.md's figures
+   (LongMemEval-S recall_any@5 0.918 dev, 0.989 test); a server that indexes the same turns
+   should not rank them worse than this.
 
-Goals: LoCoMo turn-level recall_any@10 >= 0.75 (BM25 over raw turns: 0.599); LongMemEval-S
-session recall_any@5 >= 0.97. Search latency p50/p95 is measured by the client under
-``--threads`` concurrent searches, after a few warm-up searches per lane.
+Goals: LoCoMo turn-level recall_any@10 >= 0.80; LongMemEval-S session recall_any@5 >= 0.97;
+and hybrid never below the reference on those metrics (each lane's verdict is printed, and
+the categories where hybrid is below it). Search latency p50/p95 is measured by the client
+under ``--threads`` concurrent searches, after a few warm-up searches per lane.
 
 Data: ``../shared/bench-data`` (see its README). Run against a live server started with the rate
 limit raised (one key sends everything):
 
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_quality [--base-url URL] [--api-key KEY]
-        [--dataset locomo|longmemeval|both] [--methods bm25,embedding,hybrid]
-        [--limit-questions N] [--skip-ingest --run-id RUN] [--json-out FILE] [--smoke]
+        [--dataset locomo|longmemeval|both] [--split dev|test] [--client-pattern session|turns]
+        [--methods bm25,embedding,hybrid] [--limit-questions N] [--skip-ingest --run-id RUN]
+        [--json-out FILE] [--smoke]
 
 ``--smoke`` asks 2 questions per dataset (unless ``--limit-questions``) and tells each user only
 the sessions that hold its questions' gold units, then its first others, 3 sessions in all
-(``SMOKE_SESSIONS``; more when the gold needs more).
+(``SMOKE_SESSIONS``; more when the gold needs more), in either pattern; the reference reads the
+same trimmed haystacks. The turns pattern sends one request per turn (LongMemEval-S test: 45,817
+adds instead of 4,431): its ingest is much slower than the session pattern's.
 """
 
 from __future__ import annotations
@@ -96,13 +126,25 @@ from bench.common import (
 DEFAULT_DATA_DIR = PROJECT_DIR.parent / "shared" / "bench-data"
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz"
+# Held-out halves (bench-data/README.md): every rule, weight and threshold is chosen on dev, and
+# test is reported without changing anything. LoCoMo: its first conversations in file order are
+# dev, the rest test; LongMemEval-S: one file each.
+SPLITS = ("dev", "test")
+# How the bench's client adds a haystack: one add per session (with its session_id), or one per
+# turn with no session_id, as the published MIRIX client sends them (see _turn_adds).
+CLIENT_PATTERNS = ("session", "turns")
+LOCOMO_DEV_CONVERSATIONS = 5
+LONGMEMEVAL_FILES = {
+    "dev": LONGMEMEVAL_FILE,
+    "test": Path("longmemeval") / "longmemeval_s_cleaned_more100.json.gz",
+}
 
 METHODS = ("bm25", "embedding", "hybrid")
 CUTOFFS = (1, 5, 10, 20)
 NDCG_CUTOFF = 10
-LOCOMO_GOAL = ("recall_any@10", 0.75)
-LOCOMO_REFERENCE_BM25 = 0.599
+LOCOMO_GOAL = ("recall_any@10", 0.80)
 LONGMEMEVAL_GOAL = ("recall_any@5", 0.97)
+REFERENCE = "reference"
 LOCOMO_CATEGORIES = {
     1: "multi-hop",
     2: "temporal",
@@ -134,12 +176,14 @@ Outcome = TypeVar("Outcome")
 
 @dataclass
 class SessionPlan:
-    """One add: a haystack session's turns, and per turn the unit it scores as (LoCoMo dia_id,
+    """A haystack session: its turns as one add sends them, and per turn who said it (LoCoMo:
+    the speaker's name; LongMemEval: the turn's role), the unit it scores as (LoCoMo dia_id,
     LongMemEval original session id) and a readable key (dia_id, or session id#turn index)."""
 
     session_id: str
     occurred_at: str | None
     messages: list[dict[str, str]]
+    speakers: list[str]
     units: list[str]
     turn_keys: list[str]
 
@@ -176,6 +220,8 @@ class Dataset:
 
     name: str
     title: str
+    split: str
+    client_pattern: str
     unit: str
     haystacks: list[Haystack]
     questions: list[Question]
@@ -254,8 +300,23 @@ def _locomo_turn_text(turn: dict[str, Any]) -> str:
     return f"{text} [image: {caption}]" if caption else text
 
 
-def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
-    conversations = json.loads(path.read_text())
+def _user_prefix(run_id: str, client_pattern: str) -> str:
+    """``rq-<run>``, and ``rq-<run>-turns`` for the turns pattern: a run's users hold one
+    pattern's ingest, never both."""
+    return f"rq-{run_id}" if client_pattern == "session" else f"rq-{run_id}-{client_pattern}"
+
+
+def locomo_split(conversations: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """The conversations of a split: dev the first LOCOMO_DEV_CONVERSATIONS in file order
+    (1-5 of 10), test the rest."""
+    dev, test = conversations[:LOCOMO_DEV_CONVERSATIONS], conversations[LOCOMO_DEV_CONVERSATIONS:]
+    return {"dev": dev, "test": test}[split]
+
+
+def locomo_load(
+    path: Path, *, run_id: str, limit: int | None, split: str, client_pattern: str = "session"
+) -> Dataset:
+    conversations = locomo_split(json.loads(path.read_text()), split)
     selected: list[tuple[dict[str, Any], int, dict[str, Any]]] = []
     for conversation in conversations:
         selected.extend((conversation, index, qa) for index, qa in enumerate(conversation["qa"]))
@@ -267,7 +328,9 @@ def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     for conversation in conversations:
         if conversation["sample_id"] not in wanted:
             continue
-        haystack, missing_dates = _locomo_haystack(conversation, run_id=run_id)
+        haystack, missing_dates = _locomo_haystack(
+            conversation, users=_user_prefix(run_id, client_pattern)
+        )
         haystacks[conversation["sample_id"]] = haystack
         undated += missing_dates
 
@@ -294,6 +357,8 @@ def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     return Dataset(
         name="locomo",
         title="LoCoMo",
+        split=split,
+        client_pattern=client_pattern,
         unit="turn",
         haystacks=list(haystacks.values()),
         questions=questions,
@@ -308,7 +373,7 @@ def locomo_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     )
 
 
-def _locomo_haystack(conversation: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
+def _locomo_haystack(conversation: dict[str, Any], *, users: str) -> tuple[Haystack, int]:
     speakers = conversation["conversation"]
     roles = {speakers["speaker_a"]: "user", speakers["speaker_b"]: "assistant"}
     numbers = sorted(
@@ -333,15 +398,25 @@ def _locomo_haystack(conversation: dict[str, Any], *, run_id: str) -> tuple[Hays
                     }
                     for turn in turns
                 ],
+                speakers=[turn["speaker"] for turn in turns],
                 units=[locomo_evidence_parse([turn["dia_id"]])[0][0] for turn in turns],
                 turn_keys=[turn["dia_id"] for turn in turns],
             )
         )
-    user_id = f"rq-{run_id}-locomo-{conversation['sample_id']}"
+    user_id = f"{users}-locomo-{conversation['sample_id']}"
     return Haystack(user_id=user_id, sessions=sessions), undated
 
 
-def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
+def longmemeval_load(
+    path: Path,
+    *,
+    run_id: str,
+    limit: int | None,
+    split: str = "dev",
+    client_pattern: str = "session",
+) -> Dataset:
+    """The questions of one LongMemEval-S file; ``split`` names the half it is
+    (LONGMEMEVAL_FILES)."""
     with gzip.open(path, "rt") as handle:
         entries = [
             entry for entry in json.load(handle) if not entry["question_id"].endswith("_abs")
@@ -351,7 +426,9 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     haystacks, questions, lenient, undated = [], [], [], 0
     without_gold: dict[str, int] = {}
     for entry in entries:
-        haystack, missing_dates = _longmemeval_haystack(entry, run_id=run_id)
+        haystack, missing_dates = _longmemeval_haystack(
+            entry, users=_user_prefix(run_id, client_pattern)
+        )
         haystacks.append(haystack)
         undated += missing_dates
         by_id = dict(zip(entry["haystack_session_ids"], entry["haystack_sessions"], strict=True))
@@ -381,6 +458,8 @@ def longmemeval_load(path: Path, *, run_id: str, limit: int | None) -> Dataset:
     return Dataset(
         name="longmemeval",
         title="LongMemEval-S",
+        split=split,
+        client_pattern=client_pattern,
         unit="session",
         haystacks=haystacks,
         questions=questions,
@@ -424,7 +503,7 @@ def dataset_trim(dataset: Dataset, *, sessions: int) -> None:
         haystack.sessions = [session for session in haystack.sessions if id(session) in kept]
 
 
-def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haystack, int]:
+def _longmemeval_haystack(entry: dict[str, Any], *, users: str) -> tuple[Haystack, int]:
     sessions, used, undated = [], set(), 0
     for original, turns, date in zip(
         entry["haystack_session_ids"],
@@ -446,11 +525,12 @@ def _longmemeval_haystack(entry: dict[str, Any], *, run_id: str) -> tuple[Haysta
                 session_id=session_id,
                 occurred_at=occurred_at,
                 messages=[{"role": turn["role"], "content": turn["content"]} for turn in turns],
+                speakers=[turn["role"] for turn in turns],
                 units=[original] * len(turns),
                 turn_keys=[f"{original}#{index}" for index in range(len(turns))],
             )
         )
-    user_id = f"rq-{run_id}-lme-{entry['question_id']}"
+    user_id = f"{users}-lme-{entry['question_id']}"
     return Haystack(user_id=user_id, sessions=sessions), undated
 
 
@@ -494,8 +574,44 @@ def _session_messages(
             return messages
 
 
+def _default_conversation_turns(client: KeepAliveClient, user_id: str) -> int:
+    """How many turns the user's default conversations (sessions with no session_id) hold; 0
+    for a user the server does not know."""
+    total, cursor = 0, None
+    while True:
+        query = {"user_id": user_id, "limit": 1000} | ({"cursor": cursor} if cursor else {})
+        path = f"/sessions?{urlencode(query)}"
+        status, payload = client.request("GET", path)
+        if status == 404:
+            return 0
+        if status != 200 or not isinstance(payload, dict):
+            raise BenchError(f"GET {path}: {status} {payload}")
+        total += sum(
+            int(session["message_count"])
+            for session in payload["results"]
+            if session.get("session_id") is None
+        )
+        cursor = payload.get("next_cursor")
+        if not cursor:
+            return total
+
+
+def _added_ids(status: int, payload: object, *, count: int, where: str) -> list[str]:
+    """The stored messages' ids an add answered, in the order sent."""
+    if status == 429:
+        raise BenchError(RATE_LIMIT_HINT)
+    if status != 202 or not isinstance(payload, dict):
+        raise BenchError(f"POST /memory/add ({where}): {status} {payload}")
+    ids = [str(value) for value in payload.get("message_ids") or []]
+    if len(ids) != count:
+        raise BenchError(
+            f"POST /memory/add answered {len(ids)} message_ids for {count} messages ({where})"
+        )
+    return ids
+
+
 def _add_session(client: KeepAliveClient, user_id: str, session: SessionPlan) -> list[str]:
-    """One add; the stored messages' ids, in the order sent."""
+    """The session pattern: one add; the stored messages' ids, in the order sent."""
     body: dict[str, Any] = {
         "user_id": user_id,
         "session_id": session.session_id,
@@ -503,6 +619,7 @@ def _add_session(client: KeepAliveClient, user_id: str, session: SessionPlan) ->
     }
     if session.occurred_at:
         body["occurred_at"] = session.occurred_at
+    where = f"{user_id}/{session.session_id}"
     try:
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
     except DROPPED:
@@ -513,21 +630,66 @@ def _add_session(client: KeepAliveClient, user_id: str, session: SessionPlan) ->
         if len(stored) == len(session.messages):
             return [str(message["id"]) for message in stored]
         if stored:
-            raise BenchError(
-                f"{user_id}/{session.session_id}: partly stored after a drop"
-            ) from None
+            raise BenchError(f"{where}: partly stored after a drop") from None
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
-    if status == 429:
-        raise BenchError(RATE_LIMIT_HINT)
-    if status != 202 or not isinstance(payload, dict):
-        raise BenchError(f"POST /memory/add ({user_id}/{session.session_id}): {status} {payload}")
-    ids = [str(value) for value in payload.get("message_ids") or []]
-    if len(ids) != len(session.messages):
-        raise BenchError(
-            f"POST /memory/add answered {len(ids)} message_ids for {len(session.messages)} "
-            f"messages ({user_id}/{session.session_id})"
-        )
-    return ids
+    return _added_ids(status, payload, count=len(session.messages), where=where)
+
+
+def _turn_adds(user_id: str, session: SessionPlan) -> list[dict[str, Any]]:
+    """The turns pattern's adds for one haystack session, one per turn, as the published MIRIX
+    client sends a conversation: no session_id (the server files them in the user's default
+    conversation), role ``user``, the speaker named in the text (``"<speaker>: <text>"``); the
+    haystack session's date, and a tag naming the session the session pattern would add."""
+    dated = {"occurred_at": session.occurred_at} if session.occurred_at else {}
+    return [
+        {
+            "user_id": user_id,
+            "messages": [{"role": "user", "content": f"{speaker}: {message['content']}"}],
+            "filter_tags": {"session": session.session_id},
+        }
+        | dated
+        for message, speaker in zip(session.messages, session.speakers, strict=True)
+    ]
+
+
+def _add_turn(client: KeepAliveClient, body: dict[str, Any], *, stored_before: int) -> str:
+    """The turns pattern: one add of one turn, after ``stored_before`` of the user's; the stored
+    message's id."""
+    user_id, data = body["user_id"], json.dumps(body).encode()
+    try:
+        status, payload = client.request("POST", "/memory/add", data)
+    except DROPPED:
+        # As in _add_session, except that the default conversation's turns cannot be read
+        # back: its count tells whether the turn was stored, but not under which id.
+        client.close()
+        stored = _default_conversation_turns(client, user_id)
+        if stored != stored_before:
+            raise BenchError(
+                f"{user_id}: {stored} turns stored after a dropped add, {stored_before} before "
+                "it: a stored turn's id cannot be read back from the default conversation"
+            ) from None
+        status, payload = client.request("POST", "/memory/add", data)
+    return _added_ids(status, payload, count=1, where=f"{user_id}, turn {stored_before + 1}")[0]
+
+
+def _memories(client: KeepAliveClient, user_id: str) -> dict[str, Any]:
+    """Every memory of the user, of every type (``GET /memory/components``)."""
+    query = urlencode({"user_id": user_id, "memory_type": "all", "limit": 0})
+    status, payload = client.request("GET", f"/memory/components?{query}")
+    if status != 200 or not isinstance(payload, dict):
+        raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
+    return payload
+
+
+def _cited_ids(payload: dict[str, Any], kind: str | None = None) -> set[str]:
+    """The message ids the memories of ``_memories`` cite (only those of ``kind``, if named)."""
+    return {
+        str(value)
+        for name, memories in payload["memories"].items()
+        if kind is None or name == kind
+        for memory in memories
+        for value in memory.get("source_message_ids") or []
+    }
 
 
 def _search_available(client: KeepAliveClient) -> bool:
@@ -577,12 +739,17 @@ class IngestReport:
     users: int
     sessions: int
     messages: int
+    adds: int
     add_seconds: float | None = None
     searchable_seconds: float | None = None
     failed_messages: int = 0
     turns_cited_by_episodic: int = 0
     turns_cited_by_any: int = 0
     memory_counts: dict[str, int] = field(default_factory=dict)
+
+
+def _adds_of(haystack: Haystack, client_pattern: str) -> int:
+    return haystack.message_count if client_pattern == "turns" else len(haystack.sessions)
 
 
 def _provenance_of(haystack: Haystack, ids_per_session: list[list[str]]) -> dict[str, TurnRef]:
@@ -596,19 +763,34 @@ def _provenance_of(haystack: Haystack, ids_per_session: list[list[str]]) -> dict
 
 
 def _ingest(
-    *, clients: Clients, pool: ThreadPoolExecutor, haystacks: list[Haystack]
+    *,
+    clients: Clients,
+    pool: ThreadPoolExecutor,
+    haystacks: list[Haystack],
+    client_pattern: str = "session",
 ) -> tuple[Provenance, float]:
-    total = sum(len(haystack.sessions) for haystack in haystacks)
+    total = sum(_adds_of(haystack, client_pattern) for haystack in haystacks)
     sent = [0]
     lock = threading.Lock()
 
+    def added() -> None:
+        with lock:
+            sent[0] += 1
+
     def one_user(haystack: Haystack) -> dict[str, TurnRef]:
         client = clients.get()
-        ids_per_session = []
+        ids_per_session: list[list[str]] = []
         for session in haystack.sessions:
-            ids_per_session.append(_add_session(client, haystack.user_id, session))
-            with lock:
-                sent[0] += 1
+            if client_pattern == "session":
+                ids = _add_session(client, haystack.user_id, session)
+                added()
+            else:
+                earlier = sum(len(session_ids) for session_ids in ids_per_session)
+                ids = []
+                for body in _turn_adds(haystack.user_id, session):
+                    ids.append(_add_turn(client, body, stored_before=earlier + len(ids)))
+                    added()
+            ids_per_session.append(ids)
         return _provenance_of(haystack, ids_per_session)
 
     began = time.perf_counter()
@@ -619,10 +801,17 @@ def _ingest(
     return {h.user_id: r for h, r in zip(haystacks, refs, strict=True)}, seconds
 
 
+_SAME_RUN = (
+    "was this run ingested with the same --dataset, --split, --client-pattern, "
+    "--limit-questions and --smoke?"
+)
+
+
 def _provenance_read(
     *, clients: Clients, pool: ThreadPoolExecutor, haystacks: list[Haystack]
 ) -> Provenance:
-    """--skip-ingest: a session is one add, so its messages in position order are its turns."""
+    """--skip-ingest, session pattern: a session is one add, so its messages in position order
+    are its turns."""
 
     def one_user(haystack: Haystack) -> dict[str, TurnRef]:
         client = clients.get()
@@ -632,14 +821,102 @@ def _provenance_read(
             if len(stored) != len(session.messages):
                 raise BenchError(
                     f"{haystack.user_id}/{session.session_id}: {len(stored)} messages stored, "
-                    f"{len(session.messages)} expected: was this run ingested with the same "
-                    "--dataset and --limit-questions?"
+                    f"{len(session.messages)} expected: {_SAME_RUN}"
                 )
             ids_per_session.append([str(message["id"]) for message in stored])
         return _provenance_of(haystack, ids_per_session)
 
     refs = _in_parallel(pool, one_user, haystacks)
     return {h.user_id: r for h, r in zip(haystacks, refs, strict=True)}
+
+
+def _turns_provenance_read(
+    *, clients: Clients, pool: ThreadPoolExecutor, haystacks: list[Haystack]
+) -> Provenance:
+    """--skip-ingest, turns pattern, once extracted: the default conversation's turns cannot
+    be listed (see _TurnsSweeper), but each is cited by some memory, and a user's turns were
+    added one at a time, in order, so the server numbered them in that order: the cited ids in
+    numeric order are the haystack's turns. Refused when the count is not exactly that."""
+
+    def one_user(haystack: Haystack) -> dict[str, TurnRef]:
+        cited = _cited_ids(_memories(clients.get(), haystack.user_id))
+        if len(cited) != haystack.message_count or not all(value.isdigit() for value in cited):
+            raise BenchError(
+                f"{haystack.user_id}: its memories cite {len(cited)} messages, "
+                f"{haystack.message_count} turns expected: the turns pattern's ids are read "
+                "back from the memories citing them, which needs one per turn, numbered"
+            )
+        ordered = iter(sorted(cited, key=int))
+        return _provenance_of(
+            haystack,
+            [[next(ordered) for _message in session.messages] for session in haystack.sessions],
+        )
+
+    refs = _in_parallel(pool, one_user, haystacks)
+    return {h.user_id: r for h, r in zip(haystacks, refs, strict=True)}
+
+
+class _SessionSweeper:
+    """The session pattern's progress: a user's sessions are read back in order, stopping at
+    the first with a turn still ``pending`` (the worker takes a user's oldest turns first), and
+    a session once done is not read again. One thread sweeps a user at a time."""
+
+    stalled = "is the Celery worker running? Look at the extraction jobs in the admin."
+
+    def __init__(self, haystacks: list[Haystack]) -> None:
+        self.remaining = {haystack.user_id: list(haystack.sessions) for haystack in haystacks}
+        self.processed = {haystack.user_id: 0 for haystack in haystacks}
+        self.failed = {haystack.user_id: 0 for haystack in haystacks}
+
+    def waiting(self) -> list[str]:
+        return [user_id for user_id, left in self.remaining.items() if left]
+
+    def sweep(self, client: KeepAliveClient, user_id: str) -> None:
+        sessions = self.remaining[user_id]
+        while sessions:
+            stored = _session_messages(client, user_id, sessions[0].session_id)
+            if not stored or any(message["extraction"] == "pending" for message in stored):
+                return
+            self.processed[user_id] += len(stored)
+            self.failed[user_id] += sum(1 for m in stored if m["extraction"] == "failed")
+            sessions.pop(0)
+
+
+class _TurnsSweeper:
+    """The turns pattern's progress. Its turns are in the user's default conversation, whose
+    messages and their extraction state the API cannot read: ``GET /sessions/{id}/messages``
+    names a session by the caller's session_id, and that one has none (``GET /sessions`` lists
+    it, with its count). So a turn counts as processed once some memory cites it, which the
+    deterministic extractor does for every turn (each is in one exchange's episode); a failed
+    turn is never cited, and shows as a stall. Each user's stored count is checked first."""
+
+    stalled = (
+        "in the turns pattern a turn is seen as processed once a memory cites it (the API "
+        "shows no extraction state for the default conversation): is the Celery worker "
+        "running, or does the server's extractor leave turns uncited?"
+    )
+
+    def __init__(self, haystacks: list[Haystack]) -> None:
+        self.expected = {haystack.user_id: haystack.message_count for haystack in haystacks}
+        self.processed = {haystack.user_id: 0 for haystack in haystacks}
+        self.failed: dict[str, int] = {}
+        self.checked: set[str] = set()
+
+    def waiting(self) -> list[str]:
+        return [
+            user_id for user_id, count in self.expected.items() if self.processed[user_id] < count
+        ]
+
+    def sweep(self, client: KeepAliveClient, user_id: str) -> None:
+        if user_id not in self.checked:
+            stored = _default_conversation_turns(client, user_id)
+            if stored != self.expected[user_id]:
+                raise BenchError(
+                    f"{user_id}: {stored} turns in its default conversation, "
+                    f"{self.expected[user_id]} expected: {_SAME_RUN}"
+                )
+            self.checked.add(user_id)
+        self.processed[user_id] = len(_cited_ids(_memories(client, user_id)))
 
 
 def _wait_until_extracted(
@@ -649,46 +926,35 @@ def _wait_until_extracted(
     haystacks: list[Haystack],
     poll_interval: float,
     stall_seconds: float,
+    client_pattern: str = "session",
 ) -> int:
-    """Sweeps until no message of any bench session is ``pending``; the number of ``failed``
-    messages. A user's sessions are checked in order, stopping at the first still pending (the
-    worker takes a user's oldest messages first), and a session once done is not read again."""
-    remaining = {haystack.user_id: list(haystack.sessions) for haystack in haystacks}
+    """Sweeps until every turn of every bench user is processed (_SessionSweeper,
+    _TurnsSweeper); the number of ``failed`` messages."""
+    sweeper = (_SessionSweeper if client_pattern == "session" else _TurnsSweeper)(haystacks)
     total = sum(haystack.message_count for haystack in haystacks)
-    done, failed = [0], [0]
-    lock = threading.Lock()
 
     def sweep(user_id: str) -> None:
-        client = clients.get()
-        sessions = remaining[user_id]
-        while sessions:
-            stored = _session_messages(client, user_id, sessions[0].session_id)
-            if not stored or any(message["extraction"] == "pending" for message in stored):
-                return
-            with lock:
-                done[0] += len(stored)
-                failed[0] += sum(1 for message in stored if message["extraction"] == "failed")
-            sessions.pop(0)
+        sweeper.sweep(clients.get(), user_id)
 
     began = last_change = next_report = time.perf_counter()
     last_done = -1
-    while any(remaining.values()):
+    while waiting := sweeper.waiting():
         sweep_began = time.perf_counter()
-        _in_parallel(pool, sweep, [user_id for user_id, left in remaining.items() if left])
-        now = time.perf_counter()
-        if done[0] != last_done:
-            last_change, last_done = now, done[0]
+        _in_parallel(pool, sweep, waiting)
+        now, done = time.perf_counter(), sum(sweeper.processed.values())
+        if done != last_done:
+            last_change, last_done = now, done
         elif now - last_change > stall_seconds:
             raise BenchError(
-                f"no message processed for {stall_seconds:.0f} s ({done[0]} of {total}): "
-                "is the Celery worker running? Look at the extraction jobs in the admin."
+                f"no message processed for {stall_seconds:.0f} s ({done} of {total}): "
+                + sweeper.stalled
             )
-        if now >= next_report and any(remaining.values()):
-            print(f"  {now - began:7.1f} s  {done[0]} of {total} messages processed", flush=True)
+        if now >= next_report and sweeper.waiting():
+            print(f"  {now - began:7.1f} s  {done} of {total} messages processed", flush=True)
             next_report = now + PROGRESS_EVERY_SECONDS
-        if any(remaining.values()):
+        if sweeper.waiting():
             time.sleep(max(0.0, poll_interval - (time.perf_counter() - sweep_began)))
-    return failed[0]
+    return sum(sweeper.failed.values())
 
 
 def _coverage(
@@ -697,18 +963,9 @@ def _coverage(
     """How many turns some memory cites, and how many memories of each type there are."""
 
     def one_user(user_id: str) -> tuple[set[str], set[str], dict[str, int]]:
-        query = urlencode({"user_id": user_id, "memory_type": "all", "limit": 0})
-        status, payload = clients.get().request("GET", f"/memory/components?{query}")
-        if status != 200 or not isinstance(payload, dict):
-            raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
-        episodic, cited = set(), set()
-        for kind, memories in payload["memories"].items():
-            for memory in memories:
-                ids = {str(value) for value in memory.get("source_message_ids") or []}
-                cited |= ids
-                if kind == "episodic":
-                    episodic |= ids
-        return episodic, cited, {kind: int(count) for kind, count in payload["counts"].items()}
+        payload = _memories(clients.get(), user_id)
+        counts = {kind: int(count) for kind, count in payload["counts"].items()}
+        return _cited_ids(payload, "episodic"), _cited_ids(payload), counts
 
     for user_id, (episodic, cited, counts) in zip(
         provenance, _in_parallel(pool, one_user, list(provenance)), strict=True
@@ -936,6 +1193,105 @@ def _run_method(
     )
 
 
+# --- The reference: plain BM25, computed here ----------------------------------------------------
+
+# The English stop words of NLTK (nltk_data corpora/stopwords/english, 179 words) less its 26
+# forms with an apostrophe ("don't", "you're"), which a token never is: their pieces ("don", "t",
+# "re") are in the list.
+_STOP_WORDS_TEXT = """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom
+    this that these those am is are was were be been being have has had having do does did
+    doing a an the and but if or because as until while of at by for with about against between
+    into through during before after above below to from up down in out on off over under again
+    further then once here there when where why how all any both each few more most other some
+    such no nor not only own same so than too very s t can will just don should now d ll m o re
+    ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
+    weren won wouldn
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+REFERENCE_K1, REFERENCE_B = 1.5, 0.75
+_REFERENCE_TOKEN = re.compile(r"[^\W_]+")  # runs of letters and digits
+REFERENCE_RULE = (
+    "Okapi BM25 (k1 1.5, b 0.75, idf ln(1 + (N - df + 0.5) / (df + 0.5))) over each user's "
+    "documents, lower case, tokens runs of letters/digits, NLTK English stop words dropped; "
+    "LoCoMo: one document per turn, '<speaker>: <text>'; LongMemEval: one per haystack "
+    "session, its user turns"
+)
+
+
+def reference_tokens(text: str) -> list[str]:
+    return [token for token in _REFERENCE_TOKEN.findall(text.lower()) if token not in STOP_WORDS]
+
+
+def reference_documents(dataset: Dataset, haystack: Haystack) -> list[tuple[str, str]]:
+    """(unit, text) for each document of a user's reference corpus. LoCoMo: each turn, as
+    ``"<speaker>: <text>"``; LongMemEval: each haystack session, its user turns concatenated
+    (the official retrieval rule)."""
+    if dataset.unit == "turn":
+        return [
+            (unit, f"{speaker}: {message['content']}")
+            for session in haystack.sessions
+            for message, speaker, unit in zip(
+                session.messages, session.speakers, session.units, strict=True
+            )
+        ]
+    return [
+        (
+            session.units[0],
+            "\n".join(m["content"] for m in session.messages if m["role"] == "user"),
+        )
+        for session in haystack.sessions
+        if session.units
+    ]
+
+
+class ReferenceIndex:
+    """Okapi BM25 over one user's documents (REFERENCE_RULE): IDF and average length over them,
+    each distinct query term counted once, as the server's BM25 does."""
+
+    def __init__(self, documents: list[tuple[str, str]]) -> None:
+        self.units = [unit for unit, _text in documents]
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        self.lengths: list[int] = []
+        for index, (_unit, text) in enumerate(documents):
+            counts: dict[str, int] = {}
+            for token in reference_tokens(text):
+                counts[token] = counts.get(token, 0) + 1
+            for term, count in counts.items():
+                self.postings.setdefault(term, []).append((index, count))
+            self.lengths.append(sum(counts.values()))
+        self.average_length = statistics.fmean(self.lengths) if self.lengths else 0.0
+
+    def ranked(self, query: str) -> list[str]:
+        """Every unit, best first; equal scores (no query term at all among them) in the
+        haystack's order."""
+        scores = [0.0] * len(self.units)
+        total = len(self.units)
+        for term in set(reference_tokens(query)):
+            postings = self.postings.get(term, [])
+            idf = math.log(1 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
+            for index, tf in postings:
+                norm = 1 - REFERENCE_B + REFERENCE_B * self.lengths[index] / self.average_length
+                scores[index] += idf * tf * (REFERENCE_K1 + 1) / (tf + REFERENCE_K1 * norm)
+        order = sorted(range(total), key=lambda index: (-scores[index], index))
+        return list(dict.fromkeys(self.units[index] for index in order))
+
+
+def reference_run(dataset: Dataset) -> MethodRun:
+    """Every question of the dataset answered by the reference, over the haystacks the server
+    is told (a smoke run's trimmed ones too)."""
+    indexes = {
+        haystack.user_id: ReferenceIndex(reference_documents(dataset, haystack))
+        for haystack in dataset.haystacks
+    }
+    answers = [
+        Answer(question, indexes[question.user_id].ranked(question.text), latency_ms=0.0)
+        for question in _questions_to_ask(dataset)
+    ]
+    return MethodRun(method=REFERENCE, answers=answers, unknown_source_ids=0)
+
+
 # --- Reporting -----------------------------------------------------------------------------------
 
 
@@ -961,11 +1317,13 @@ def _table(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
 
 @dataclass
 class DatasetRun:
-    """One dataset's ingest and its runs, one per search_method."""
+    """One dataset's ingest, its runs (one per search_method), and the reference's answers to
+    the same questions."""
 
     dataset: Dataset
     ingest: IngestReport
     runs: list[MethodRun]
+    reference: MethodRun
 
     def categories(self) -> list[str]:
         return sorted({question.category for question in self.dataset.questions})
@@ -978,10 +1336,58 @@ class DatasetRun:
         )
 
 
+def _scores(result: DatasetRun, run: MethodRun) -> dict[str, Any]:
+    """One run's means: overall, per category, and under each other gold."""
+    dataset = result.dataset
+    scores: dict[str, Any] = {
+        "overall": mean_scores(run.answers, result.gold()),
+        "per_category": {
+            category: mean_scores(run.answers, result.gold(category))
+            for category in result.categories()
+        },
+    }
+    if dataset.name == "locomo":
+        scores["overall_without_category_5"] = mean_scores(
+            run.answers, result.gold(without=ADVERSARIAL)
+        )
+    for label, questions in dataset.variants.items():
+        scores[label] = mean_scores(
+            run.answers, gold_of(question for question in questions if question.gold)
+        )
+    return scores
+
+
+def _question_rows(run: MethodRun) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": answer.question.question_id,
+            "category": answer.question.category,
+            "gold": sorted(answer.question.gold),
+            "ranked": answer.ranked[: max(CUTOFFS)],
+            "turns": answer.turns[: 2 * max(CUTOFFS)],
+            "error": answer.error,
+            "latency_ms": round(answer.latency_ms, 2),
+        }
+        for answer in run.answers
+    ]
+
+
+def _against_reference(figures: dict[str, Any], metric: str) -> dict[str, dict[str, Any]]:
+    """Per lane, its goal metric beside the reference's."""
+    reference = figures[REFERENCE]["overall"][metric]
+    verdicts = {}
+    for name, method in figures["methods"].items():
+        value = method["overall"][metric]
+        verdicts[name] = {"value": value, "reference": reference, "at_or_above": value >= reference}
+    return verdicts
+
+
 def _figures(result: DatasetRun) -> dict[str, Any]:
     """Every figure of one dataset, as printed and as written by --json-out."""
     dataset = result.dataset
     figures: dict[str, Any] = {
+        "split": dataset.split,
+        "client_pattern": dataset.client_pattern,
         "users": len(dataset.haystacks),
         "questions_scored": len(dataset.questions),
         "unit": dataset.unit,
@@ -992,39 +1398,20 @@ def _figures(result: DatasetRun) -> dict[str, Any]:
         "methods": {},
     }
     for run in result.runs:
-        method: dict[str, Any] = {
-            "overall": mean_scores(run.answers, result.gold()),
-            "per_category": {
-                category: mean_scores(run.answers, result.gold(category))
-                for category in result.categories()
-            },
+        figures["methods"][run.method] = _scores(result, run) | {
             "latency_ms": {"p50": run.latency(0.5), "p95": run.latency(0.95)},
             "searches": len(run.answers),
             "errors": run.errors,
             "results": run.shape(),
             "uncited_source_message_ids": run.unknown_source_ids,
+            "questions": _question_rows(run),
         }
-        if dataset.name == "locomo":
-            method["overall_without_category_5"] = mean_scores(
-                run.answers, result.gold(without=ADVERSARIAL)
-            )
-        for label, questions in dataset.variants.items():
-            method[label] = mean_scores(
-                run.answers, gold_of(question for question in questions if question.gold)
-            )
-        method["questions"] = [
-            {
-                "id": answer.question.question_id,
-                "category": answer.question.category,
-                "gold": sorted(answer.question.gold),
-                "ranked": answer.ranked[: max(CUTOFFS)],
-                "turns": answer.turns[: 2 * max(CUTOFFS)],
-                "error": answer.error,
-                "latency_ms": round(answer.latency_ms, 2),
-            }
-            for answer in run.answers
-        ]
-        figures["methods"][run.method] = method
+    figures[REFERENCE] = (
+        {"rule": REFERENCE_RULE}
+        | _scores(result, result.reference)
+        | {"questions": _question_rows(result.reference)}
+    )
+    figures["against_reference"] = _against_reference(figures, dataset.goal[0])
     return figures
 
 
@@ -1048,40 +1435,44 @@ def _search_summary(method: dict[str, Any]) -> str:
 
 def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str) -> None:
     dataset, methods = result.dataset, figures["methods"]
+    # Every table shows the reference beside the server's lanes.
+    scored = {**methods, REFERENCE: figures[REFERENCE]}
     print(
-        f"\n== {dataset.title}: {len(dataset.haystacks)} users, {len(dataset.questions)} "
-        f"questions scored, {dataset.unit} level, {search}"
+        f"\n== {dataset.title}, {dataset.split} split, {dataset.client_pattern} pattern: "
+        f"{len(dataset.haystacks)} users, "
+        f"{len(dataset.questions)} questions scored, {dataset.unit} level, {search}"
     )
     _report_ingest(result.ingest)
     if dataset.undated_sessions:
         print(f"  sessions added without occurred_at (date unreadable): {dataset.undated_sessions}")
     for note in dataset.notes:
         print(f"  {note}")
-    _table("all questions", [(name, method["overall"]) for name, method in methods.items()])
+    _table("all questions", [(name, method["overall"]) for name, method in scored.items()])
     if dataset.name == "locomo":
         _table(
             "without category 5 (adversarial)",
-            [(name, method["overall_without_category_5"]) for name, method in methods.items()],
+            [(name, method["overall_without_category_5"]) for name, method in scored.items()],
         )
     for label in dataset.variants:
-        counted = next(iter(methods.values()))[label]["questions"]
+        counted = figures[REFERENCE][label]["questions"]
         scores = "; ".join(
             f"{name} recall_any@5 {method[label]['recall_any@5']:.3f}"
-            for name, method in methods.items()
+            for name, method in scored.items()
         )
         print(f"  with {label} ({counted} questions): {scores}")
     metric = dataset.per_category_metric
     all_metric = metric.replace("any", "all")
     print(f"  per category, {metric} / {all_metric}:")
-    print(f"    {'category':<27}{'n':>5}" + "".join(f"{name:>17}" for name in methods))
+    print(f"    {'category':<27}{'n':>5}" + "".join(f"{name:>17}" for name in scored))
     for category in result.categories():
         cells = [
             f"{method['per_category'][category][metric]:.3f} / "
             f"{method['per_category'][category][all_metric]:.3f}"
-            for method in methods.values()
+            for method in scored.values()
         ]
-        count = int(next(iter(methods.values()))["per_category"][category]["questions"])
+        count = int(figures[REFERENCE]["per_category"][category]["questions"])
         print(f"    {category:<27}{count:>5}" + "".join(f"{cell:>17}" for cell in cells))
+    print(f"  {REFERENCE}: {REFERENCE_RULE}")
     print("  searches (latency with --threads searches in flight):")
     for name, method in methods.items():
         print(f"    {name:<11}{_search_summary(method)}")
@@ -1091,23 +1482,33 @@ def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str)
             "embedding model: manage.py calibrate_gate)"
         )
     metric, goal = dataset.goal
-    reference = (
-        f", reference BM25 over raw turns {LOCOMO_REFERENCE_BM25}"
-        if dataset.name == "locomo"
-        else ""
-    )
-    print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions{reference})")
+    print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions)")
     for name, method in methods.items():
         value = method["overall"][metric]
         print(f"    {name:<11}{value:.3f}  {verdict(value >= goal)}")
+    print(f"  against the {REFERENCE} on {metric} (goal: hybrid never below it)")
+    for name, against in figures["against_reference"].items():
+        sign, word = (">=", "ok") if against["at_or_above"] else ("<", "BELOW")
+        print(
+            f"    {name} {against['value']:.3f} {sign} reference {against['reference']:.3f}: {word}"
+        )
+    if "hybrid" in methods:
+        below = [
+            f"{category} {methods['hybrid']['per_category'][category][metric]:.3f} < "
+            f"{figures[REFERENCE]['per_category'][category][metric]:.3f}"
+            for category in result.categories()
+            if methods["hybrid"]["per_category"][category][metric]
+            < figures[REFERENCE]["per_category"][category][metric]
+        ]
+        print(f"    hybrid below the reference per category: {'; '.join(below) or 'none'}")
 
 
 def _report_ingest(report: IngestReport) -> None:
-    line = f"  ingest: {report.sessions} sessions, {report.messages} messages"
+    line = f"  ingest: {report.sessions} sessions, {report.messages} messages in {report.adds} adds"
     if report.add_seconds is None:
         line += " (reused with --skip-ingest)"
     else:
-        line += f"; adds {report.add_seconds:.1f} s ({report.sessions / report.add_seconds:.1f}/s)"
+        line += f"; adds {report.add_seconds:.1f} s ({report.adds / report.add_seconds:.1f}/s)"
     if report.searchable_seconds is not None:
         line += (
             f"; add to searchable {report.searchable_seconds:.1f} s "
@@ -1147,22 +1548,26 @@ def _prepare(
     poll_interval: float,
     stall_seconds: float,
 ) -> tuple[Provenance, IngestReport]:
+    pattern = dataset.client_pattern
     report = IngestReport(
         users=len(dataset.haystacks),
         sessions=sum(len(haystack.sessions) for haystack in dataset.haystacks),
         messages=sum(haystack.message_count for haystack in dataset.haystacks),
+        adds=sum(_adds_of(haystack, pattern) for haystack in dataset.haystacks),
     )
     print(
-        f"{dataset.title}: {report.users} users, {report.sessions} sessions, "
-        f"{report.messages} messages, {len(_questions_to_ask(dataset))} questions",
+        f"{dataset.title} ({dataset.split}): {report.users} users, {report.sessions} sessions, "
+        f"{report.messages} messages in {report.adds} adds ({pattern} pattern), "
+        f"{len(_questions_to_ask(dataset))} questions",
         flush=True,
     )
     began = time.perf_counter()
-    if skip_ingest:
+    if skip_ingest and pattern == "session":
+        # Read first: a run ingested otherwise is refused at once, not after a stall.
         provenance = _provenance_read(clients=clients, pool=pool, haystacks=dataset.haystacks)
-    else:
+    elif not skip_ingest:
         provenance, report.add_seconds = _ingest(
-            clients=clients, pool=pool, haystacks=dataset.haystacks
+            clients=clients, pool=pool, haystacks=dataset.haystacks, client_pattern=pattern
         )
         print(f"  adds done in {report.add_seconds:.1f} s; waiting for extraction", flush=True)
     report.failed_messages = _wait_until_extracted(
@@ -1171,7 +1576,11 @@ def _prepare(
         haystacks=dataset.haystacks,
         poll_interval=poll_interval,
         stall_seconds=stall_seconds,
+        client_pattern=pattern,
     )
+    if skip_ingest and pattern == "turns":
+        # The turns' ids are read from the memories that cite them: only once all are made.
+        provenance = _turns_provenance_read(clients=clients, pool=pool, haystacks=dataset.haystacks)
     if not skip_ingest:
         report.searchable_seconds = time.perf_counter() - began
     _coverage(clients=clients, pool=pool, provenance=provenance, report=report)
@@ -1182,6 +1591,20 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     server_arguments(parser)
     parser.add_argument("--dataset", choices=["locomo", "longmemeval", "both"], default="both")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="test",
+        help="held-out half: LoCoMo conversations 1-5 (dev) or 6-10 (test); LongMemEval-S "
+        "sample60 (dev) or more100 (test). Choose rules on dev, report test.",
+    )
+    parser.add_argument(
+        "--client-pattern",
+        choices=CLIENT_PATTERNS,
+        default="session",
+        help="session: one add per haystack session, with its session_id; turns: one add per "
+        "turn, no session_id, role user, '<speaker>: <text>' (as the MIRIX client sends)",
+    )
     parser.add_argument(
         "--limit-questions",
         type=int,
@@ -1227,15 +1650,21 @@ def _datasets(arguments: argparse.Namespace, run_id: str) -> list[Dataset]:
     if arguments.dataset in ("locomo", "both"):
         datasets.append(
             locomo_load(
-                arguments.data_dir / LOCOMO_FILE, run_id=run_id, limit=arguments.limit_questions
+                arguments.data_dir / LOCOMO_FILE,
+                run_id=run_id,
+                limit=arguments.limit_questions,
+                split=arguments.split,
+                client_pattern=arguments.client_pattern,
             )
         )
     if arguments.dataset in ("longmemeval", "both"):
         datasets.append(
             longmemeval_load(
-                arguments.data_dir / LONGMEMEVAL_FILE,
+                arguments.data_dir / LONGMEMEVAL_FILES[arguments.split],
                 run_id=run_id,
                 limit=arguments.limit_questions,
+                split=arguments.split,
+                client_pattern=arguments.client_pattern,
             )
         )
     for dataset in datasets:
@@ -1267,8 +1696,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     datasets = _datasets(arguments, run_id)
     clients = Clients(arguments.base_url, api_key, arguments.timeout)
     print(
-        f"run {run_id} against {arguments.base_url}: users rq-{run_id}-*, methods "
-        f"{','.join(arguments.methods)}, memory_type={arguments.memory_type}, "
+        f"run {run_id} against {arguments.base_url}: {arguments.split} split, "
+        f"{arguments.client_pattern} pattern, users "
+        f"{_user_prefix(run_id, arguments.client_pattern)}-*, "
+        f"methods {','.join(arguments.methods)}, "
+        f"memory_type={arguments.memory_type}, "
         f"{arguments.threads} threads",
         flush=True,
     )
@@ -1312,7 +1744,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     for method in arguments.methods
                 ]
-                results.append(DatasetRun(dataset=dataset, ingest=report, runs=runs))
+                results.append(
+                    DatasetRun(
+                        dataset=dataset, ingest=report, runs=runs, reference=reference_run(dataset)
+                    )
+                )
     except SearchMissingError:
         print(_SEARCH_MISSING.format(run_id=run_id), file=sys.stderr)
         return 2
@@ -1330,6 +1766,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.json_out is not None:
         document = {
             "run_id": run_id,
+            "split": arguments.split,
+            "client_pattern": arguments.client_pattern,
             "base_url": arguments.base_url,
             "memory_type": arguments.memory_type,
             "threads": arguments.threads,

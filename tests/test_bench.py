@@ -20,7 +20,7 @@ from bench.common import SMOKE_NOTE
 from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
-from sessions.models import Message
+from sessions.models import Message, Session
 from tests import processes
 from tests.factories import TenantFixture
 
@@ -107,9 +107,61 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
 
 # --- Retrieval quality: toy datasets in the benchmarks' own shapes (../shared/bench-data/README.md)
 
-# No word of a question (stop words aside) is said anywhere but in its evidence turn, so BM25
-# finds that turn's exchange and nothing else.
-LOCOMO = [
+
+def _locomo_conversation(sample_id: str, sessions: list[list[dict]], qa: list[dict]) -> dict:
+    dates = ["1:56 pm on 8 May, 2023", "10:02 am on 20 May, 2023"]
+    conversation: dict = {"speaker_a": "Ada", "speaker_b": "Bo"}
+    for number, (date, turns) in enumerate(zip(dates, sessions, strict=False), start=1):
+        conversation |= {f"session_{number}_date_time": date, f"session_{number}": turns}
+    return {"sample_id": sample_id, "conversation": conversation, "qa": qa}
+
+
+# LoCoMo's first five conversations are its dev split, the rest its test split. In both asked
+# conversations no word of a question (stop words aside) is said anywhere but in its evidence
+# turn, so BM25 finds that turn's exchange and nothing else.
+LOCOMO_DEV = [
+    _locomo_conversation(
+        "toy-dev-1",
+        [
+            [
+                {"speaker": "Ada", "dia_id": "D1:1", "text": "Our lighthouse tour starts at noon."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Bring a jacket."},
+            ],
+            [
+                {"speaker": "Bo", "dia_id": "D2:1", "text": "How was the weekend?"},
+                {
+                    "speaker": "Ada",
+                    "dia_id": "D2:2",
+                    "text": "I knitted a crimson scarf.",
+                    "blip_caption": "a photo of a red scarf",
+                },
+            ],
+        ],
+        [
+            {
+                "question": "When does the lighthouse tour start?",
+                "answer": "noon",
+                "evidence": ["D1:1"],
+                "category": 2,
+            },
+            {
+                "question": "What colour is the knitted scarf?",
+                "answer": "crimson",
+                "evidence": ["D2:2"],
+                "category": 4,
+            },
+        ],
+    ),
+    *(
+        _locomo_conversation(
+            f"toy-dev-{number}",
+            [[{"speaker": "Ada", "dia_id": "D1:1", "text": "Hello."}]],
+            [{"question": "Who said hello?", "answer": "Ada", "evidence": ["D1:1"], "category": 1}],
+        )
+        for number in range(2, 6)
+    ),
+]
+LOCOMO_TEST = [
     {
         "sample_id": "toy-1",
         "conversation": {
@@ -149,6 +201,7 @@ LOCOMO = [
         ],
     }
 ]
+LOCOMO = LOCOMO_DEV + LOCOMO_TEST
 
 
 def _longmemeval_entry(
@@ -176,52 +229,64 @@ def _turns(user: str, assistant: str, *, answer_in: str | None = None) -> list[d
     ]
 
 
-LONGMEMEVAL = [
-    # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
-    _longmemeval_entry(
-        "toy-user",
-        "single-session-user",
-        "What breed is the puppy I adopted?",
-        [
-            _turns("Suggest a lentil soup recipe.", "Lentils, carrots, cumin and stock."),
-            _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
-            _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
-            _turns("Is it going to rain on Friday?", "Take an umbrella."),
-        ],
-        gold="2",
-    ),
-    # The answer is in an assistant turn: not scored by the official rules, asked all the same.
-    _longmemeval_entry(
-        "toy-assistant",
-        "single-session-assistant",
-        "Which museum did you recommend?",
-        [
-            _turns("Where should I go in Lisbon?", "The tile museum.", answer_in="assistant"),
-            _turns("What is a good stretch for my back?", "Try the cat-cow pose."),
-        ],
-        gold="0",
-    ),
-    _longmemeval_entry(
-        "toy-user_abs",
-        "single-session-user",
-        "What is my cat called?",
-        [_turns("I like tea.", "Noted.")],
-        gold="0",
-    ),
-]
+def _longmemeval_toys(prefix: str, *, soup_reply: str) -> list[dict]:
+    """A scored question, one the official rules do not score, and an abstention question."""
+    return [
+        # Four sessions, the gold one third: a smoke run tells the user three, and keeps the gold.
+        _longmemeval_entry(
+            f"{prefix}user",
+            "single-session-user",
+            "What breed is the puppy I adopted?",
+            [
+                _turns("Suggest a lentil soup recipe.", soup_reply),
+                _turns("How do I fix a squeaky hinge?", "A drop of oil usually does it."),
+                _turns("I adopted a corgi puppy!", "Congratulations.", answer_in="user"),
+                _turns("Is it going to rain on Friday?", "Take an umbrella."),
+            ],
+            gold="2",
+        ),
+        # The answer is in an assistant turn: not scored by the official rules, asked all the same.
+        _longmemeval_entry(
+            f"{prefix}assistant",
+            "single-session-assistant",
+            "Which museum did you recommend?",
+            [
+                _turns("Where should I go in Lisbon?", "The tile museum.", answer_in="assistant"),
+                _turns("What is a good stretch for my back?", "Try the cat-cow pose."),
+            ],
+            gold="0",
+        ),
+        _longmemeval_entry(
+            f"{prefix}user_abs",
+            "single-session-user",
+            "What is my cat called?",
+            [_turns("I like tea.", "Noted.")],
+            gold="0",
+        ),
+    ]
+
+
+# sample60, the dev split. An assistant turn outside the gold session holds the question's words:
+# the reference, which reads user turns only (the official rule), must not rank it first.
+SOUP_REPLY_DEV = "Lentils and stock; your adopted puppy's breed may beg for some."
+LONGMEMEVAL = _longmemeval_toys("toy-", soup_reply=SOUP_REPLY_DEV)
+# more100, the test split: the question's words are in the gold session only.
+LONGMEMEVAL_TEST = _longmemeval_toys("toy-test-", soup_reply="Lentils, carrots, cumin and stock.")
 
 
 def _datasets_write(directory: Path) -> None:
     (directory / "locomo").mkdir()
     (directory / "locomo" / "locomo10.json").write_text(json.dumps(LOCOMO))
     (directory / "longmemeval").mkdir()
-    with gzip.open(directory / "longmemeval" / "longmemeval_s_cleaned_sample60.json.gz", "wt") as f:
-        json.dump(LONGMEMEVAL, f)
+    for name, entries in (("sample60", LONGMEMEVAL), ("more100", LONGMEMEVAL_TEST)):
+        path = directory / "longmemeval" / f"longmemeval_s_cleaned_{name}.json.gz"
+        with gzip.open(path, "wt") as handle:
+            json.dump(entries, handle)
 
 
 def _all_questions_table(out: str, title: str) -> dict[str, dict[str, float]]:
     """A dataset's "all questions" table as printed: method -> column -> figure."""
-    section = out.split(f"\n== {title}:", 1)[1].split("\n== ", 1)[0]
+    section = out.split(f"\n== {title}", 1)[1].split("\n== ", 1)[0]
     lines = section.split("\n  all questions\n", 1)[1].splitlines()
     columns = lines[0].split()[2:]  # after "method" and "n"
     table = {}
@@ -234,26 +299,157 @@ def _all_questions_table(out: str, title: str) -> dict[str, dict[str, float]]:
     return table
 
 
+def _against_reference(out: str, title: str) -> dict[str, tuple[float, str, float, str]]:
+    """A dataset's verdict lines: lane -> (its figure, >= or <, the reference's, ok or BELOW)."""
+    section = out.split(f"\n== {title}", 1)[1].split("\n== ", 1)[0]
+    lines = re.findall(
+        rf"^ {{4}}(\w+) ({SCORE}) (>=|<) reference ({SCORE}): (ok|BELOW)$", section, re.M
+    )
+    return {
+        lane: (float(value), sign, float(reference), word)
+        for lane, value, sign, reference, word in lines
+    }
+
+
 def test_retrieval_quality_scores_both_datasets_through_add_and_search(
     smoke_argv, worker, tmp_path, capsys
 ) -> None:
     _datasets_write(tmp_path)
+    json_out = tmp_path / "figures.json"
 
-    assert retrieval_quality.main([*smoke_argv, "--data-dir", str(tmp_path)]) == 0
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--json-out", str(json_out)]
+    assert retrieval_quality.main(argv) == 0
 
     out = capsys.readouterr().out
-    for title, scored in (("LoCoMo", 2), ("LongMemEval-S", 1)):
+    for title, scored, goal in (
+        ("LoCoMo, test split, session pattern:", 2, "any@10"),
+        ("LongMemEval-S, test split, session pattern:", 1, "any@5"),
+    ):
         table = _all_questions_table(out, title)
-        assert set(table) == {"bm25", "embedding", "hybrid"}
+        assert set(table) == {"bm25", "embedding", "hybrid", "reference"}
         for figures in table.values():
             assert figures.pop("n") == scored
             assert all(0 <= value <= 1 for value in figures.values())
         # The evidence is the only exchange holding the question's words.
         assert table["bm25"]["any@1"] == 1.0
+        # The bench's own BM25 over the same units: the evidence is the only unit with them.
+        assert table["reference"]["any@1"] == table["reference"]["ndcg@10"] == 1.0
         # A toy haystack has fewer than 20 units: a lane that returns every memory has them all.
         assert table["embedding"]["any@20"] == 1.0
+        # Each lane beside the reference on the dataset's goal metric, as the tables show them.
+        verdicts = _against_reference(out, title)
+        assert set(verdicts) == {"bm25", "embedding", "hybrid"}
+        for lane, (value, sign, reference, word) in verdicts.items():
+            assert (value, reference) == (table[lane][goal], table["reference"][goal])
+            assert (sign, word) == ((">=", "ok") if value >= reference else ("<", "BELOW"))
     assert "not scored, no answer session has a user turn marked has_answer: 1" in out
     assert SMOKE_NOTE in out
+    # The test split: LoCoMo's sixth conversation, LongMemEval-S's more100 file.
+    figures = json.loads(json_out.read_text())
+    assert figures["split"] == "test"
+    asked = {
+        name: {question["id"] for question in dataset["methods"]["hybrid"]["questions"]}
+        for name, dataset in figures["datasets"].items()
+    }
+    assert asked == {
+        "locomo": {"toy-1#0", "toy-1#1"},
+        "longmemeval": {"toy-test-user", "toy-test-assistant"},
+    }
+    # The reference ranks what the server was told: the smoke run's three of four sessions.
+    [reference] = [
+        question["ranked"]
+        for question in figures["datasets"]["longmemeval"]["reference"]["questions"]
+        if question["id"] == "toy-test-user"
+    ]
+    assert reference == ["toy-test-user-s2", "toy-test-user-s0", "toy-test-user-s1"]
+    per_category = re.findall(r"^ {4}category +n +(.*)$", out, re.MULTILINE)
+    assert [header.split() for header in per_category] == [
+        ["bm25", "embedding", "hybrid", "reference"]
+    ] * 2
+
+
+def _turns_sent(user_id: str) -> list[tuple[str, str, dict, str]]:
+    """The user's stored messages, in the order stored: role, text, tags, date."""
+    return [
+        (message.role, message.text, message.filter_tags, f"{message.occurred_at:%Y-%m-%dT%H:%MZ}")
+        for message in Message.objects.filter(end_user__user_id=user_id).order_by("id")
+    ]
+
+
+def test_retrieval_quality_turns_pattern_adds_one_turn_at_a_time_without_session_ids(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    _datasets_write(tmp_path)
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--split", "dev", "--client-pattern", "turns"]
+    first, again = tmp_path / "first.json", tmp_path / "again.json"
+
+    assert retrieval_quality.main([*argv, "--run-id", "t1", "--json-out", str(first)]) == 0
+    out = capsys.readouterr().out
+
+    # One message per turn, role user, the speaker in the text, each dated and tagged with its
+    # haystack session, all in the user's default conversation. A smoke run tells LongMemEval's
+    # toy-user its first three sessions (the gold one among them).
+    session_1, session_2 = {"session": "session_1"}, {"session": "session_2"}
+    assert _turns_sent("rq-t1-turns-locomo-toy-dev-1") == [
+        ("user", "Ada: Our lighthouse tour starts at noon.", session_1, "2023-05-08T13:56Z"),
+        ("user", "Bo: Bring a jacket.", session_1, "2023-05-08T13:56Z"),
+        ("user", "Bo: How was the weekend?", session_2, "2023-05-20T10:02Z"),
+        (
+            "user",
+            "Ada: I knitted a crimson scarf. [image: a photo of a red scarf]",
+            session_2,
+            "2023-05-20T10:02Z",
+        ),
+    ]
+    s0, s1, s2 = ({"session": f"toy-user-s{index}"} for index in range(3))
+    assert _turns_sent("rq-t1-turns-lme-toy-user") == [
+        ("user", "user: Suggest a lentil soup recipe.", s0, "2023-05-20T09:00Z"),
+        ("user", f"assistant: {SOUP_REPLY_DEV}", s0, "2023-05-20T09:00Z"),
+        ("user", "user: How do I fix a squeaky hinge?", s1, "2023-05-21T09:01Z"),
+        ("user", "assistant: A drop of oil usually does it.", s1, "2023-05-21T09:01Z"),
+        ("user", "user: I adopted a corgi puppy!", s2, "2023-05-22T09:02Z"),
+        ("user", "assistant: Congratulations.", s2, "2023-05-22T09:02Z"),
+    ]
+    named = Session.objects.filter(end_user__user_id__startswith="rq-t1-", session_id__isnull=False)
+    assert not named.exists()
+
+    for title, scored in (
+        ("LoCoMo, dev split, turns pattern:", 2),
+        ("LongMemEval-S, dev split, turns pattern:", 1),
+    ):
+        table = _all_questions_table(out, title)
+        assert {name: figures.pop("n") for name, figures in table.items()} == dict.fromkeys(
+            ("bm25", "embedding", "hybrid", "reference"), scored
+        )
+        assert all(0 <= value <= 1 for figures in table.values() for value in figures.values())
+        # On LongMemEval the question's words are also in an assistant turn of another session.
+        assert table["reference"]["any@1"] == 1.0
+        # Every stored id maps back to its turn: every turn is cited (each is in an episode),
+        # and a lane that returns every memory finds every unit.
+        section = out.split(f"\n== {title}", 1)[1]
+        cited = re.search(r"turns cited: by an episodic memory (\d+) of (\d+)", section)
+        assert cited[1] == cited[2]
+        assert table["embedding"]["any@20"] == 1.0
+    figures = json.loads(first.read_text())
+    assert (figures["split"], figures["client_pattern"]) == ("dev", "turns")
+    asked = {
+        name: {question["id"] for question in dataset["methods"]["hybrid"]["questions"]}
+        for name, dataset in figures["datasets"].items()
+    }
+    assert asked == {
+        "locomo": {"toy-dev-1#0", "toy-dev-1#1"},
+        "longmemeval": {"toy-user", "toy-assistant"},
+    }
+
+    # --skip-ingest: the turns' ids, which the default conversation cannot list, are read back
+    # from the memories that cite them; the same searches rank the same units.
+    argv += ["--run-id", "t1", "--skip-ingest", "--json-out", str(again)]
+    assert retrieval_quality.main(argv) == 0
+    reread = json.loads(again.read_text())
+    for name, dataset in figures["datasets"].items():
+        for method, scores in dataset["methods"].items():
+            ranked = [q["ranked"] for q in reread["datasets"][name]["methods"][method]["questions"]]
+            assert ranked == [question["ranked"] for question in scores["questions"]]
 
 
 # --- Fairness ------------------------------------------------------------------------------------
