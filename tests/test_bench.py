@@ -98,6 +98,7 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         out,
     )
     assert re.search(r"redis: down [\d.]+ s, \d+ adds answered 202, slowest \d+ ms", out)
+    assert re.search(r"redis: a new add extracted [\d.]+ s after it came back", out)
     assert "redis: not waiting for the recovery job (smoke mode)" in out
     down = re.search(r"sent while it was down (\{.*?\}); first 2xx [\d.]+ s after", out)
     assert down and set(ast.literal_eval(down.group(1))) <= {503}
