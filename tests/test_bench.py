@@ -87,7 +87,10 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         )
         assert code == 0, (
             f"jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
-            + worker.log_records(r"ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim")
+            # CRITICAL: "Unrecoverable error", after which a worker consumes nothing more.
+            + worker.log_records(
+                r"CRITICAL|ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim"
+            )
         )
 
     out = capsys.readouterr().out
