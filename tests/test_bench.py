@@ -85,13 +85,15 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         pending = Message.objects.exclude(extraction=Message.Extraction.PROCESSED).values_list(
             "end_user__user_id", "extraction"
         )
+        exited = "" if worker.alive() else f"the worker exited with {worker.popen.returncode}\n"
         assert code == 0, (
-            f"jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
-            # CRITICAL: "Unrecoverable error", after which a worker consumes nothing more.
+            f"{exited}jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
+            # CRITICAL: "Unrecoverable error", after which the worker shuts down.
             + worker.log_records(
                 r"CRITICAL|ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim"
             )
         )
+        assert worker.alive() and web.alive()  # neither restarted
 
     out = capsys.readouterr().out
     assert re.search(r"worker: 48 messages of a backlog extracted in [\d.]+ s, no kill", out)
