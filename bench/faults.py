@@ -180,7 +180,8 @@ def fault_redis(arguments: argparse.Namespace, client: KeepAliveClient, run: str
     launcher.redis_stop(redis_dir)
     try:
         number = 0
-        while time.monotonic() < stopping + arguments.outage:
+        # One add per user at least: stopping Redis can take longer than a short --outage.
+        while number < len(users) or time.monotonic() < stopping + arguments.outage:
             user_id = users[number % len(users)]
             reply = client.exchange("POST", "/memory/add", _add_body(user_id, f"Turn {number}."))
             if reply.status != 202:
