@@ -1,4 +1,4 @@
-"""The broker transport behind ``redis://`` URLs (registered in ``mirix_site.celery``): kombu's
+"""The broker transport of ``redis://`` and ``rediss://`` URLs (``mirix_site.celery``): kombu's
 Redis transport, with channels that keep the connection settings they were opened with.
 
 When the worker loses Redis, Celery 5.7's consumer ``collect()``s the connection, which detaches
