@@ -85,10 +85,15 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         pending = Message.objects.exclude(extraction=Message.Extraction.PROCESSED).values_list(
             "end_user__user_id", "extraction"
         )
+        exited = "" if worker.alive() else f"the worker exited with {worker.popen.returncode}\n"
         assert code == 0, (
-            f"jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
-            + worker.log_records(r"ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim")
+            f"{exited}jobs {list(jobs)[-12:]}\nnot processed {list(pending)}\n"
+            # CRITICAL: "Unrecoverable error", after which the worker shuts down.
+            + worker.log_records(
+                r"CRITICAL|ERROR|WARNING|[Rr]etry|raised|succeeded in|nothing to claim"
+            )
         )
+        assert worker.alive() and web.alive()  # neither restarted
 
     out = capsys.readouterr().out
     assert re.search(r"worker: 48 messages of a backlog extracted in [\d.]+ s, no kill", out)
@@ -97,7 +102,8 @@ def test_faults_kill_a_worker_child_and_restart_redis_and_postgres(
         r"not yet extracted; all were [\d.]+ s after the backlog was in; lost 0, stored twice 0",
         out,
     )
-    assert re.search(r"redis: down [\d.]+ s, \d+ adds answered 202, slowest \d+ ms", out)
+    assert re.search(r"redis: down [\d.]+ s, [1-9]\d* adds answered 202, slowest \d+ ms", out)
+    assert re.search(r"redis: a new add extracted [\d.]+ s after it came back", out)
     assert "redis: not waiting for the recovery job (smoke mode)" in out
     down = re.search(r"sent while it was down (\{.*?\}); first 2xx [\d.]+ s after", out)
     assert down and set(ast.literal_eval(down.group(1))) <= {503}

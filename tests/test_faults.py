@@ -355,3 +355,53 @@ def test_adds_while_redis_is_down_answer_at_once_and_are_all_processed_once_it_i
     }
     assert summaries == dict.fromkeys(expected, 1)
     assert set(ExtractionJob.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_redis_restarted_while_a_task_runs_the_worker_consumes_again(
+    tmp_path: Path, llm: StallingLLM, recovery_time: RecoveryTime
+) -> None:
+    alice, bob = tenant_fixture("alice"), tenant_fixture("bob")
+    redis_dir = launcher.data_dir() / "redis"
+    # Two children, so that while one holds a task (delivered, not acknowledged: acks_late) the
+    # consumer waits on Redis for the next (a BRPOP in flight): both are lost with Redis.
+    with processes.celery_worker(tmp_path, concurrency=2, **llm.environment) as worker:
+        add(alice, "ann", "note ann 0")
+        wait_until(nothing_pending, timeout=90, what=f"the first add\n{worker.log_tail()}")
+        llm.stall()
+        add(alice, "ann", "note ann 1")
+        wait_until(llm.stalled.is_set, timeout=60, what="the worker to call the LLM")
+
+        stopping = time.monotonic()
+        launcher.redis_stop(redis_dir)
+        try:
+            wait_until(
+                lambda: b"Connection to broker lost" in worker.log.read_bytes(),
+                timeout=30,
+                what=f"the worker to see Redis go\n{worker.log_tail()}",
+            )
+        finally:
+            launcher.redis_ensure(redis_dir)
+        back = time.monotonic()
+
+        # Another tenant's: a run takes every queued job of its organization.
+        add(bob, "dan", "note dan 1")
+        new_add_stored = wait_until(
+            lambda: EpisodicMemory.objects.filter(summary="note dan 1").exists(),
+            timeout=60,
+            what=f"an add made after Redis came back\n{worker.log_tail()}",
+        )
+        # The held task was cancelled with the connection, its job left running with no runner:
+        # the recovery beat job's (called at once here) to queue again.
+        llm.release()
+        extraction_jobs_recover(older_than=timedelta(0))
+        wait_until(nothing_pending, timeout=60, what=f"every turn\n{worker.log_tail()}")
+        recovery_time("Redis outage mid-task (stop called -> started)", back - stopping)
+        recovery_time("Redis restarted mid-task -> a new add stored", new_add_stored - back)
+        assert worker.alive()
+
+    summaries = Counter(EpisodicMemory.objects.values_list("end_user__user_id", "summary"))
+    assert summaries == {
+        ("ann", "note ann 0"): 1,
+        ("ann", "note ann 1"): 1,
+        ("dan", "note dan 1"): 1,
+    }
