@@ -673,6 +673,8 @@ def runner_session(*jobs: ExtractionJob) -> Iterator[psycopg.Connection]:
     deadline = time.monotonic() + 10
     with connection.cursor() as cursor:
         while True:
+            # A transaction sees pg_stat_activity as it was at its first read: take it anew.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [backend])
             if cursor.fetchone() is None:
                 break
