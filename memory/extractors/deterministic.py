@@ -147,8 +147,9 @@ def _episode_line(message: Message, bounds: EpisodeBounds) -> str:
     text = line[len(prefix) :]
     if len(text) <= bounds.reply_chars:
         return line
-    cut = text[: bounds.reply_chars].rsplit(None, 1)[0]
-    return f"{prefix}{cut} …"
+    head = text[: bounds.reply_chars]
+    words = head.rsplit(None, 1)  # cut at the last word that ends within the limit
+    return f"{prefix}{words[0] if len(words) == 2 else head} …"
 
 
 def _context_line(context: str) -> str:

@@ -224,3 +224,18 @@ def test_an_ai_assistants_long_reply_is_kept_to_its_beginning(org: TenantFixture
     assert len(kept[1]) <= len("assistant: ") + 120 + 2
     assert named.details.splitlines()[-1] == f"Melanie: {reply}"
     assert turns.details.splitlines()[1] == kept[1]
+
+
+@pytest.mark.parametrize("reply", [" " * 400 + "late text", "x" * 400, "\n\n" + "word " * 100])
+def test_a_reply_of_any_shape_is_cut_without_error(
+    org: TenantFixture, settings, reply: str
+) -> None:
+    settings.EPISODE_REPLY_CHARS = 120
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": reply}]
+    response = org.api.post("/memory/add", {"user_id": "sam", "messages": messages}, format="json")
+    assert response.status_code == 202
+
+    [episode] = extract()
+
+    kept = episode.details.split("\nassistant: ", 1)[1]
+    assert kept.endswith(" …") and len(kept) <= 120 + 2
