@@ -70,14 +70,14 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
         except MaxRetriesExceededError:
             return
     except Exception as error:
-        if not _outage_behind(error):
+        if not database_unreachable(error):
             try:
                 extraction_job_requeue(
                     organization_id=organization_id, job_id=job_id, error=repr(error), final=True
                 )
             except Exception as requeue_error:
                 # The outage began after the run's own error: the job cannot be failed now.
-                if not _outage_behind(requeue_error):
+                if not database_unreachable(requeue_error):
                     raise
                 error = requeue_error
             else:
@@ -88,19 +88,6 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
         raise self.retry(
             countdown=_backoff(self.request.retries, base=DATABASE_RETRY_BASE), exc=error
         ) from error
-
-
-def _outage_behind(error: BaseException) -> bool:
-    """Whether the error is a lost database, or was raised while handling one (a rollback or a
-    clean-up on the dead connection fails with an error of its own, of another type)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if database_unreachable(current):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 @shared_task

@@ -17,9 +17,21 @@ UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
 def database_unreachable(error: BaseException) -> bool:
-    """True for a lost or refused connection; False for every other error (a deadlock, a
-    cancelled statement, a constraint, bad data: retrying the request as is would not help or
-    the answer is not "try later")."""
+    """True for a lost or refused connection, or an error raised while handling one (a
+    rollback or clean-up on the dead connection fails with an error of its own, of another
+    type); False for every other error (a deadlock, a cancelled statement, a constraint, bad
+    data: retrying the request as is would not help or the answer is not "try later")."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if _unreachable(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _unreachable(error: BaseException) -> bool:
     if isinstance(error, InterfaceError):
         # The connection object is closed: it broke during an earlier statement.
         return True

@@ -62,3 +62,18 @@ def test_an_error_of_the_statement_is_not(
 
 def test_other_errors_are_not() -> None:
     assert not database_unreachable(ValueError("no"))
+
+
+def test_an_error_raised_while_handling_a_lost_connection_is_unreachable_too(
+    own_connection: BaseDatabaseWrapper,
+) -> None:
+    # A rollback or clean-up on the dead connection fails with an error of its own type.
+    lost = error_of(own_connection, "SELECT pg_terminate_backend(pg_backend_pid())")
+    try:
+        raise lost
+    except DatabaseError:
+        try:
+            raise RuntimeError("clean-up on a closed connection")
+        except RuntimeError as during:
+            assert database_unreachable(during)
+    assert not database_unreachable(RuntimeError("clean-up, no outage"))
