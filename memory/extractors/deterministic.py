@@ -56,31 +56,25 @@ def _sentence_around(text: str, needle: str) -> str:
     return _shorten(text[left:right].strip())
 
 
-EPISODE_GAP = timedelta(minutes=30)
-
-
-def _estimated_tokens(text: str) -> int:
-    # English runs about 4 word pieces to 3 words; the embedder's own count is used where known.
-    return len(text.split()) * 4 // 3 + 1
-
-
 @dataclass(frozen=True)
 class EpisodeBounds:
-    """How much one episode may hold. An episode is one vector and one BM25 document: longer,
-    and the embedder reads only its start (all-MiniLM-L6-v2 reads 256 word pieces) while BM25's
-    length normalisation buries the turn that answers among the ones that do not."""
+    """How much one episode may hold (the EPISODE_* settings; see
+    ``memory.services.extraction.episode_bounds``). An episode is one vector and one BM25
+    document: longer, and the embedder reads only its start (all-MiniLM-L6-v2 reads 256 word
+    pieces) while BM25's length normalisation buries the turn that answers among the ones that
+    do not."""
 
-    max_turns: int = 4
-    max_tokens: int = 256
+    max_turns: int
+    max_tokens: int
     # A pause this long ends an episode: a conversation taken up again is another event.
-    max_gap: timedelta = EPISODE_GAP
-    count_tokens: Callable[[str], int] = _estimated_tokens
+    max_gap: timedelta
+    count_tokens: Callable[[str], int]
     # An AI assistant's reply is kept to its beginning, this many characters (0: whole; see
     # _episode_line).
-    reply_chars: int = 0
+    reply_chars: int
 
 
-def same_sitting(earlier: Message, later: Message, max_gap: timedelta = EPISODE_GAP) -> bool:
+def same_sitting(earlier: Message, later: Message, max_gap: timedelta) -> bool:
     """One session, the same filter tags, and no longer a pause than ``max_gap`` between."""
     return (
         later.session_id == earlier.session_id
@@ -90,7 +84,7 @@ def same_sitting(earlier: Message, later: Message, max_gap: timedelta = EPISODE_
 
 
 def exchange_continues(
-    opener: Message, previous: Message, message: Message, max_gap: timedelta = EPISODE_GAP
+    opener: Message, previous: Message, message: Message, max_gap: timedelta
 ) -> bool:
     """Whether ``message`` belongs to the exchange ``opener`` began and ``previous`` last
     added to: the same sitting (see same_sitting), and not what opens the next exchange, that
@@ -325,9 +319,7 @@ def _vault_items(message: Message) -> list[Proposal]:
 
 
 def extract_deterministic(
-    messages: list[Message],
-    preceding: dict[int, Message] | None = None,
-    bounds: EpisodeBounds | None = None,
+    messages: list[Message], preceding: dict[int, Message], bounds: EpisodeBounds
 ) -> ExtractionOutcome:
     """Episodic events (who said what, when, in reply to what) for each exchange, within
     ``bounds``, plus the links, files, images and sensitive values the text shows. Secrets
@@ -335,8 +327,7 @@ def extract_deterministic(
     the first of these (from an earlier batch), which the session's first exchange here
     replies to."""
     proposals: list[Proposal] = []
-    bounds = bounds or EpisodeBounds()
-    for exchange, context in _episodes(messages, bounds, preceding or {}):
+    for exchange, context in _episodes(messages, bounds, preceding):
         episodic = _episodic(exchange, context, bounds)
         if episodic is not None:
             proposals.append(episodic)

@@ -284,7 +284,7 @@ def episode_bounds() -> EpisodeBounds:
     )
 
 
-def _job_batch(job: ExtractionJob, *, one_tag_set: bool = False) -> list[Message]:
+def _job_batch(job: ExtractionJob, *, max_gap: timedelta, one_tag_set: bool) -> list[Message]:
     """The user's pending turns, oldest first, locked for this transaction: at most
     ``EXTRACTION_BATCH_MESSAGES`` of them and ``EXTRACTION_BATCH_CHARS`` of text, cut before an
     exchange so that a reply stays with what it answers (an exchange longer than that is cut
@@ -301,10 +301,9 @@ def _job_batch(job: ExtractionJob, *, one_tag_set: bool = False) -> list[Message
             (i for i, m in enumerate(locked) if m.filter_tags != locked[0].filter_tags), None
         )
         locked = locked[:other]
-    gap = timedelta(seconds=settings.EPISODE_MAX_GAP)
     chars, fits, cut, opener = 0, 0, 0, locked[0] if locked else None
     for index, message in enumerate(locked):
-        if index and not exchange_continues(opener, locked[index - 1], message, gap):
+        if index and not exchange_continues(opener, locked[index - 1], message, max_gap):
             cut, opener = index, message
         chars += len(message.text)
         if index and chars > settings.EXTRACTION_BATCH_CHARS:
@@ -384,8 +383,10 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
     if stopped:
         logger.info("extraction jobs %s: their user's rows were deleted; stopping", stopped)
         jobs = [job for job in jobs if job.pk in alive]
-    batches = [_job_batch(job, one_tag_set=provider is not None) for job in jobs]
-    bounds = episode_bounds() if provider is None else None
+    bounds = episode_bounds()
+    batches = [
+        _job_batch(job, max_gap=bounds.max_gap, one_tag_set=provider is not None) for job in jobs
+    ]
     outcomes = [
         (
             extract_with_llm(batch, provider)
