@@ -78,6 +78,7 @@ class MemorySearchApi(_RetrievalApi):
             end=data["end"],
             similarity_threshold=data.get("similarity_threshold"),
             search_field=data["search_field"],
+            spoken_range=data["spoken_range"],
         )
         self.outcome = retrieval_search(
             tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
@@ -92,6 +93,7 @@ class MemorySearchApi(_RetrievalApi):
             "search_method": search.method,
             "date_range": date_range_shape(search.start, search.end),
             "temporal_expression": data["temporal_expression"],
+            "temporal_range": date_range_shape(*(search.spoken_range or (None, None))),
             "results": results,
             "count": len(results),
         }
@@ -171,6 +173,7 @@ class RetrieveConversationApi(_RetrievalApi):
                 "topics": retrieved.topics,
                 "temporal_expression": retrieved.temporal_expression,
                 "date_range": date_range_shape(retrieved.start, retrieved.end),
+                "temporal_range": date_range_shape(*(retrieved.spoken_range or (None, None))),
                 "memories": self.memories(retrieved),
             }
         )

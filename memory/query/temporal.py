@@ -1,8 +1,9 @@
 """Temporal phrases in chat text ("yesterday", "in the last 4 days", "in March") as date ranges.
 
 ``POST /memory/retrieve/conversation`` reads the last user turns of a conversation; when they say
-*when* something happened, ``temporal_range`` turns the phrase into the range of ``occurred_at``
-values that episodic memories must fall in. Pure Python: a table of regular expressions, each with a
+*when* something happened, ``temporal_range`` turns the phrase into a range of ``occurred_at``
+values: the episodic memories dated in it rank higher (never a filter: what is said about an event
+is often said on another day). Pure Python: a table of regular expressions, each with a
 resolver that turns a match into a range, plus two combinators ("since X", "between X and Y").
 
 The rules where English is ambiguous, each one a decision pinned by tests/memory/test_temporal.py:
@@ -46,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-__all__ = ["DateRange", "date_bounds", "temporal_range", "temporal_spans"]
+__all__ = ["DateRange", "temporal_range", "temporal_spans"]
 
 
 @dataclass(frozen=True)
@@ -602,14 +603,3 @@ _ANY_MOMENT = datetime(2000, 6, 15, 12, tzinfo=UTC)
 def temporal_spans(text: str) -> list[tuple[int, int]]:
     """Character offsets of every temporal phrase in ``text`` (for removing them from a query)."""
     return [(found.first, found.last) for found in _find_all(text, _ANY_MOMENT)]
-
-
-def date_bounds(
-    start: datetime | None, end: datetime | None, found: DateRange | None
-) -> tuple[datetime | None, datetime | None]:
-    """A request's date range: its own start and end, and for a bound it left out, the bound
-    of the time phrase read from its words (if any). An explicit date always wins."""
-    return (
-        start or (found.start if found else None),
-        end or (found.end if found else None),
-    )

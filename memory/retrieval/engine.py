@@ -45,6 +45,12 @@ class SearchRequest:
     filter_tags: dict[str, Any] = field(default_factory=dict)
     start: datetime | None = None  # kinds with a time field only: time >= start
     end: datetime | None = None  # kinds with a time field only: time <= end
+    # The time the query's words name ("last month": memory.query.temporal), as (start, end):
+    # favoured, never filtered on. The rows of a kind with a time field dated in it make one
+    # more lane of the fusion (fusion.py). What is said about an event is often said on another
+    # day ("the museums I visited in February", told on 3 March), and a filter hid those
+    # answers on data the temporal reading was not written from (bench/RESULTS.md).
+    spoken_range: tuple[datetime, datetime] | None = None
     similarity_threshold: float | None = None  # cosine distance; the vector lane only
     search_field: str | None = None  # the keyword lane only
 
@@ -78,6 +84,33 @@ def _in_scope(kind: SearchableKind, scope: Scope) -> tuple[str, dict[str, Any]]:
     return f"{where} AND {current}", params | current_params
 
 
+def _ids_where(
+    kind: SearchableKind,
+    scope: Scope,
+    *,
+    filter_tags: dict[str, Any],
+    start: datetime | None,
+    end: datetime | None,
+) -> set[int]:
+    """The ids of the kind's rows in scope whose tags contain ``filter_tags`` and whose time
+    is within ``start`` and ``end`` (each None: unbounded)."""
+    where, params = _in_scope(kind, scope)
+    if filter_tags:
+        where += f" AND m.{kind.column(kind.tags_field)} @> %(filter_tags)s::jsonb"
+        params["filter_tags"] = json.dumps(filter_tags)
+    if start or end:
+        time_column = kind.column(kind.time_field)
+        if start:
+            where += f" AND m.{time_column} >= %(start)s"
+            params["start"] = start
+        if end:
+            where += f" AND m.{time_column} <= %(end)s"
+            params["end"] = end
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT m.id FROM {kind.table} m WHERE {where}", params)  # noqa: S608
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> set[int] | None:
     """The ids the filters allow, or None when nothing is filtered. A kind with no tags cannot
     match a tag filter; a kind with no time field is not filtered by dates."""
@@ -86,21 +119,30 @@ def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> 
         return None
     if request.filter_tags and kind.tags_field is None:
         return set()
-    where, params = _in_scope(kind, scope)
-    if request.filter_tags:
-        where += f" AND m.{kind.column(kind.tags_field)} @> %(filter_tags)s::jsonb"
-        params["filter_tags"] = json.dumps(request.filter_tags)
-    if dated:
-        time_column = kind.column(kind.time_field)
-        if request.start:
-            where += f" AND m.{time_column} >= %(start)s"
-            params["start"] = request.start
-        if request.end:
-            where += f" AND m.{time_column} <= %(end)s"
-            params["end"] = request.end
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT m.id FROM {kind.table} m WHERE {where}", params)  # noqa: S608
-        return {row[0] for row in cursor.fetchall()}
+    return _ids_where(
+        kind,
+        scope,
+        filter_tags=request.filter_tags,
+        start=request.start if dated else None,
+        end=request.end if dated else None,
+    )
+
+
+def _spoken_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> set[int] | None:
+    """The ids the filters allow that are dated in the time the query's words name (the time
+    lane's rows), or None when they name none or the kind has no time of its own."""
+    if request.spoken_range is None or kind.time_field is None:
+        return None
+    if request.filter_tags and kind.tags_field is None:
+        return set()
+    start, end = request.spoken_range
+    if request.start is not None:
+        start = max(start, request.start)
+    if request.end is not None:
+        end = min(end, request.end)
+    if start > end:
+        return set()
+    return _ids_where(kind, scope, filter_tags=request.filter_tags, start=start, end=end)
 
 
 def _rows_by_id(kind: SearchableKind, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
@@ -160,6 +202,24 @@ def _timed(lane_ms: dict[str, float], lane: str, function: Callable[[], T]) -> C
     return run
 
 
+def _keyword_lane(
+    kind: SearchableKind,
+    request: SearchRequest,
+    scope: Scope,
+    *,
+    limit: int,
+    allowed: set[int] | None,
+) -> list[tuple[int, float]]:
+    """BM25 over the rows ``allowed`` (None: all), narrowed to ``search_field`` if named."""
+    found = bm25_search(
+        scope=scope, kind=kind, query=request.query, limit=limit, allowed_ids=allowed
+    )
+    if request.search_field:
+        matching = _field_matches(kind, request.search_field, request.query, [i for i, _ in found])
+        found = [(row_id, score) for row_id, score in found if row_id in matching]
+    return found
+
+
 def _search_kind(
     kind: SearchableKind,
     request: SearchRequest,
@@ -171,75 +231,75 @@ def _search_kind(
     lane_ms: dict[str, float],
 ) -> list[Candidate]:
     allowed = _allowed_ids(kind, request, scope)
-    fetch = request.limit * OVERFETCH if request.method == "hybrid" else request.limit
-    bm25: list[tuple[int, float]] = []
+    # The time lane's rows: None when the words name no time (or the kind has none).
+    spoken = _spoken_ids(kind, request, scope)
+    fused_lanes = request.method == "hybrid" or spoken is not None
+    fetch = request.limit * OVERFETCH if fused_lanes else request.limit
+    vectors = request.method in ("embedding", "hybrid") and vector is not None
+    nearest_in = partial(
+        vector_search,
+        scope=scope,
+        kind=kind,
+        vector=vector,
+        model=embedder.model_name if embedder is not None else "",
+        limit=fetch,
+        max_distance=request.similarity_threshold,
+    )
     nearest: Lane[list[tuple[int, float]]] | None = None
-    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
+    if vectors and embedder is not None:
         # Started first: in a hybrid search it runs on its own connection beside BM25.
         nearest = Lane(
-            _timed(
-                lane_ms,
-                "vector",
-                partial(
-                    vector_search,
-                    scope=scope,
-                    kind=kind,
-                    vector=vector,
-                    model=embedder.model_name,
-                    limit=fetch,
-                    allowed_ids=allowed,
-                    max_distance=request.similarity_threshold,
-                ),
-            ),
+            _timed(lane_ms, "vector", partial(nearest_in, allowed_ids=allowed)),
             beside=request.method == "hybrid",
         )
     # Read now, while the vector lane runs beside, rather than after it.
     thresholds = gate().get(kind.name)
+    keywords = partial(_keyword_lane, kind, request, scope, limit=fetch)
+    bm25: list[tuple[int, float]] = []
     if request.method in ("bm25", "hybrid"):
-        bm25 = _timed(
-            lane_ms,
-            "bm25",
-            partial(
-                bm25_search,
-                scope=scope,
-                kind=kind,
-                query=request.query,
-                limit=fetch,
-                allowed_ids=allowed,
-            ),
-        )()
-        if request.search_field:
-            matching = _field_matches(
-                kind, request.search_field, request.query, [i for i, _ in bm25]
-            )
-            bm25 = [(row_id, score) for row_id, score in bm25 if row_id in matching]
-    bm25_distances: dict[int, float] = {}
-    if request.method == "hybrid" and thresholds is not None and nearest is not None and bm25:
+        bm25 = _timed(lane_ms, "bm25", partial(keywords, allowed=allowed))()
+    # The time lane ranks the rows dated in the time named as the search's first lane does.
+    time_lane: list[tuple[int, float]] = []
+    if spoken is not None and request.method in ("bm25", "hybrid"):
+        time_lane = _timed(lane_ms, "time", partial(keywords, allowed=spoken))()
+    elif spoken is not None and nearest is not None:
+        time_lane = _timed(lane_ms, "time", partial(nearest_in, allowed_ids=spoken))()
+    hybrid = request.method == "hybrid"
+    distances: dict[int, float] = {}
+    keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
+    if thresholds is not None and nearest is not None and keyword_ids:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
         # whose distances are read here, while the vector lane may still run.
-        bm25_distances = distances_of(
-            kind=kind, vector=vector, model=embedder.model_name, document_ids=[i for i, _ in bm25]
+        distances = distances_of(
+            kind=kind, vector=vector, model=embedder.model_name, document_ids=keyword_ids
         )
     nearest_rows = nearest.result() if nearest is not None else []
-    if request.method == "bm25":
+    if request.method == "embedding":
+        distances = dict(time_lane)
+    if not fused_lanes and request.method == "bm25":
         return [
             Candidate(row_id, bm25_rank=rank, bm25_score=score, score=score)
             for rank, (row_id, score) in enumerate(bm25, start=1)
         ]
-    if request.method == "embedding":
+    if not fused_lanes:  # embedding
         return [
             Candidate(row_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
             for rank, (row_id, distance) in enumerate(nearest_rows, start=1)
         ]
+    # One lane and the time lane: plain RRF of the two.
     fused = rrf_fuse(
         bm25,
         nearest_rows,
-        bm25_weight=settings.SEARCH_BM25_WEIGHT,
-        vector_weight=settings.SEARCH_VECTOR_WEIGHT,
+        time=[row_id for row_id, _ in time_lane],
+        bm25_weight=settings.SEARCH_BM25_WEIGHT if hybrid else 1.0,
+        vector_weight=settings.SEARCH_VECTOR_WEIGHT if hybrid else 1.0,
+        time_weight=settings.SEARCH_TIME_WEIGHT,
     )
     for candidate in fused:
-        if candidate.similarity is None and candidate.document_id in bm25_distances:
-            candidate.similarity = 1 - bm25_distances[candidate.document_id]
+        if candidate.similarity is None and candidate.document_id in distances:
+            candidate.similarity = 1 - distances[candidate.document_id]
+    if not hybrid:
+        return fused
     kept = gate_apply(fused, thresholds)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
 

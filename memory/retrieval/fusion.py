@@ -1,9 +1,11 @@
-"""Reciprocal-rank fusion of the two lanes, then the similarity gate.
+"""Reciprocal-rank fusion of the lanes, then the similarity gate.
 
-RRF: each result scores Σ 1/(60 + rank) over the lanes that found it, so a row both lanes
-rank well beats one lane's top. The gate then uses the embedding model's calibrated
-thresholds: below ``min_similarity`` a result is dropped unless BM25 ranked it in its top 3
-(an exact keyword hit the model misses), at or above ``strong_similarity`` it ranks first.
+RRF: each result scores Σ weight/(60 + rank) over the lanes that found it, so a row both lanes
+rank well beats one lane's top. The lanes are BM25, the vector lane and, when the query's words
+name a time, the time lane (the rows dated in it, ranked as the search's first lane ranks them).
+The gate then uses the embedding model's calibrated thresholds: below ``min_similarity`` a
+result is dropped unless BM25 ranked it in its top 3, overall or within the time named (an
+exact keyword hit the model misses), at or above ``strong_similarity`` it ranks first.
 A model with no calibration runs with the gate off (and a warning), never with guessed
 thresholds.
 """
@@ -11,6 +13,7 @@ thresholds.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -26,6 +29,7 @@ class Candidate:
     bm25_score: float | None = None
     vector_rank: int | None = None
     similarity: float | None = None
+    time_rank: int | None = None
     score: float = 0.0
     gate: str = "off"
 
@@ -40,12 +44,15 @@ def rrf_fuse(
     bm25: list[tuple[int, float]],
     vector: list[tuple[int, float]],
     *,
+    time: Sequence[int] = (),
     k: int = RRF_K,
     bm25_weight: float = 1.0,
     vector_weight: float = 1.0,
+    time_weight: float = 1.0,
 ) -> list[Candidate]:
-    """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first.
-    Each lane adds weight/(k + rank); equal weights are plain RRF."""
+    """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first;
+    ``time`` the ids of the time lane, best first. Each lane adds weight/(k + rank); equal
+    weights are plain RRF."""
     candidates: dict[int, Candidate] = {}
     for rank, (document_id, score) in enumerate(bm25, start=1):
         candidate = candidates.setdefault(document_id, Candidate(document_id))
@@ -55,6 +62,10 @@ def rrf_fuse(
         candidate = candidates.setdefault(document_id, Candidate(document_id))
         candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
         candidate.score += vector_weight / (k + rank)
+    for rank, document_id in enumerate(time, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
+        candidate.time_rank = rank
+        candidate.score += time_weight / (k + rank)
     return sorted(candidates.values(), key=lambda c: (-c.score, -c.document_id))
 
 
@@ -67,7 +78,10 @@ def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> li
     strong, kept = [], []
     for candidate in candidates:
         similarity = candidate.similarity if candidate.similarity is not None else -1.0
-        rescued = candidate.bm25_rank is not None and candidate.bm25_rank <= BM25_RESCUE_RANK
+        rescued = any(
+            rank is not None and rank <= BM25_RESCUE_RANK
+            for rank in (candidate.bm25_rank, candidate.time_rank)
+        )
         if similarity >= thresholds.strong_similarity:
             candidate.gate = "strong"
             strong.append(candidate)

@@ -11,7 +11,6 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.models import CoreMemoryBlock
 from memory.query.conversation import conversation_query
-from memory.query.temporal import date_bounds
 from memory.query.topics import topics_query
 from memory.retrieval.engine import SearchOutcome, SearchRequest
 from memory.retrieval.service import retrieval_search
@@ -28,8 +27,9 @@ class Retrieved:
     core: list[CoreMemoryBlock]
     topics: list[str]
     temporal_expression: str | None = None
-    start: datetime | None = None
+    start: datetime | None = None  # the explicit date range: a filter
     end: datetime | None = None
+    spoken_range: tuple[datetime, datetime] | None = None  # the time phrase's: a preference
 
 
 def _core_blocks(tenant: Tenant, end_user: EndUser) -> list[CoreMemoryBlock]:
@@ -63,11 +63,11 @@ def memories_retrieve_for_conversation(
     as_of: datetime,
 ) -> Retrieved:
     """The memories relevant to a conversation's last user turns: their topics become the
-    query (else the last turn itself), a time phrase in them the date range (``start`` and
-    ``end`` win), read as of ``as_of``."""
+    query (else the last turn itself), a time phrase in them, read as of ``as_of``, the time
+    that memories dated in rank higher; ``start`` and ``end`` filter."""
     user_texts = [m.text for m in messages if m.role == "user" and m.text.strip()]
     found = conversation_query(user_texts, now=as_of)
-    start, end = date_bounds(start, end, found.date_range)
+    spoken = (found.date_range.start, found.date_range.end) if found.date_range else None
     query = topics_query(found.topics) or " ".join(user_texts[-1:])
     outcome = retrieval_search(
         tenant=tenant,
@@ -80,6 +80,7 @@ def memories_retrieve_for_conversation(
             filter_tags=filter_tags,
             start=start,
             end=end,
+            spoken_range=spoken,
         ),
         extra={"topics": found.topics} if query.strip() else None,
     )
@@ -90,4 +91,5 @@ def memories_retrieve_for_conversation(
         temporal_expression=found.date_range.expression if found.date_range else None,
         start=start,
         end=end,
+        spoken_range=spoken,
     )

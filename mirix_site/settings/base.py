@@ -237,6 +237,9 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 # BM25 (bench/RESULTS.md). Raise it for a stronger embedding model.
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
+# The time lane's weight: the rows dated in a time the query names ("last month"; see
+# memory.retrieval.engine.SearchRequest.spoken_range).
+SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.0, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
 SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)

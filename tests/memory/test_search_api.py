@@ -81,6 +81,28 @@ def test_gate_drops_keeps_and_promotes() -> None:
     assert gate_apply(fused, None) == fused and {c.gate for c in fused} == {"off"}
 
 
+def test_the_time_lane_adds_its_rank_and_its_top_three_pass_the_gate() -> None:
+    """The time lane (the rows dated in a time the query names, ranked by BM25) is one more
+    RRF list; a row in its top 3 is an exact keyword hit at the time asked, kept like BM25's."""
+    fused = rrf_fuse([(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)], [], time=[4, 9], time_weight=1.0)
+    assert [c.document_id for c in fused][:2] == [4, 1]  # 1/64 + 1/61 beats 1/61
+    four = fused[0]
+    assert (four.bm25_rank, four.time_rank) == (4, 1)
+    assert four.score == pytest.approx(1 / 64 + 1 / 61)
+    nine = next(c for c in fused if c.document_id == 9)
+    assert (nine.bm25_rank, nine.time_rank) == (None, 2)  # found only in the time named
+    for candidate in fused:
+        candidate.similarity = 0.1
+    gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9))
+    assert {c.document_id: c.gate for c in fused} == {
+        1: "kept_bm25_top3",
+        2: "kept_bm25_top3",
+        3: "kept_bm25_top3",
+        4: "kept_bm25_top3",  # BM25 rank 4, but first in the time asked
+        9: "kept_bm25_top3",
+    }
+
+
 def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     store(org)
     body = search(org, query="what does Sam drink in the morning")
@@ -271,29 +293,72 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
     assert [r["filter_tags"]["project"] for r in dated["results"]] == ["apollo"]
     assert dated["date_range"]["start"].startswith("2025-01-01")
 
-    def projects(**params: object) -> tuple[list[str], dict | None, str | None]:
+    def projects(**params: object) -> tuple[list[str], dict | None, dict | None, str | None]:
         body = search(org, memory_type="episodic", **params)
         found = [r["filter_tags"]["project"] for r in body["results"]]
-        return found, body["date_range"], body["temporal_expression"]
+        return found, body["date_range"], body["temporal_range"], body["temporal_expression"]
 
     spoken = {"query": "the launch review in March", "as_of": "2025-06-01T09:00:00Z"}
     assert sorted(projects(**spoken)[0]) == ["apollo", "gemini"]  # without `temporal`: words
-    found, date_range, expression = projects(**spoken, temporal="true")
-    assert (found, expression) == (["gemini"], "March")
-    assert date_range == {
+    # The time the words name is favoured, not a filter: March's launch first, January's after.
+    found, date_range, temporal_range, expression = projects(**spoken, temporal="true")
+    assert (found, date_range, expression) == (["gemini", "apollo"], None, "March")
+    assert temporal_range == {
         "start": "2025-03-01T00:00:00+00:00",
         "end": "2025-03-31T23:59:59.999999+00:00",
     }
-    # An explicit bound wins over the phrase's; the other bound still comes from the phrase.
-    found, date_range, _ = projects(**spoken, temporal="true", start_date="2025-01-01T00:00:00Z")
-    assert sorted(found) == ["apollo", "gemini"]
-    assert date_range == {
-        "start": "2025-01-01T00:00:00+00:00",
-        "end": "2025-03-31T23:59:59.999999+00:00",
-    }
-    # Read from today (2026 or later), "in March" is a March without these launches.
-    assert projects(query="the launch review in March", temporal="true")[0] == []
-    assert projects(query="the launch review", temporal="true")[1:] == (None, None)
+    body = search(org, memory_type="episodic", **spoken, temporal="true")
+    assert [r["ranks"]["time"] for r in body["results"]] == [1, None]
+    for method in ("bm25", "embedding"):
+        found, *_ = projects(**spoken, temporal="true", search_method=method)
+        assert found == ["gemini", "apollo"], method
+    # Explicit dates filter, the phrase still orders what they let through.
+    found, date_range, temporal_range, _ = projects(
+        **spoken, temporal="true", end_date="2025-02-28T00:00:00Z"
+    )
+    assert found == ["apollo"]
+    assert date_range == {"start": None, "end": "2025-02-28T00:00:00+00:00"}
+    assert temporal_range["start"] == "2025-03-01T00:00:00+00:00"
+    # Read from today (2026 or later), "in March" is a March without these launches: nothing
+    # is dated in it, and both are found by their words.
+    found, _, temporal_range, _ = projects(query="the launch review in March", temporal="true")
+    assert sorted(found) == ["apollo", "gemini"] and temporal_range is not None
+    assert projects(query="the launch review", temporal="true")[1:] == (None, None, None)
+
+
+def test_an_event_told_after_the_time_it_happened_is_found_by_that_time(
+    org: TenantFixture,
+) -> None:
+    """ "Which museums did I visit in February?", asked of talks on 3 March about February: the
+    phrase names when the visits were, not when they were told. A filter on the talks' date
+    hid every answer; as a preference the talk is found, and one dated in February comes
+    first."""
+    for text, when in (
+        ("Last month I visited the Louvre museum and the Orsay", "2023-03-03T11:00:00Z"),
+        ("I visited the science museum with my niece", "2023-02-11T10:00:00Z"),
+        ("The museum gift shop had lovely postcards", "2023-01-05T10:00:00Z"),
+    ):
+        org.api.post(
+            "/memory/add",
+            {"user_id": "sam", "messages": chat_turns(text, "nice"), "occurred_at": when},
+            format="json",
+        )
+    from memory.models import ExtractionJob
+    from memory.services import extraction_job_run
+
+    for job in ExtractionJob.objects.filter(status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    body = search(
+        org,
+        memory_type="episodic",
+        query="Which museums did I visit in February?",
+        temporal="true",
+        as_of="2023-03-04T09:00:00Z",
+    )
+    assert body["temporal_expression"] == "February"
+    summaries = [r["summary"] for r in body["results"]]
+    assert summaries[0] == "user: I visited the science museum with my niece"
+    assert "user: Last month I visited the Louvre museum and the Orsay" in summaries
 
 
 def test_results_carry_each_memory_as_the_memory_endpoints_do(org: TenantFixture) -> None:
@@ -446,9 +511,13 @@ def test_conversation_retrieval_finds_topics_and_dates(org: TenantFixture) -> No
     body = response.json()
     assert "kayak" in body["topics"]
     assert body["temporal_expression"] == "yesterday"
-    assert body["date_range"]["start"] and body["date_range"]["end"]
+    assert body["date_range"] is None  # no start_date / end_date: nothing filtered
+    assert body["temporal_range"]["start"] and body["temporal_range"]["end"]
     episodes = [m["summary"] for m in body["memories"]["episodic"]]
-    assert episodes == ["user: We talked about the kayak trip to the fjord"]
+    assert episodes == [
+        "user: We talked about the kayak trip to the fjord",
+        "user: We talked about the kayak repair shop",
+    ]
     # Asked as of 39 days ago, "yesterday" is the day of the older talk.
     response = org.api.post(
         "/memory/retrieve/conversation",
@@ -460,7 +529,10 @@ def test_conversation_retrieval_finds_topics_and_dates(org: TenantFixture) -> No
         format="json",
     )
     episodes = [m["summary"] for m in response.json()["memories"]["episodic"]]
-    assert episodes == ["user: We talked about the kayak repair shop"]
+    assert episodes == [
+        "user: We talked about the kayak repair shop",
+        "user: We talked about the kayak trip to the fjord",
+    ]
     assert [m["summary"] for m in body["memories"]["semantic"]] == ["Sam owns a red kayak"]
     assert set(body["memories"]) == {
         "core",

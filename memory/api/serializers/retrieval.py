@@ -21,7 +21,7 @@ from memory.api.serializers.memories import (
     messages_check,
 )
 from memory.models import CoreMemoryBlock
-from memory.query.temporal import date_bounds, temporal_range
+from memory.query.temporal import temporal_range
 from memory.retrieval.engine import METHODS, SearchOutcome
 from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
 from sessions.api.serializers import MessageInputField
@@ -54,8 +54,9 @@ def date_range_shape(start: datetime | None, end: datetime | None) -> dict[str, 
 
 class SearchParamsSerializer(serializers.Serializer):
     """``GET /memory/search``'s parameters. Validated, they add ``kinds`` (the searchable kinds
-    of the memory types asked for), ``start``/``end`` (the explicit dates, or the range of a
-    time phrase in the query with ``temporal``) and ``temporal_expression``."""
+    of the memory types asked for), ``start``/``end`` (the explicit dates: a filter),
+    ``spoken_range`` (with ``temporal``, the range of a time phrase in the query: a preference)
+    and ``temporal_expression``."""
 
     query = TextField(max_length=10_000, trim_whitespace=True)
     memory_type = TextChoiceField(
@@ -104,8 +105,8 @@ class SearchParamsSerializer(serializers.Serializer):
     temporal = BooleanField(
         required=False,
         default=False,
-        help_text="read a phrase pinning a past time in the query ('a week ago', 'in March') "
-        "as the episodic date range; start_date/end_date win",
+        help_text="read a phrase pinning a past time in the query ('a week ago', 'in March'): "
+        "memories dated in it rank higher (temporal_range), none is left out for it",
     )
     as_of = serializers.DateTimeField(
         required=False,
@@ -133,13 +134,13 @@ class SearchParamsSerializer(serializers.Serializer):
             if attrs["temporal"]
             else None
         )
-        start, end = date_bounds(attrs.get("start_date"), attrs.get("end_date"), found)
         return attrs | {
             "kinds": kinds,
             "search_field": field,
             "filter_tags": attrs.get("filter_tags") or {},
-            "start": start,
-            "end": end,
+            "start": attrs.get("start_date"),
+            "end": attrs.get("end_date"),
+            "spoken_range": (found.start, found.end) if found is not None else None,
             "temporal_expression": found.expression if found is not None else None,
         }
 
@@ -154,7 +155,11 @@ class SearchResultSerializer(MemorySerializer):
         ).to_representation(hit.row)
         candidate = hit.candidate
         data["score"] = candidate.score
-        data["ranks"] = {"bm25": candidate.bm25_rank, "embedding": candidate.vector_rank}
+        data["ranks"] = {
+            "bm25": candidate.bm25_rank,
+            "embedding": candidate.vector_rank,
+            "time": candidate.time_rank,
+        }
         data["bm25_score"] = candidate.bm25_score
         data["similarity"] = candidate.similarity
         data["gate"] = candidate.gate
@@ -167,8 +172,11 @@ class SearchOutputSerializer(serializers.Serializer):
     memory_type = TextField()
     search_field = TextField(allow_null=True)
     search_method = TextField()
-    date_range = serializers.DictField(allow_null=True)
+    date_range = serializers.DictField(allow_null=True, help_text="start_date/end_date: a filter")
     temporal_expression = TextField(allow_null=True)
+    temporal_range = serializers.DictField(
+        allow_null=True, help_text="the time temporal_expression names: favoured, not a filter"
+    )
     results = SearchResultSerializer(many=True)
     count = IntegerField()
 
@@ -243,5 +251,8 @@ class RetrievedByConversationSerializer(serializers.Serializer):
     success = BooleanField()
     topics = serializers.ListField(child=TextField())
     temporal_expression = TextField(allow_null=True)
-    date_range = serializers.DictField(allow_null=True)
+    date_range = serializers.DictField(allow_null=True, help_text="start_date/end_date: a filter")
+    temporal_range = serializers.DictField(
+        allow_null=True, help_text="the time temporal_expression names: favoured, not a filter"
+    )
     memories = serializers.DictField(child=SearchResultSerializer(many=True))
