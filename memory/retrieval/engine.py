@@ -235,22 +235,22 @@ def _search_kind(
     spoken = _spoken_ids(kind, request, scope)
     fused_lanes = request.method == "hybrid" or spoken is not None
     fetch = request.limit * OVERFETCH if fused_lanes else request.limit
-    vectors = request.method in ("embedding", "hybrid") and vector is not None
-    nearest_in = partial(
-        vector_search,
-        scope=scope,
-        kind=kind,
-        vector=vector,
-        model=embedder.model_name if embedder is not None else "",
-        limit=fetch,
-        max_distance=request.similarity_threshold,
-    )
+    hybrid = request.method == "hybrid"
+    nearest_in: Callable[..., list[tuple[int, float]]] | None = None
     nearest: Lane[list[tuple[int, float]]] | None = None
-    if vectors and embedder is not None:
+    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
+        nearest_in = partial(
+            vector_search,
+            scope=scope,
+            kind=kind,
+            vector=vector,
+            model=embedder.model_name,
+            limit=fetch,
+            max_distance=request.similarity_threshold,
+        )
         # Started first: in a hybrid search it runs on its own connection beside BM25.
         nearest = Lane(
-            _timed(lane_ms, "vector", partial(nearest_in, allowed_ids=allowed)),
-            beside=request.method == "hybrid",
+            _timed(lane_ms, "vector", partial(nearest_in, allowed_ids=allowed)), beside=hybrid
         )
     # Read now, while the vector lane runs beside, rather than after it.
     thresholds = gate().get(kind.name)
@@ -260,12 +260,12 @@ def _search_kind(
         bm25 = _timed(lane_ms, "bm25", partial(keywords, allowed=allowed))()
     # The time lane ranks the rows dated in the time named as the search's first lane does.
     time_lane: list[tuple[int, float]] = []
+    distances: dict[int, float] = {}
     if spoken is not None and request.method in ("bm25", "hybrid"):
         time_lane = _timed(lane_ms, "time", partial(keywords, allowed=spoken))()
-    elif spoken is not None and nearest is not None:
+    elif spoken is not None and nearest_in is not None:
         time_lane = _timed(lane_ms, "time", partial(nearest_in, allowed_ids=spoken))()
-    hybrid = request.method == "hybrid"
-    distances: dict[int, float] = {}
+        distances = dict(time_lane)  # a vector lane: its rows come with their distances
     keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
     if thresholds is not None and nearest is not None and keyword_ids:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
@@ -274,8 +274,6 @@ def _search_kind(
             kind=kind, vector=vector, model=embedder.model_name, document_ids=keyword_ids
         )
     nearest_rows = nearest.result() if nearest is not None else []
-    if request.method == "embedding":
-        distances = dict(time_lane)
     if not fused_lanes and request.method == "bm25":
         return [
             Candidate(row_id, bm25_rank=rank, bm25_score=score, score=score)
@@ -286,7 +284,7 @@ def _search_kind(
             Candidate(row_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
             for rank, (row_id, distance) in enumerate(nearest_rows, start=1)
         ]
-    # One lane and the time lane: plain RRF of the two.
+    # Hybrid at the settings' weights; one lane with the time lane as plain RRF.
     fused = rrf_fuse(
         bm25,
         nearest_rows,
