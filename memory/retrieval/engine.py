@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, models
+from django.db.models import Q
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope
@@ -53,6 +54,9 @@ class SearchRequest:
     spoken_range: tuple[datetime, datetime] | None = None
     similarity_threshold: float | None = None  # cosine distance; the vector lane only
     search_field: str | None = None  # the keyword lane only
+    # The rows searched, instead of the kind's current ones (an experience recall's outcome
+    # and context, or superseded rows asked for): the lanes search these alone.
+    rows: Q | None = None
 
 
 @dataclass
@@ -75,12 +79,14 @@ class SearchOutcome:
     lane_ms: dict[str, float] = field(default_factory=dict)
 
 
-def _in_scope(kind: SearchableKind, scope: Scope) -> tuple[str, dict[str, Any]]:
-    """SQL for a kind's rows (aliased ``m``) that the scope may read and that are current. SQL
-    because every search reads its rows by it, and building the same query through the ORM
-    took three times as long as running it."""
+def _in_scope(kind: SearchableKind, scope: Scope, rows: Q | None) -> tuple[str, dict[str, Any]]:
+    """SQL for a kind's rows (aliased ``m``) that the scope may read and that are current (or
+    the ``rows`` a search names). SQL because every search reads its rows by it, and building
+    the same query through the ORM took three times as long as running it."""
     where, params = scope.where("m.")
-    current, current_params = kind.current_where("m.")
+    current, current_params = (
+        kind.current_where("m.") if rows is None else kind.rows_where(rows, "m.")
+    )
     return f"{where} AND {current}", params | current_params
 
 
@@ -88,13 +94,17 @@ def _ids_where(
     kind: SearchableKind,
     scope: Scope,
     *,
+    rows: Q | None,
     filter_tags: dict[str, Any],
     start: datetime | None,
     end: datetime | None,
 ) -> set[int]:
-    """The ids of the kind's rows in scope whose tags contain ``filter_tags`` and whose time
-    is within ``start`` and ``end`` (each None: unbounded)."""
-    where, params = _in_scope(kind, scope)
+    """The ids of the kind's rows in scope (current, or ``rows``) whose tags contain
+    ``filter_tags`` and whose time is within ``start`` and ``end`` (each None: unbounded). A
+    kind with no tags matches no tag filter."""
+    if filter_tags and kind.tags_field is None:
+        return set()
+    where, params = _in_scope(kind, scope, rows)
     if filter_tags:
         where += f" AND m.{kind.column(kind.tags_field)} @> %(filter_tags)s::jsonb"
         params["filter_tags"] = json.dumps(filter_tags)
@@ -112,16 +122,16 @@ def _ids_where(
 
 
 def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> set[int] | None:
-    """The ids the filters allow, or None when nothing is filtered. A kind with no tags cannot
-    match a tag filter; a kind with no time field is not filtered by dates."""
+    """The ids the filters allow, or None when nothing is filtered. A kind with no time field
+    is not filtered by dates."""
     dated = kind.time_field is not None and (request.start or request.end)
-    if not request.filter_tags and not dated:
+    # An empty ``rows`` (every row, superseded too) restricts nothing.
+    if not request.filter_tags and not dated and not request.rows:
         return None
-    if request.filter_tags and kind.tags_field is None:
-        return set()
     return _ids_where(
         kind,
         scope,
+        rows=request.rows,
         filter_tags=request.filter_tags,
         start=request.start if dated else None,
         end=request.end if dated else None,
@@ -133,8 +143,6 @@ def _spoken_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> s
     lane's rows), or None when they name none or the kind has no time of its own."""
     if request.spoken_range is None or kind.time_field is None:
         return None
-    if request.filter_tags and kind.tags_field is None:
-        return set()
     start, end = request.spoken_range
     if request.start is not None:
         start = max(start, request.start)
@@ -142,15 +150,20 @@ def _spoken_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> s
         end = min(end, request.end)
     if start > end:
         return set()
-    return _ids_where(kind, scope, filter_tags=request.filter_tags, start=start, end=end)
+    return _ids_where(
+        kind, scope, rows=request.rows, filter_tags=request.filter_tags, start=start, end=end
+    )
 
 
-def _rows_by_id(kind: SearchableKind, scope: Scope, ids: list[int]) -> dict[int, models.Model]:
-    """These rows, those the scope may read, each with its end user's id loaded."""
+def _rows_by_id(
+    kind: SearchableKind, scope: Scope, ids: list[int], rows: Q | None
+) -> dict[int, models.Model]:
+    """These rows, those the scope may read (current, or ``rows``), each with its end user's
+    id loaded."""
     if not ids:
         return {}
     columns = ", ".join(model_columns(model=kind.model, alias="m"))
-    where, params = _in_scope(kind, scope)
+    where, params = _in_scope(kind, scope, rows)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {columns}, u.user_id "  # noqa: S608
@@ -333,7 +346,7 @@ def search(
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
-        rows = _rows_by_id(kind, scope, [c.document_id for c in chosen])
+        rows = _rows_by_id(kind, scope, [c.document_id for c in chosen], request.rows)
         hits.extend(Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows)
     if len(request.kinds) > 1:
         order = {kind.name: index for index, kind in enumerate(request.kinds)}

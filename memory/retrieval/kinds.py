@@ -111,29 +111,43 @@ class SearchableKind:
         sql, params = self._current_sql
         return sql.replace(_TABLE_MARK, alias), dict(params)
 
+    def rows_where(self, rows: Q, alias: str = "") -> tuple[str, dict[str, Any]]:
+        """Any condition over the kind's model as ``current_where`` gives ``current`` (a
+        search that names its own rows: an experience recall's outcome and context)."""
+        sql, params = _where_compile(self.model, rows, prefix=f"rows_{self.code}")
+        return sql.replace(_TABLE_MARK, alias), dict(params)
+
     @cached_property
     def _current_sql(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
         # Compiled by the ORM once, so that SQL and ORM reads apply the same declaration.
-        query = self.model.objects.filter(self.current).query
-        compiler = query.get_compiler(DEFAULT_DB_ALIAS)
-        try:
-            sql, positional = query.where.as_sql(compiler, connection)
-        except FullResultSet:
-            return "TRUE", ()
-        except EmptyResultSet:
-            return "FALSE", ()
-        sql = sql.replace(f"{connection.ops.quote_name(self.table)}.", _TABLE_MARK)
-        pieces = sql.split("%%")
-        named: list[tuple[str, Any]] = []
-        for index, piece in enumerate(pieces):
-            parts = piece.split("%s")
-            rebuilt = parts[0]
-            for part in parts[1:]:
-                name = f"current_{self.code}_{len(named)}"
-                named.append((name, positional[len(named)]))
-                rebuilt += f"%({name})s{part}"
-            pieces[index] = rebuilt
-        return "%%".join(pieces), tuple(named)
+        return _where_compile(self.model, self.current, prefix=f"current_{self.code}")
+
+
+def _where_compile(
+    model: type[models.Model], condition: Q, *, prefix: str
+) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The ORM's SQL of ``condition`` over the model's table, its columns marked for an alias
+    and its parameters named ``<prefix>_<n>``."""
+    query = model.objects.filter(condition).query
+    compiler = query.get_compiler(DEFAULT_DB_ALIAS)
+    try:
+        sql, positional = query.where.as_sql(compiler, connection)
+    except FullResultSet:
+        return "TRUE", ()
+    except EmptyResultSet:
+        return "FALSE", ()
+    sql = sql.replace(f"{connection.ops.quote_name(model._meta.db_table)}.", _TABLE_MARK)
+    pieces = sql.split("%%")
+    named: list[tuple[str, Any]] = []
+    for index, piece in enumerate(pieces):
+        parts = piece.split("%s")
+        rebuilt = parts[0]
+        for part in parts[1:]:
+            name = f"{prefix}_{len(named)}"
+            named.append((name, positional[len(named)]))
+            rebuilt += f"%({name})s{part}"
+        pieces[index] = rebuilt
+    return "%%".join(pieces), tuple(named)
 
 
 _TABLE_MARK = "\x00table."
