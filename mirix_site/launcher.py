@@ -378,6 +378,7 @@ def command_run() -> int:
         _manage("migrate", "--noinput")
         # The configured model's similarity gate (the migration measured the bundled one).
         _manage("calibrate_gate", "--if-missing")
+        _manage("calibrate_action_grouping", "--if-missing")
         _manage("collectstatic", "--noinput", "--verbosity", "0")
         _manage("demo_tenant", "--key-file", str(services.data_dir / "demo-api-key"))
         commands = {

@@ -13,13 +13,14 @@ from accounts.services import end_user_create_or_get
 from memory.agent_config import meta_agent_settings_from_provider
 from memory.models import EpisodicMemory
 from memory.services import meta_agent_initialize
-from tests.factories import TenantFixture, chat_turns, memories_create
+from tests.factories import TenantFixture, chat_turns, experiences_create, memories_create
 
 
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id}: filled
+    # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id},
+    # {experience_id}: filled
     # with objects of the tenant under test (or of another tenant, for the 404 test).
     path: str
     body: dict[str, Any] | None = None
@@ -109,6 +110,57 @@ ENDPOINTS = [
         {"user_id": "{user_id}"},
         route="sessions/<str:session_id>/close",
     ),
+    Endpoint(
+        "POST",
+        "/experiences",
+        {"user_id": "{user_id}", "task": "fix the login", "action": "cache", "outcome": "success"},
+        route="experiences",
+    ),
+    Endpoint(
+        "POST",
+        "/experiences/failure",
+        {"user_id": "{user_id}", "task": "fix the login", "action": "retry", "reason": "flaky"},
+        route="experiences/failure",
+    ),
+    Endpoint(
+        "POST",
+        "/experiences/conversation",
+        {
+            "user_id": "{user_id}",
+            "messages": [
+                {"role": "user", "content": "fix the login"},
+                {"role": "assistant", "content": "added a cache"},
+            ],
+            "outcome": "success",
+        },
+        route="experiences/conversation",
+    ),
+    Endpoint(
+        "GET",
+        "/experiences/recall",
+        params={"user_id": "{user_id}", "query": "login"},
+        route="experiences/recall",
+    ),
+    Endpoint(
+        "GET",
+        "/experiences/recommend",
+        params={"user_id": "{user_id}", "task": "login"},
+        route="experiences/recommend",
+    ),
+    Endpoint(
+        "GET", "/experiences/recent", params={"user_id": "{user_id}"}, route="experiences/recent"
+    ),
+    Endpoint(
+        "GET", "/experiences/stats", params={"user_id": "{user_id}"}, route="experiences/stats"
+    ),
+    Endpoint("GET", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
+    Endpoint("DELETE", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
+    Endpoint(
+        "POST",
+        "/experiences/{experience_id}/supersede",
+        {"by": "{experience_id}"},
+        route="experiences/<str:experience_id>/supersede",
+    ),
 ]
 
 # Routes that are deliberately public or not part of the key-authenticated API.
@@ -155,9 +207,11 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
     )
     memories_create(owner, user_id=user.user_id)
     episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
+    experience = experiences_create(owner, user_id=user.user_id)
     return {
         "user_id": user.user_id,
         "agent_id": meta_agent.pk,
         "session_id": "owned-session",
         "memory_id": str(episodic.pk),
+        "experience_id": str(experience.pk),
     }

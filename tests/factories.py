@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rest_framework.test import APIClient
 
@@ -75,6 +76,7 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         update=True,
     )
     memories_create(owner, user_id="rows-user")
+    experiences_create(owner, user_id="rows-user", recommended=True)
 
 
 def chat_turns(*texts: str) -> list[dict[str, object]]:
@@ -126,3 +128,31 @@ def memories_create(owner: TenantFixture, *, user_id: str) -> None:
     )
     # A retrieval, so that the retrieval log has a row too.
     owner.api.get("/memory/search", {"user_id": user_id, "query": "draft"})
+
+
+def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool = False) -> Any:
+    """Two experiences of one action through the real record path, embedded and grouped as the
+    worker does it; with ``recommended``, a recommendation made from them too. Returns one."""
+    from accounts.selectors import end_user_get
+    from memory.retrieval.spaces import write_embedders
+    from skills.services.experiences import ExperienceInput, experiences_embed, experiences_record
+    from skills.services.retrieval import experience_recommend
+
+    recorded = experiences_record(
+        tenant=owner.tenant,
+        user_id=user_id,
+        items=[
+            ExperienceInput(task="fix the slow login", action="add a cache", outcome=outcome)
+            for outcome in ("success", "failure")
+        ],
+    )
+    experiences_embed(
+        experience_ids=[row.pk for row in recorded.experiences], embedders=write_embedders()
+    )
+    if recommended:
+        experience_recommend(
+            tenant=owner.tenant,
+            end_user=end_user_get(tenant=owner.tenant, user_id=user_id),
+            task="the login is slow",
+        )
+    return recorded.experiences[0]

@@ -95,7 +95,47 @@ def _initialize(case: Case) -> bool:
     return bool(body.get("provider") or body.get("config"))
 
 
+def _past(value: Any) -> bool:
+    """An experience's occurred_at is not in the future (ExperienceInput's check: "now" is not
+    a value a schema can name)."""
+    moment = _moment(value)
+    return moment is None or moment.tzinfo is None or moment <= datetime.now(moment.tzinfo)
+
+
+def _experience(case: Case) -> bool:
+    """ExperienceRecordSerializer and its batch: every occurred_at in the past."""
+    body = case.body if isinstance(case.body, dict) else {}
+    items = body.get("experiences") if isinstance(body.get("experiences"), list) else [body]
+    return all(_past(item.get("occurred_at")) for item in items if isinstance(item, dict))
+
+
+def _transcript(case: Case) -> bool:
+    """skills.transcripts: a user turn with text gives the task, an assistant turn the action;
+    the outcome is given (a transcript that does not say how it went needs it)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+
+    def text(message: dict[str, Any]) -> bool:
+        content = message.get("content")
+        if isinstance(content, str):
+            return bool(content.strip())
+        parts = content if isinstance(content, list) else []
+        return any(
+            isinstance(part, dict) and part.get("type") == "text" and str(part.get("text")).strip()
+            for part in parts
+        )
+
+    return (
+        body.get("outcome") is not None
+        and any(m.get("role") == "user" and text(m) for m in messages)
+        and any(m.get("role") == "assistant" and (text(m) or m.get("tool_calls")) for m in messages)
+    )
+
+
 RULES: dict[tuple[str, str], Callable[[Case], bool]] = {
+    ("POST", "/experiences"): _experience,
+    ("POST", "/experiences/failure"): _experience,
+    ("POST", "/experiences/conversation"): _transcript,
     ("GET", "/memory/search"): _search,
     ("GET", "/memory/search_all_users"): _search,
     ("POST", "/memory/retrieve/conversation"): _conversation,

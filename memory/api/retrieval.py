@@ -34,7 +34,7 @@ from memory.services.retrieval import (
 )
 
 
-class _RetrievalApi(TenantAPIView):
+class RetrievalApiView(TenantAPIView):
     """Answers carry a ``Server-Timing`` header (embed, search, and inside search each lane's
     own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went."""
 
@@ -60,7 +60,7 @@ class _RetrievalApi(TenantAPIView):
         return memories_grouped(retrieved.outcome, retrieved.core)
 
 
-class MemorySearchApi(_RetrievalApi):
+class MemorySearchApi(RetrievalApiView):
     endpoint = "memory/search"
 
     def search(self, request: Request, *, all_users: bool) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class MemorySearchAllUsersApi(MemorySearchApi):
         return Response(body)
 
 
-class RetrieveTopicApi(_RetrievalApi):
+class RetrieveTopicApi(RetrievalApiView):
     @extend_schema(
         parameters=[RetrieveTopicParamsSerializer],
         responses=RetrievedByTopicSerializer,
@@ -147,7 +147,7 @@ class RetrieveTopicApi(_RetrievalApi):
         )
 
 
-class RetrieveConversationApi(_RetrievalApi):
+class RetrieveConversationApi(RetrievalApiView):
     @extend_schema(
         request=RetrieveConversationInputSerializer,
         responses=RetrievedByConversationSerializer,

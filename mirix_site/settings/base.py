@@ -287,6 +287,10 @@ SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
 CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 20, minimum=1)
 CURATOR_MAX_TOKENS_PER_RUN = env_int("CURATOR_MAX_TOKENS_PER_RUN", 200_000, minimum=1000)
+# Recommend weighs the most relevant this many experiences of the task, and names this many
+# runner-up actions beside the winner.
+RECOMMEND_EVIDENCE = env_int("RECOMMEND_EVIDENCE", 50, minimum=1)
+RECOMMEND_RUNNERS_UP = env_int("RECOMMEND_RUNNERS_UP", 3, minimum=0)
 RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
 RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
 IMAGE_MAX_BYTES = env_int("IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
@@ -326,6 +330,8 @@ CELERY_TASK_ROUTES = {
     "memory.tasks.purge_retrieval_logs": {"queue": "maintenance"},
     "memory.tasks.sync_vector_indexes": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
+    "skills.tasks.experiences_embed_task": {"queue": "ingest"},
+    "skills.tasks.embed_pending_experiences": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
@@ -343,6 +349,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "sync-vector-indexes": {
         "task": "memory.tasks.sync_vector_indexes",
         "schedule": VECTOR_INDEX_SYNC_SECONDS,
+    },
+    # Experiences whose embedding job the broker lost (recorded while Redis was down). Every
+    # 2 minutes: until then BM25 finds them, the vector lane does not.
+    "embed-pending-experiences": {
+        "task": "skills.tasks.embed_pending_experiences",
+        "schedule": 120.0,
     },
 }
 

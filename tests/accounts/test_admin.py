@@ -72,6 +72,10 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/memory/retrievallog/?latency=fast",
         "/admin/memory/gatecalibration/",
         "/admin/memory/embeddingspace/",
+        "/admin/skills/experience/",
+        "/admin/skills/recommendation/",
+        "/admin/skills/actionphrase/",
+        "/admin/skills/actiongroupingcalibration/",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:

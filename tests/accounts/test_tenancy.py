@@ -10,7 +10,12 @@ from tests.factories import TenantFixture, tenant_rows_create
 TENANT_APPS = ("accounts", "conversations", "memory", "skills", "images")
 # Configuration shared by every tenant, named here so that a new model is tenant-owned unless
 # someone decides otherwise.
-GLOBAL_MODELS = {"memory.GateCalibration", "memory.EmbeddingSpace", "memory.SearchableKindCode"}
+GLOBAL_MODELS = {
+    "memory.GateCalibration",
+    "memory.EmbeddingSpace",
+    "memory.SearchableKindCode",
+    "skills.ActionGroupingCalibration",
+}
 
 
 def tenant_models() -> list[type[models.Model]]:

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from skills.api import experiences
+
+urlpatterns = [
+    path("experiences", experiences.ExperienceRecordApi.as_view(), name="experience-record"),
+    path(
+        "experiences/failure",
+        experiences.ExperienceFailureApi.as_view(),
+        name="experience-failure",
+    ),
+    path(
+        "experiences/conversation",
+        experiences.ExperienceConversationApi.as_view(),
+        name="experience-conversation",
+    ),
+    path("experiences/recall", experiences.ExperienceRecallApi.as_view(), name="experience-recall"),
+    path(
+        "experiences/recommend",
+        experiences.ExperienceRecommendApi.as_view(),
+        name="experience-recommend",
+    ),
+    path("experiences/recent", experiences.ExperienceRecentApi.as_view(), name="experience-recent"),
+    path("experiences/stats", experiences.ExperienceStatsApi.as_view(), name="experience-stats"),
+    path(
+        "experiences/<str:experience_id>",
+        experiences.ExperienceDetailApi.as_view(),
+        name="experience-detail",
+    ),
+    path(
+        "experiences/<str:experience_id>/supersede",
+        experiences.ExperienceSupersedeApi.as_view(),
+        name="experience-supersede",
+    ),
+]

@@ -1,0 +1,181 @@
+"""Experiences (what was tried for a task, and how it went), the phrasings of their actions and
+the groups of equivalent ones, and the recommendations made from them. Experiences are a
+searchable kind of the retrieval engine (``skills.kinds``)."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+from pgvector.django import VectorField
+
+from accounts.models import Owned
+from memory.models import Embedding
+
+
+class Outcome(models.TextChoices):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    PARTIAL = "partial"
+
+
+# The score an outcome implies when the caller gives none.
+OUTCOME_SCORES = {Outcome.SUCCESS: 1.0, Outcome.PARTIAL: 0.5, Outcome.FAILURE: 0.0}
+
+
+class Origin(models.TextChoices):
+    API = "api"  # recorded by a caller
+    CONVERSATION = "conversation"  # distilled from a finished transcript sent to the API
+    DISTILLED = "distilled"  # distilled from a task session by a learning run
+
+
+# What "current" means for an experience: not replaced by a newer one. Recall and recommend
+# read current experiences unless asked for the superseded too.
+CURRENT = Q(superseded_by__isnull=True)
+
+
+class Recommendation(Owned):
+    """An action recommended for a task, with the confidence and evidence it was given with.
+    Experiences recorded with its id are the outcomes of following it: how often those
+    succeeded per confidence band is the calibration a user can check."""
+
+    task = models.TextField()
+    action = models.TextField()
+    action_key = models.TextField(help_text="The group of phrasings the action stands for.")
+    confidence = models.FloatField()
+    successes = models.PositiveIntegerField()
+    failures = models.PositiveIntegerField()
+    partials = models.PositiveIntegerField()
+    supporting_experience_ids = ArrayField(models.BigIntegerField(), default=list)
+    runners_up = models.JSONField(default=list, blank=True)
+    explore = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["end_user", "client", "-created_at"], name="recommendation_owner")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} ({self.confidence:.2f})"
+
+
+class Experience(Owned):
+    """One attempt at a task: the action taken, its outcome and score, why it failed, the
+    context it ran in, where it came from, when it happened, and what replaced it."""
+
+    task = models.TextField()
+    action = models.TextField()
+    action_key = models.TextField(
+        editable=False, help_text="The action's normalized text (its phrasing's key)."
+    )
+    outcome = models.CharField(max_length=7, choices=Outcome.choices)
+    score = models.FloatField()
+    reason = models.TextField(blank=True, help_text="Why it failed (or fell short).")
+    context = models.JSONField(default=dict, blank=True)
+    filter_tags = models.JSONField(default=dict, blank=True)
+    origin = models.CharField(max_length=12, choices=Origin.choices, default=Origin.API)
+    source_session = models.ForeignKey(
+        "conversations.Session",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    source_message_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    # A transcript's digest (origin conversation): sending it again replaces this experience.
+    transcript_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+    )
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    recommendation = models.ForeignKey(
+        Recommendation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="outcomes",
+        help_text="The recommendation this is the outcome of following.",
+    )
+    occurred_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["end_user", "client", "-created_at"], name="experience_owner"),
+            models.Index(fields=["end_user", "client", "action_key"], name="experience_action"),
+            GinIndex(fields=["context"], name="experience_context", opclasses=["jsonb_path_ops"]),
+            GinIndex(fields=["filter_tags"], name="experience_tags", opclasses=["jsonb_path_ops"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "transcript_digest"],
+                condition=~Q(transcript_digest=""),
+                name="experience_transcript_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(score__gte=0.0, score__lte=1.0), name="experience_score_range"
+            ),
+            models.CheckConstraint(
+                condition=~Q(superseded_by=models.F("id")), name="experience_not_self_superseded"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task[:60]} -> {self.action[:60]} ({self.outcome})"
+
+
+class ExperienceEmbedding(Embedding):
+    """Embeddings of experiences, per model and chunk (written by the worker after the
+    experience is stored: BM25 finds it at once, the vector lane once this row exists)."""
+
+    experience = models.ForeignKey(Experience, on_delete=models.CASCADE, related_name="embeddings")
+
+
+class ActionPhrase(Owned):
+    """One way a user's experiences phrase an action (its normalized text, ``key``), and the
+    group of equivalent phrasings it joined (``group_key``: the key of the group's first
+    phrasing). A phrasing joins the group whose first phrasing its embedding is nearest to,
+    when that is at least the model's calibrated threshold (``ActionGroupingCalibration``);
+    otherwise, or without a calibration, it starts its own."""
+
+    key = models.TextField()
+    group_key = models.TextField()
+    model = models.CharField(max_length=100, blank=True, help_text="Blank: grouped by text only.")
+    embedding = VectorField(null=True, blank=True)
+    similarity = models.FloatField(
+        null=True, blank=True, help_text="To the group's first phrasing, when it joined one."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "key"], name="action_phrase_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key if self.key == self.group_key else f"{self.key} = {self.group_key}"
+
+
+class ActionGroupingCalibration(models.Model):
+    """For one embedding model: the cosine similarity from which two phrasings of an action
+    are one action, measured on pairs of phrasings that are and are not the same action
+    (``skills/calibration/action_pairs.json``) by ``manage.py calibrate_action_grouping``."""
+
+    model = models.CharField(max_length=100, unique=True)
+    threshold = models.FloatField()
+    same_pairs = models.PositiveIntegerField()
+    different_pairs = models.PositiveIntegerField()
+    same_mean = models.FloatField()
+    different_max = models.FloatField()
+    same_above = models.FloatField(help_text="The share of same pairs at or above the threshold.")
+    measured_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.threshold:.3f}"

@@ -1,0 +1,95 @@
+"""Reading experiences and what became of recommendations, within what the tenant may read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from accounts.models import EndUser
+from accounts.tenancy import Tenant
+from skills.confidence import confidence_band
+from skills.models import Experience, Origin, Outcome, Recommendation
+
+OUTCOME_CREDIT = {Outcome.SUCCESS: 1.0, Outcome.PARTIAL: 0.5, Outcome.FAILURE: 0.0}
+
+
+class ExperienceNotFoundError(Exception):
+    """No such experience the tenant may read (another tenant's looks the same)."""
+
+
+def experience_get(
+    *, tenant: Tenant, experience_id: str, end_user: EndUser | None = None
+) -> Experience:
+    """One experience the tenant may read (of ``end_user``, when given), superseded or not."""
+    if not experience_id.isdecimal() or len(experience_id) > 18:
+        raise ExperienceNotFoundError(experience_id)
+    found = (
+        Experience.objects.readable_by(tenant, end_user=end_user)
+        .select_related("end_user")
+        .filter(pk=int(experience_id))
+        .first()
+    )
+    if found is None:
+        raise ExperienceNotFoundError(experience_id)
+    return found
+
+
+def experiences_recent(
+    *, tenant: Tenant, end_user: EndUser, outcome: str | None = None
+) -> QuerySet[Experience]:
+    """The user's experiences, newest first (superseded ones included: this is the log)."""
+    rows = Experience.objects.readable_by(tenant, end_user=end_user).select_related("end_user")
+    if outcome is not None:
+        rows = rows.filter(outcome=outcome)
+    return rows.order_by("-created_at", "-id")
+
+
+def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
+    """What the user's experiences hold, and how followed recommendations did per confidence
+    band: a 5 % lower bound that means what it says has a success rate at or above its mean
+    confidence in every band with enough outcomes."""
+    rows = Experience.objects.readable_by(tenant, end_user=end_user)
+    totals = rows.aggregate(
+        total=Count("id"),
+        superseded=Count("id", filter=Q(superseded_by__isnull=False)),
+        **{f"outcome_{o}": Count("id", filter=Q(outcome=o)) for o in Outcome.values},
+        **{f"origin_{o}": Count("id", filter=Q(origin=o)) for o in Origin.values},
+    )
+    recommendations = Recommendation.objects.readable_by(tenant, end_user=end_user)
+    followed = list(
+        recommendations.filter(outcomes__isnull=False).values_list(
+            "id", "confidence", "outcomes__outcome"
+        )
+    )
+    bands: dict[tuple[float, float], dict[str, Any]] = {}
+    for _, confidence, outcome in followed:
+        band = bands.setdefault(
+            confidence_band(confidence), {"outcomes": 0, "credit": 0.0, "confidence": 0.0}
+        )
+        band["outcomes"] += 1
+        band["credit"] += OUTCOME_CREDIT[Outcome(outcome)]
+        band["confidence"] += confidence
+    return {
+        "total": totals["total"],
+        "current": totals["total"] - totals["superseded"],
+        "superseded": totals["superseded"],
+        # Recorded, not embedded yet: BM25 finds them, the vector lane not until the worker ran.
+        "embedding_pending": rows.filter(embeddings__isnull=True).count(),
+        "by_outcome": {o: totals[f"outcome_{o}"] for o in Outcome.values},
+        "by_origin": {o: totals[f"origin_{o}"] for o in Origin.values},
+        "recommendations": {
+            "issued": recommendations.count(),
+            "followed": len({recommendation for recommendation, _, _ in followed}),
+            "outcomes": len(followed),
+            "bands": [
+                {
+                    "band": f"{low:.1f}-{high:.1f}",
+                    "outcomes": band["outcomes"],
+                    "success_rate": round(band["credit"] / band["outcomes"], 4),
+                    "mean_confidence": round(band["confidence"] / band["outcomes"], 4),
+                }
+                for (low, high), band in sorted(bands.items())
+            ],
+        },
+    }
