@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from memory.retrieval.kinds import SearchableKind, kind_register
 from skills.models import CURRENT, Experience, ExperienceEmbedding
 
@@ -14,6 +16,7 @@ EXPERIENCE_KIND = SearchableKind(
     text_fields=("task", "action", "reason"),
     time_field="occurred_at",
     current=CURRENT,
+    vector_weight=settings.EXPERIENCE_SEARCH_VECTOR_WEIGHT,
 )
 
 

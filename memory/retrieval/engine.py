@@ -303,7 +303,15 @@ def _search_kind(
         nearest_rows,
         time=[row_id for row_id, _ in time_lane],
         bm25_weight=settings.SEARCH_BM25_WEIGHT if hybrid else 1.0,
-        vector_weight=settings.SEARCH_VECTOR_WEIGHT if hybrid else 1.0,
+        vector_weight=(
+            (
+                kind.vector_weight
+                if kind.vector_weight is not None
+                else settings.SEARCH_VECTOR_WEIGHT
+            )
+            if hybrid
+            else 1.0
+        ),
         time_weight=settings.SEARCH_TIME_WEIGHT,
     )
     for candidate in fused:

@@ -38,6 +38,9 @@ class SearchableKind:
       kept but not returned.
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
       tags; a tag-filtered search then leaves the kind's rows out).
+    - ``vector_weight``: the vector lane's weight in a hybrid search's fusion (None: the
+      settings' ``SEARCH_VECTOR_WEIGHT``), for kinds whose texts embed better or worse than
+      chat memories do.
     """
 
     name: str
@@ -48,6 +51,7 @@ class SearchableKind:
     time_field: str | None = None
     current: Q = field(default_factory=Q)
     tags_field: str | None = "filter_tags"
+    vector_weight: float | None = None
 
     def __str__(self) -> str:
         return self.name

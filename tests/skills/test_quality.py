@@ -92,19 +92,36 @@ def test_mimirs_quality_set_holds_mimirs_floors(org: TenantFixture) -> None:
     assert _recommend(org, case["task"], "mimir-decay")["action"] != case["recent_action"]
 
 
+@pytest.fixture
+def larger_set(org: TenantFixture) -> tuple[dict[str, Any], dict[str, str]]:
+    data = _load("experience_eval.json")
+    assert len(data["recall_cases"]) >= 40 and len(data["recommend_cases"]) >= 15
+    return data, _seed(org, data["seeds"], "eval")
+
+
+@pytest.mark.slow
+def test_the_projects_larger_set_recalls(
+    org: TenantFixture, larger_set: tuple[dict[str, Any], dict[str, str]]
+) -> None:
+    """0.881 at 5 and MRR 1.0 when measured (2026-12-01); 0.849 with the chat memories'
+    vector weight (see EXPERIENCE_SEARCH_VECTOR_WEIGHT)."""
+    data, labels = larger_set
+    recall_at_5, mrr, misses = _recall_figures(org, data["recall_cases"], labels, "eval", 5)
+    assert recall_at_5 >= 0.85, (recall_at_5, misses)
+    assert mrr >= 0.9, (mrr, misses)
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="measured 2026-12-01 on its first run, nothing tuned on it: recall@5 0.849 (floor "
-    "0.85), MRR 0.972, recommend 24 of 25: for flaky browser tests, an iOS signing action "
-    "(5 of 5) wins over explicit waits (3 of 3) at equal relevance, 0.30 cosine each; see "
-    "issue [7/10]'s note",
+    reason="measured 2026-12-01, nothing tuned on it: 24 of 25. For flaky browser tests an iOS "
+    "signing action (5 of 5) wins over explicit waits (3 of 3): their experiences are 0.30 "
+    "cosine from the task alike; see issue [7/10]'s note",
 )
-def test_the_projects_larger_quality_set(org: TenantFixture) -> None:
-    data = _load("experience_eval.json")
-    assert len(data["recall_cases"]) >= 40 and len(data["recommend_cases"]) >= 15
-    labels = _seed(org, data["seeds"], "eval")
-    recall_at_5, mrr, misses = _recall_figures(org, data["recall_cases"], labels, "eval", 5)
+def test_the_projects_larger_set_recommends(
+    org: TenantFixture, larger_set: tuple[dict[str, Any], dict[str, str]]
+) -> None:
+    data, _ = larger_set
     by_label = {seed["label"]: seed for seed in data["seeds"]}
     wrong = []
     for case in data["recommend_cases"]:
@@ -113,6 +130,4 @@ def test_the_projects_larger_quality_set(org: TenantFixture) -> None:
         expected = {by_label[label]["action"] for label in case["expected_action_labels"]}
         if body.get("action") not in expected:
             wrong.append(f"{case['task']!r}: {body.get('action')!r} (want {sorted(expected)})")
-    assert recall_at_5 >= 0.85, (recall_at_5, misses)
-    assert mrr >= 0.9, (mrr, misses)
     assert not wrong, wrong
