@@ -7,7 +7,13 @@ from __future__ import annotations
 from django.contrib import admin
 
 from accounts.admin import ReadOnlyAdmin
-from skills.models import ActionGroupingCalibration, ActionPhrase, Experience, Recommendation
+from skills.models import (
+    ActionGroupingCalibration,
+    ActionPhrase,
+    Experience,
+    ExperienceSettings,
+    Recommendation,
+)
 
 
 @admin.register(Experience)
@@ -131,3 +137,15 @@ class ActionGroupingCalibrationAdmin(ReadOnlyAdmin):
         "same_above",
         "measured_at",
     ]
+
+
+@admin.register(ExperienceSettings)
+class ExperienceSettingsAdmin(admin.ModelAdmin):
+    """Each client's defaults for recall and recommend (PUT /experiences/settings)."""
+
+    list_display = ["client", "organization", "half_life_days", "updated_at"]
+    list_filter = ["organization"]
+    search_fields = ["client__name", "client__id"]
+    list_select_related = ["client", "organization"]
+    raw_id_fields = ["organization", "client"]
+    readonly_fields = ["updated_at"]

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
-from accounts.models import Owned
+from accounts.models import Client, Organization, Owned
 from memory.models import Embedding
 
 
@@ -161,6 +161,25 @@ class ActionPhrase(Owned):
 
     def __str__(self) -> str:
         return self.key if self.key == self.group_key else f"{self.key} = {self.group_key}"
+
+
+class ExperienceSettings(models.Model):
+    """A client's defaults for recall and recommend: the half-life that discounts older
+    experiences when a request names none (None: every experience weighs the same)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    client = models.OneToOneField(
+        Client, on_delete=models.CASCADE, related_name="experience_settings"
+    )
+    half_life_days = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "experience settings"
+        verbose_name_plural = "experience settings"
+
+    def __str__(self) -> str:
+        return f"{self.client_id}: half-life {self.half_life_days}"
 
 
 class ActionGroupingCalibration(models.Model):

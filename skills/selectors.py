@@ -9,7 +9,7 @@ from django.db.models import Count, Q, QuerySet
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from skills.confidence import confidence_band
-from skills.models import Experience, Origin, Outcome, Recommendation
+from skills.models import Experience, ExperienceSettings, Origin, Outcome, Recommendation
 
 OUTCOME_CREDIT = {Outcome.SUCCESS: 1.0, Outcome.PARTIAL: 0.5, Outcome.FAILURE: 0.0}
 
@@ -43,6 +43,19 @@ def experiences_recent(
     if outcome is not None:
         rows = rows.filter(outcome=outcome)
     return rows.order_by("-created_at", "-id")
+
+
+def experience_settings_get(*, tenant: Tenant) -> ExperienceSettings:
+    """The client's defaults for recall and recommend (unsaved defaults when never set)."""
+    found = ExperienceSettings.objects.filter(client=tenant.client).first()
+    return found or ExperienceSettings(organization=tenant.organization, client=tenant.client)
+
+
+def half_life_for(*, tenant: Tenant, asked: float | None) -> float | None:
+    """The half-life a recall or recommend uses: the request's (0: none), else the client's."""
+    if asked is not None:
+        return asked or None
+    return experience_settings_get(tenant=tenant).half_life_days
 
 
 def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:

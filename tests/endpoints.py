@@ -153,6 +153,8 @@ ENDPOINTS = [
     Endpoint(
         "GET", "/experiences/stats", params={"user_id": "{user_id}"}, route="experiences/stats"
     ),
+    Endpoint("GET", "/experiences/settings", route="experiences/settings"),
+    Endpoint("PUT", "/experiences/settings", {"half_life_days": 30}, route="experiences/settings"),
     Endpoint("GET", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
     Endpoint("DELETE", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
     Endpoint(

@@ -135,7 +135,12 @@ def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool 
     worker does it; with ``recommended``, a recommendation made from them too. Returns one."""
     from accounts.selectors import end_user_get
     from memory.retrieval.spaces import write_embedders
-    from skills.services.experiences import ExperienceInput, experiences_embed, experiences_record
+    from skills.services.experiences import (
+        ExperienceInput,
+        experience_settings_set,
+        experiences_embed,
+        experiences_record,
+    )
     from skills.services.retrieval import experience_recommend
 
     recorded = experiences_record(
@@ -150,6 +155,7 @@ def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool 
         experience_ids=[row.pk for row in recorded.experiences], embedders=write_embedders()
     )
     if recommended:
+        experience_settings_set(tenant=owner.tenant, half_life_days=30.0)
         experience_recommend(
             tenant=owner.tenant,
             end_user=end_user_get(tenant=owner.tenant, user_id=user_id),

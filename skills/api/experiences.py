@@ -26,6 +26,7 @@ from skills.api.serializers import (
     ExperienceBatchSerializer,
     ExperienceRecordSerializer,
     ExperienceSerializer,
+    ExperienceSettingsSerializer,
     FailureRecordSerializer,
     RecalledSerializer,
     RecallParamsSerializer,
@@ -38,8 +39,10 @@ from skills.models import Experience, Origin
 from skills.selectors import (
     ExperienceNotFoundError,
     experience_get,
+    experience_settings_get,
     experience_stats,
     experiences_recent,
+    half_life_for,
 )
 from skills.services.experiences import (
     ExperienceConflictError,
@@ -49,6 +52,7 @@ from skills.services.experiences import (
     Recorded,
     experience_delete,
     experience_record_transcript,
+    experience_settings_set,
     experience_supersede,
     experiences_record,
     transcript_digest,
@@ -251,7 +255,7 @@ class ExperienceRecallApi(RetrievalApiView):
             outcome=data.get("outcome"),
             context=_context_filters(request),
             include_superseded=data["include_superseded"],
-            half_life_days=data.get("half_life_days"),
+            half_life_days=half_life_for(tenant=self.tenant, asked=data.get("half_life_days")),
             method=data["search_method"],
         )
         results = RecalledSerializer(self.outcome.hits, many=True).data
@@ -283,7 +287,7 @@ class ExperienceRecommendApi(RetrievalApiView):
             seed=data.get("seed"),
             weight_by_relevance=data["weight_by_relevance"],
             include_superseded=data["include_superseded"],
-            half_life_days=data.get("half_life_days"),
+            half_life_days=half_life_for(tenant=self.tenant, asked=data.get("half_life_days")),
         )
         self.outcome = recommended.outcome
         body: dict[str, Any] = {
@@ -334,6 +338,28 @@ class ExperienceStatsApi(TenantAPIView):
         return Response(
             {"success": True, **experience_stats(tenant=self.tenant, end_user=end_user)}
         )
+
+
+class ExperienceSettingsApi(TenantAPIView):
+    """The calling client's defaults for recall and recommend."""
+
+    @extend_schema(responses=ExperienceSettingsSerializer, summary="The client's defaults")
+    def get(self, request: Request) -> Response:
+        return Response(
+            ExperienceSettingsSerializer(experience_settings_get(tenant=self.tenant)).data
+        )
+
+    @extend_schema(
+        request=ExperienceSettingsSerializer,
+        responses=ExperienceSettingsSerializer,
+        summary="Set the client's defaults (the half-life a request that names none uses)",
+    )
+    def put(self, request: Request) -> Response:
+        body = ExperienceSettingsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        half_life = body.validated_data.get("half_life_days") or None
+        row = experience_settings_set(tenant=self.tenant, half_life_days=half_life)
+        return Response(ExperienceSettingsSerializer(row).data)
 
 
 class _ExperienceApi(TenantAPIView):

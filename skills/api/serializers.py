@@ -61,14 +61,21 @@ class ContextField(serializers.JSONField):
         return value
 
 
-def half_life_field() -> FloatField:
+def half_life_field(**kwargs: Any) -> FloatField:
+    kwargs.setdefault(
+        "help_text",
+        "days after which an experience's weight halves (ranking only; counts stay exact); "
+        "0: no decay; default: the client's setting (GET /experiences/settings)",
+    )
     return FloatField(
-        required=False,
-        allow_null=True,
-        min_value=0.001,
-        max_value=MAX_HALF_LIFE_DAYS,
-        help_text="days after which an experience's weight halves (ranking only; counts stay "
-        "exact); default: no decay",
+        required=False, allow_null=True, min_value=0.0, max_value=MAX_HALF_LIFE_DAYS, **kwargs
+    )
+
+
+class ExperienceSettingsSerializer(serializers.Serializer):
+    half_life_days = half_life_field(
+        help_text="the half-life recall and recommend use when a request names none "
+        "(null or 0: none)"
     )
 
 

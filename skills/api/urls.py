@@ -25,6 +25,11 @@ urlpatterns = [
     path("experiences/recent", experiences.ExperienceRecentApi.as_view(), name="experience-recent"),
     path("experiences/stats", experiences.ExperienceStatsApi.as_view(), name="experience-stats"),
     path(
+        "experiences/settings",
+        experiences.ExperienceSettingsApi.as_view(),
+        name="experience-settings",
+    ),
+    path(
         "experiences/<str:experience_id>",
         experiences.ExperienceDetailApi.as_view(),
         name="experience-detail",

@@ -28,7 +28,14 @@ from memory.retrieval.index import (
     embeddings_write,
 )
 from skills.kinds import EXPERIENCE_KIND
-from skills.models import OUTCOME_SCORES, Experience, Origin, Outcome, Recommendation
+from skills.models import (
+    OUTCOME_SCORES,
+    Experience,
+    ExperienceSettings,
+    Origin,
+    Outcome,
+    Recommendation,
+)
 from skills.services.grouping import action_key, action_phrases_assign
 
 # A clock a little ahead of ours is not "the future".
@@ -222,6 +229,16 @@ def experience_record_transcript(
     documents_reindex(documents=[(EXPERIENCE_KIND, existing)], embedders=[])
     _embed_later([existing])
     return existing, True
+
+
+@transaction.atomic
+def experience_settings_set(*, tenant: Tenant, half_life_days: float | None) -> ExperienceSettings:
+    """The client's defaults for recall and recommend (None: no decay unless a request asks)."""
+    row, _ = ExperienceSettings.objects.update_or_create(
+        client=tenant.client,
+        defaults={"organization": tenant.organization, "half_life_days": half_life_days},
+    )
+    return row
 
 
 def _writable(tenant: Tenant, experience: Experience) -> None:

@@ -76,6 +76,7 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/skills/recommendation/",
         "/admin/skills/actionphrase/",
         "/admin/skills/actiongroupingcalibration/",
+        "/admin/skills/experiencesettings/",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:

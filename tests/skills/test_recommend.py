@@ -199,6 +199,25 @@ def test_a_half_life_lets_recent_evidence_win_and_counts_stay_exact(org: TenantF
     assert "half-life 30 days" in decayed["why"]
 
 
+def test_the_clients_half_life_applies_when_a_request_names_none(org: TenantFixture) -> None:
+    task = "scale the service under load"
+    record_many(
+        org,
+        history("manual scaling", "ssss", task=task, occurred_at=aged(300))
+        + history("autoscaling", "ss", task=task, occurred_at=aged(5)),
+    )
+    assert org.api.get("/experiences/settings").json() == {"half_life_days": None}
+    response = org.api.put("/experiences/settings", {"half_life_days": 30}, format="json")
+    assert response.status_code == 200 and response.json() == {"half_life_days": 30.0}
+    assert recommend(org, task)["action"] == "autoscaling"
+    # A request's own half-life wins; 0 asks for none.
+    assert recommend(org, task, half_life_days=0)["action"] == "manual scaling"
+    other = org.another_client("alice-other")
+    assert other.api.get("/experiences/settings").json() == {"half_life_days": None}
+    bad = org.api.put("/experiences/settings", {"half_life_days": -1}, format="json")
+    assert bad.status_code == 422 and "half_life_days" in bad.json()["fields"]
+
+
 def test_weighting_off_ranks_on_track_record_alone(org: TenantFixture) -> None:
     record_many(
         org,
