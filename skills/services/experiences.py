@@ -110,14 +110,26 @@ def _references_check(
     but not change, then every date in the future, named in one error."""
     errors: dict[str, list[str]] = {}
     wanted = {item.supersedes for item in items if item.supersedes is not None}
-    targets = {
-        row.pk: row
-        for row in Experience.objects.readable_by(tenant, end_user=end_user).filter(pk__in=wanted)
-    }
-    recommendations = set(
-        Recommendation.objects.readable_by(tenant, end_user=end_user)
-        .filter(pk__in={i.recommendation_id for i in items if i.recommendation_id is not None})
-        .values_list("pk", flat=True)
+    cited = {item.recommendation_id for item in items if item.recommendation_id is not None}
+    # Most records cite nothing: no query for them (half of a single record's time).
+    targets = (
+        {
+            row.pk: row
+            for row in Experience.objects.readable_by(tenant, end_user=end_user).filter(
+                pk__in=wanted
+            )
+        }
+        if wanted
+        else {}
+    )
+    recommendations = (
+        set(
+            Recommendation.objects.readable_by(tenant, end_user=end_user)
+            .filter(pk__in=cited)
+            .values_list("pk", flat=True)
+        )
+        if cited
+        else set()
     )
     for index, item in enumerate(items):
         where = f"{prefix}{index}." if prefix else ""
