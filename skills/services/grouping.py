@@ -18,6 +18,7 @@ import json
 import logging
 import re
 import statistics
+import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -49,7 +50,16 @@ _EMPTY_WORDS = frozenset(
     ).split()
 )
 _WORD = re.compile(r"[a-z0-9][a-z0-9._+/-]*[a-z0-9]|[a-z0-9]")
-_stemmer = snowballstemmer.stemmer("english")
+# A snowball stemmer keeps the word it works on in itself: one per thread (gunicorn's threads
+# record experiences at once).
+_stemmers = threading.local()
+
+
+def _stem(word: str) -> str:
+    stemmer = getattr(_stemmers, "stemmer", None)
+    if stemmer is None:
+        stemmer = _stemmers.stemmer = snowballstemmer.stemmer("english")
+    return stemmer.stemWord(word)
 
 
 def action_key(action: str) -> str:
@@ -58,7 +68,7 @@ def action_key(action: str) -> str:
     "a larger batch size" and "a smaller batch size" stay two. Text with no such word keys by
     its normalized self."""
     words = _WORD.findall(action.lower())
-    stems = sorted({_stemmer.stemWord(word) for word in words if word not in _EMPTY_WORDS})
+    stems = sorted({_stem(word) for word in words if word not in _EMPTY_WORDS})
     return " ".join(stems) if stems else _SPACES.sub(" ", action.lower()).strip()[:500]
 
 

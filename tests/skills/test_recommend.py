@@ -3,6 +3,7 @@ closed by outcomes recorded with the recommendation's id."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import numpy as np
@@ -138,6 +139,28 @@ def test_phrasings_of_the_same_words_are_one_action_and_near_misses_are_not(
     assert body["action"] in ("Added Redis cache", "use redis caching")
     limiters = [r for r in body["runners_up"] if "rate limiter" in r["action"]]
     assert [r["action"] for r in limiters] == ["add a token bucket rate limiter"]
+
+
+def test_actions_are_keyed_alike_from_many_threads_at_once() -> None:
+    """Web threads record experiences at once: each gets the key one thread alone would."""
+    actions = [
+        f"{verb} the {noun} {suffix}"
+        for verb in ("Added", "rebuilding", "configured", "restarting")
+        for noun in ("caches", "indexes", "connections", "replications", "deployments")
+        for suffix in ("quickly", "nightly", "carefully", "repeatedly")
+    ]
+    expected = [action_key(action) for action in actions]
+    results: list[list[str]] = []
+
+    def work() -> None:
+        results.append([action_key(action) for action in actions * 20])
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(result == expected * 20 for result in results)
 
 
 def test_a_calibrated_model_joins_phrasings_at_or_above_its_threshold(
