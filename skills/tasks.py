@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 
 from memory.providers.embeddings import EmbeddingTransientError
 from memory.retrieval.spaces import write_embedders
@@ -37,7 +39,11 @@ def experiences_embed_task(self, experience_ids: list[int]) -> int:  # noqa: ANN
 def embed_pending_experiences() -> int:
     """The safety net of experience embedding: rows whose job the broker lost."""
     embedders = write_embedders()
-    pending = experiences_unembedded(model=embedders[0].model_name, limit=SWEEP_BATCH)
+    pending = experiences_unembedded(
+        model=embedders[0].model_name,
+        limit=SWEEP_BATCH,
+        older_than=timedelta(seconds=settings.EXTRACTION_REQUEUE_AFTER),
+    )
     if pending:
         logger.info("embedding %s experiences the queue missed", len(pending))
         return experiences_embed(experience_ids=pending, embedders=embedders)

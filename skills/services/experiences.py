@@ -320,11 +320,13 @@ def experiences_embed(
     return embedded
 
 
-def experiences_unembedded(*, model: str, limit: int) -> list[int]:
-    """Experiences with no embedding by ``model`` yet (the beat's sweep for embedding jobs a
-    broker outage lost), oldest first."""
+def experiences_unembedded(*, model: str, limit: int, older_than: timedelta) -> list[int]:
+    """Experiences recorded more than ``older_than`` ago with no embedding by ``model`` yet
+    (the beat's sweep for embedding jobs a broker outage lost), oldest first. Younger ones
+    are still in the queue: taking them too embedded a backlog twice."""
     return list(
         Experience.objects.exclude(embeddings__model=model)
+        .filter(created_at__lt=timezone.now() - older_than)
         .order_by("pk")
         .values_list("pk", flat=True)[:limit]
     )

@@ -20,7 +20,7 @@ import re
 import statistics
 import threading
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -62,11 +62,13 @@ def _stem(word: str) -> str:
     return stemmer.stemWord(word)
 
 
+@lru_cache(maxsize=4096)
 def action_key(action: str) -> str:
     """An action's key: the stems of its words that name what was done, sorted, so that
     "Added Redis cache", "use redis caching" and "a Redis cache." are one action while
     "a larger batch size" and "a smaller batch size" stay two. Text with no such word keys by
-    its normalized self."""
+    its normalized self. Cached: a batch names few actions many times, and stemming was a
+    third of its time (bench/RESULTS.md)."""
     words = _WORD.findall(action.lower())
     stems = sorted({_stem(word) for word in words if word not in _EMPTY_WORDS})
     return " ".join(stems) if stems else _SPACES.sub(" ", action.lower()).strip()[:500]

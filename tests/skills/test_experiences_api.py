@@ -9,8 +9,10 @@ import pytest
 from django.utils import timezone
 
 from memory.models import Posting
+from memory.retrieval.spaces import write_embedders
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import Experience
+from skills.services.experiences import experiences_unembedded
 from skills.services.grouping import action_key
 from tests.factories import TenantFixture
 from tests.skills.experiences import aged, embed_all, record, record_many
@@ -395,3 +397,20 @@ def test_stats_count_the_users_experiences(org: TenantFixture) -> None:
     assert stats["embedding_pending"] == 3
     embed_all()
     assert org.api.get("/experiences/stats", {"user_id": "ada"}).json()["embedding_pending"] == 0
+
+
+def test_the_sweep_takes_what_the_queue_lost_not_what_it_still_holds(org: TenantFixture) -> None:
+    old = record(org, task="t", action="a", outcome="success")
+    young = record(org, task="t", action="b", outcome="success")
+    Experience.objects.filter(pk=int(old["id"])).update(
+        created_at=timezone.now() - timedelta(minutes=10)
+    )
+    pending = experiences_unembedded(
+        model=write_embedders()[0].model_name, limit=100, older_than=timedelta(minutes=2)
+    )
+    assert pending == [int(old["id"])]
+    assert int(young["id"]) not in pending
+    embed_all()
+    assert not experiences_unembedded(
+        model=write_embedders()[0].model_name, limit=100, older_than=timedelta(0)
+    )
