@@ -15,7 +15,16 @@ import pytest
 from django.db import connections
 
 from accounts.models import EndUser
-from bench import auth, fairness, faults, ingest, retrieval_latency, retrieval_quality
+from bench import (
+    auth,
+    experience_quality,
+    experiences,
+    fairness,
+    faults,
+    ingest,
+    retrieval_latency,
+    retrieval_quality,
+)
 from bench.common import SMOKE_NOTE
 from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
@@ -513,3 +522,46 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
 
     assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
+
+
+# --- Experiences ------------------------------------------------------------------------------
+
+
+def test_experiences_records_both_ways_waits_for_embeddings_and_times_the_queries(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    json_out = tmp_path / "figures.json"
+
+    assert experiences.main([*smoke_argv, "--json-out", str(json_out)]) == 0
+
+    out = capsys.readouterr().out
+    # The generator's exact 60 / 30 / 10 % outcomes.
+    assert "200 experiences (" in out
+    assert "{'success': 120, 'partial': 20, 'failure': 60}" in out
+    assert re.search(r"POST /experiences \(single\) .* statuses \{201: 40\}", out)
+    assert re.search(r"POST /experiences \(40 each\) .* statuses \{201: 4\}", out)
+    assert re.search(r"recallable: 200 experiences stored and embedded [\d.]+ s after", out)
+    assert re.search(r"^recommend p50 +[\d.]+ ms +- +-$", out, re.MULTILINE)
+    assert "Mimir: not run (no --mimir-python)" in out
+    assert SMOKE_NOTE in out
+    figures = json.loads(json_out.read_text())
+    ours = figures["ours"]
+    assert ours["record_single"]["count"] + ours["record_batch"]["count"] == 200
+    assert ours["recall"]["n"] == ours["recommend"]["n"] == 8
+    assert figures["mimir"] is None
+    assert not EndUser.objects.filter(user_id__startswith="exbench-").exists()
+
+
+def test_experience_quality_scores_each_half_and_deletes_its_user(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    json_out = tmp_path / "quality.json"
+
+    assert experience_quality.main([*smoke_argv, "--json-out", str(json_out)]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(r"dev +recall@5 [\d.]+ MRR [\d.]+ \(\d+ cases\); recommend", out)
+    figures = json.loads(json_out.read_text())
+    assert set(figures) == {"dev", "test"}
+    assert figures["dev"]["recall_cases"] + figures["test"]["recall_cases"] > 0
+    assert not EndUser.objects.filter(user_id__startswith="exq-").exists()

