@@ -5,25 +5,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_api_key_reveals_secrets'),
-        ('skills', '0002_action_grouping_bundled'),
+        ("accounts", "0003_api_key_reveals_secrets"),
+        ("skills", "0002_action_grouping_bundled"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ExperienceSettings',
+            name="ExperienceSettings",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('half_life_days', models.FloatField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('client', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='experience_settings', to='accounts.client')),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='accounts.organization')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("half_life_days", models.FloatField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "client",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="experience_settings",
+                        to="accounts.client",
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="accounts.organization",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'experience settings',
-                'verbose_name_plural': 'experience settings',
+                "verbose_name": "experience settings",
+                "verbose_name_plural": "experience settings",
             },
         ),
     ]
