@@ -9,9 +9,14 @@ from django.db.models import Count, Q, QuerySet
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from skills.confidence import confidence_band
-from skills.models import Experience, ExperienceSettings, Origin, Outcome, Recommendation
-
-OUTCOME_CREDIT = {Outcome.SUCCESS: 1.0, Outcome.PARTIAL: 0.5, Outcome.FAILURE: 0.0}
+from skills.models import (
+    OUTCOME_SCORES,
+    Experience,
+    ExperienceSettings,
+    Origin,
+    Outcome,
+    Recommendation,
+)
 
 
 class ExperienceNotFoundError(Exception):
@@ -81,7 +86,7 @@ def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
             confidence_band(confidence), {"outcomes": 0, "credit": 0.0, "confidence": 0.0}
         )
         band["outcomes"] += 1
-        band["credit"] += OUTCOME_CREDIT[Outcome(outcome)]
+        band["credit"] += OUTCOME_SCORES[Outcome(outcome)]  # a partial is half a success
         band["confidence"] += confidence
     return {
         "total": totals["total"],

@@ -178,14 +178,12 @@ class ExperienceConversationApi(TenantAPIView):
             raise UnprocessableEntity(
                 {"outcome": ["The transcript does not say how it went: give the outcome."]}
             )
-        # A score graded another verdict than the one that wins: left to the outcome's default.
-        score = data.get("score") if data.get("outcome") or draft.outcome == outcome else None
         item = experience_input(
             {
                 "task": draft.task,
                 "action": draft.action,
                 "outcome": outcome,
-                "score": score,
+                "score": data.get("score"),
                 "context": (data.get("context") or {}) | {"source": "transcript"},
                 "filter_tags": data.get("filter_tags"),
                 "recommendation_id": data.get("recommendation_id"),
@@ -413,9 +411,7 @@ class ExperienceSupersedeApi(_ExperienceApi):
         body = SupersedeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            by = experience_get(
-                tenant=self.tenant, experience_id=body.validated_data["by"], end_user=row.end_user
-            )
+            by = experience_get(tenant=self.tenant, experience_id=body.validated_data["by"])
         except ExperienceNotFoundError:
             # 409, not 404: the experience in the path exists; what it cannot be replaced by is
             # any experience the caller cannot see (missing, another tenant's, another user's).

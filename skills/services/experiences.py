@@ -105,9 +105,9 @@ def score_warning(outcome: str, score: float) -> str | None:
 def _references_check(
     *, tenant: Tenant, end_user: EndUser, items: Sequence[ExperienceInput], prefix: str
 ) -> dict[int, Experience]:
-    """The experiences the items supersede, each the caller's own and of the same user. A
-    reference to nothing the caller can see is the first error, then one the caller may read
-    but not change, then every date in the future, named in one error."""
+    """The experiences the items supersede, each the caller's own and of the same user. The
+    first wrong reference refuses the lot (one the caller cannot see: 404; one it may read but
+    not change: 403); otherwise every date in the future is named in one error."""
     errors: dict[str, list[str]] = {}
     wanted = {item.supersedes for item in items if item.supersedes is not None}
     cited = {item.recommendation_id for item in items if item.recommendation_id is not None}
@@ -137,11 +137,8 @@ def _references_check(
             raise ExperienceReferenceError(f"{where}supersedes", "experience")
         if item.recommendation_id is not None and item.recommendation_id not in recommendations:
             raise ExperienceReferenceError(f"{where}recommendation_id", "recommendation")
-    for item in items:
         if item.supersedes is not None:
             _writable(tenant, targets[item.supersedes])
-    for index, item in enumerate(items):
-        where = f"{prefix}{index}." if prefix else ""
         if item.occurred_at is not None and item.occurred_at > timezone.now() + FUTURE_TOLERANCE:
             errors[f"{where}occurred_at"] = ["Must not be in the future."]
     if errors:

@@ -11,9 +11,10 @@ query. An action that has only failed is never recommended.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -118,8 +119,9 @@ class ActionRecord:
     hits: list[Hit] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
 
-    @property
+    @cached_property
     def counts(self) -> dict[str, int]:
+        """Read once every hit is in."""
         tally = Counter(hit.row.outcome for hit in self.hits)
         return {
             "success": tally[Outcome.SUCCESS],
@@ -212,11 +214,10 @@ def experience_recommend(
     groups = action_groups_of([hit.row for hit in found.hits])
     best_score = max(hit.candidate.score for hit in found.hits)
     now = timezone.now()
-    records: dict[str, ActionRecord] = defaultdict(lambda: ActionRecord(key=""))
+    records: dict[str, ActionRecord] = {}
     for hit in found.hits:
         key = groups[hit.row.pk]
-        record = records[key]
-        record.key = key
+        record = records.setdefault(key, ActionRecord(key=key))
         record.hits.append(hit)
         record.weights.append(
             _relevance(hit, best_score)

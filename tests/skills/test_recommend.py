@@ -247,9 +247,13 @@ def test_weighting_off_ranks_on_track_record_alone(org: TenantFixture) -> None:
         history("add a redis cache", "ss")
         + history("shard the sessions table", "sss", task="sessions table is growing too big"),
     )
-    assert recommend(org, "login times out, sessions are slow")["found"] is True
-    unweighted = recommend(org, "login times out, sessions are slow", weight_by_relevance="false")
+    # Proven on the very task, 2 of 2 wins by relevance; on track record alone 3 of 3 does.
+    weighted = recommend(org, "the login page times out under load")
+    assert weighted["action"] == "add a redis cache" and weighted["confidence"] == 0.4307
+    assert weighted["runners_up"][0]["action"] == "shard the sessions table"
+    unweighted = recommend(org, "the login page times out under load", weight_by_relevance="false")
     assert unweighted["action"] == "shard the sessions table"
+    assert unweighted["confidence"] == 0.5559
 
 
 def test_explore_draws_by_thompson_sampling_reproducibly(org: TenantFixture) -> None:
