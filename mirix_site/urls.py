@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("sessions.api.urls")),
     path("", include("memory.api.urls")),
     path("", include("skills.api.urls")),
+    path("", include("images.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),

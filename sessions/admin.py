@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from accounts.admin import ReadOnlyAdmin
-from sessions.models import Message, Session
+from sessions.models import Message, MessageImage, Session
 
 
 class MessageInline(admin.TabularInline):
@@ -20,6 +21,34 @@ class MessageInline(admin.TabularInline):
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+class MessageImageInline(admin.TabularInline):
+    """The images a turn carries; a remote one's fetch, and why it failed if it did."""
+
+    model = MessageImage
+    fields = ["part", "image", "fetch", "fetch_status", "fetch_reason", "fetch_finished_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[MessageImage]:
+        return super().get_queryset(request).select_related("image", "fetch")
+
+    @admin.display(description="fetch")
+    def fetch_status(self, link: MessageImage) -> str:
+        return link.fetch.status if link.fetch else "-"
+
+    @admin.display(description="failure")
+    def fetch_reason(self, link: MessageImage) -> str:
+        return link.fetch.reason if link.fetch else ""
+
+    @admin.display(description="finished")
+    def fetch_finished_at(self, link: MessageImage) -> object:
+        return link.fetch.finished_at if link.fetch else None
 
 
 @admin.register(Session)
@@ -88,3 +117,4 @@ class MessageAdmin(ReadOnlyAdmin):
         "extraction_attempts",
         "extracted_at",
     ]
+    inlines = [MessageImageInline]

@@ -4,6 +4,11 @@ Content is a string or a list of parts: ``{"type": "text", "text"}``, ``{"type":
 "image_url": {"url": "https://… | data:image/…"}}`` or ``{"type": "image", "image_id": sha256}``.
 A ``file_uri`` part or any ``file:`` URL is refused: the server never reads its own files for a
 caller. Errors are ``ValidationError``s keyed by the part's path, e.g. ``content.1.image_url``.
+
+An inline (``data:``) image is decoded and validated here, before anything is stored, and its
+part becomes an ``image`` part naming the stored bytes' hash: the message keeps a reference,
+not megabytes of base64. A remote URL is checked for what can be refused without a lookup (its
+scheme, credentials, an address spelled in it); the worker vets where it really leads.
 """
 
 from __future__ import annotations
@@ -15,18 +20,12 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from images.sources import IMAGE_ID_PATTERN, IMAGE_URL_PATTERN, image_source_read
+from images.validation import ValidImage
+
 MAX_TOOL_CALLS = 128
 MAX_NAME_CHARS = 255
-# Patterns in the dialect ECMA and Python share: ``message_schema`` publishes them.
-IMAGE_ID_PATTERN = r"^[0-9a-f]{64}$"
-# An image URL: http(s), or an inline base64 image (its media type and parameters bounded, so
-# the check reads at most ~200 characters of a data URL). Schemes are case-insensitive.
-IMAGE_URL_PATTERN = (
-    r"^([Hh][Tt][Tt][Pp][Ss]?://|[Dd][Aa][Tt][Aa]:[Ii][Mm][Aa][Gg][Ee]/[A-Za-z0-9.+-]{1,50}"
-    r"(;[A-Za-z0-9=.+-]{1,30}){0,4};[Bb][Aa][Ss][Ee]64,)"
-)
 _IMAGE_ID = re.compile(IMAGE_ID_PATTERN)
-_IMAGE_URL = re.compile(IMAGE_URL_PATTERN)
 
 
 @dataclass
@@ -39,28 +38,19 @@ class MessageInput:
     tool_calls: list[dict[str, Any]] | None = None
     name: str = ""
     tool_call_id: str = ""
+    # The remote image URLs, in order (their parts keep them), to fetch once stored.
     image_urls: list[str] = field(default_factory=list)
+    # The inline images, validated, by the SHA-256 their ``image`` parts now name.
+    inline_images: dict[str, ValidImage] = field(default_factory=dict)
+
+    @property
+    def image_ids(self) -> list[str]:
+        """The hashes of the images the message shows (inline or named), in order."""
+        return [part["image_id"] for part in self.parts if part["type"] == "image"]
 
 
-def _image_url_check(url: Any, where: str) -> str:
-    if not isinstance(url, str) or not url:
-        raise ValidationError({where: ["An image URL is required."]})
-    if _IMAGE_URL.match(url):
-        return url
-    lowered = url[:16].lower()
-    if lowered.startswith("file:"):
-        raise ValidationError(
-            {where: ["file: URLs are refused: the server never reads its own files."]}
-        )
-    if lowered.startswith("data:"):
-        raise ValidationError(
-            {where: ["A data: URL must be a base64 image (data:image/...;base64,...)."]}
-        )
-    raise ValidationError({where: ["Only https://, http:// and data:image/ URLs are accepted."]})
-
-
-def _part_normalize(part: Any, where: str) -> tuple[dict[str, Any], str, str | None]:
-    """(stored part, its text, its image URL)."""
+def _part_normalize(part: Any, where: str, message: MessageInput) -> tuple[dict[str, Any], str]:
+    """(stored part, its text); images found are added to ``message``."""
     if not isinstance(part, dict):
         raise ValidationError({where: ["A content part must be an object with a type."]})
     kind = part.get("type")
@@ -68,19 +58,23 @@ def _part_normalize(part: Any, where: str) -> tuple[dict[str, Any], str, str | N
         text = part.get("text")
         if not isinstance(text, str):
             raise ValidationError({f"{where}.text": ["Must be a string."]})
-        return {"type": "text", "text": text}, text, None
+        return {"type": "text", "text": text}, text
     if kind == "image_url":
         image = part.get("image_url")
         url = image.get("url") if isinstance(image, dict) else image
-        url = _image_url_check(url, f"{where}.image_url")
-        return {"type": "image_url", "image_url": {"url": url}}, "", url
+        source = image_source_read(url, where=f"{where}.image_url")
+        if source.url is None:
+            message.inline_images[source.sha256] = source.image
+            return {"type": "image", "image_id": source.sha256}, ""
+        message.image_urls.append(source.url)
+        return {"type": "image_url", "image_url": {"url": source.url}}, ""
     if kind == "image":
         image_id = part.get("image_id")
         if not isinstance(image_id, str) or not _IMAGE_ID.fullmatch(image_id):
             raise ValidationError(
                 {f"{where}.image_id": ["Must be the image's sha256 (64 hex characters)."]}
             )
-        return {"type": "image", "image_id": image_id}, "", None
+        return {"type": "image", "image_id": image_id}, ""
     if kind == "file_uri":
         raise ValidationError(
             {where: ["file_uri parts are refused: the server never reads its own files."]}
@@ -133,14 +127,13 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
         raw_parts = content
     else:
         raise ValidationError({f"{where}.content": ["A string or a list of parts."]})
-    parts, texts, image_urls = [], [], []
+    message = MessageInput(role=role, parts=[], text="")
+    texts = []
     for index, part in enumerate(raw_parts):
-        stored, text, url = _part_normalize(part, f"{where}.content.{index}")
-        parts.append(stored)
+        stored, text = _part_normalize(part, f"{where}.content.{index}", message)
+        message.parts.append(stored)
         if text:
             texts.append(text)
-        if url:
-            image_urls.append(url)
     text = "\n".join(texts)
     if len(text) > settings.MESSAGE_MAX_CHARS:
         raise ValidationError(
@@ -150,17 +143,11 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
                 ]
             }
         )
-    name = _name_check(raw.get("name"), f"{where}.name")
-    tool_call_id = _name_check(raw.get("tool_call_id"), f"{where}.tool_call_id")
-    return MessageInput(
-        role=role,
-        parts=parts,
-        text=text,
-        tool_calls=_tool_calls_normalize(raw.get("tool_calls"), f"{where}.tool_calls"),
-        name=name,
-        tool_call_id=tool_call_id,
-        image_urls=image_urls,
-    )
+    message.text = text
+    message.name = _name_check(raw.get("name"), f"{where}.name")
+    message.tool_call_id = _name_check(raw.get("tool_call_id"), f"{where}.tool_call_id")
+    message.tool_calls = _tool_calls_normalize(raw.get("tool_calls"), f"{where}.tool_calls")
+    return message
 
 
 def message_schema(*, roles: tuple[str, ...]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Owned
+from images.models import ImageFetch, ImageObject
 
 
 class Session(Owned):
@@ -131,3 +132,32 @@ class Message(Owned):
 
     def __str__(self) -> str:
         return f"{self.role} #{self.position} of session {self.session_id}"
+
+
+class MessageImage(Owned):
+    """An image a message carries, at ``part`` (its index among the message's content parts):
+    the stored image once there is one and, for a remote URL, the fetch that brings it in.
+
+    These rows are what keeps an image alive: when the last one naming an image goes (its
+    message, session, user or organization deleted), the image is released
+    (``images.services.images_release``, from this app's ``post_delete`` receiver)."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="images")
+    part = models.PositiveSmallIntegerField()
+    # RESTRICT, not PROTECT: deleting an organization takes its images and these links in one
+    # cascade, which RESTRICT allows; deleting an image some message still shows is refused.
+    image = models.ForeignKey(
+        ImageObject, on_delete=models.RESTRICT, null=True, blank=True, related_name="+"
+    )
+    fetch = models.ForeignKey(
+        ImageFetch, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["message_id", "part"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "part"], name="message_image_part_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"image of message #{self.message_id}, part {self.part}"

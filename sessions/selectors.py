@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
+from django.db.models import Case, IntegerField, Prefetch, Q, QuerySet, Value, When
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from sessions.models import Message, Session
+from sessions.models import Message, MessageImage, Session
 
 
 def session_list(*, tenant: Tenant, end_user: EndUser) -> QuerySet[Session]:
@@ -44,7 +45,13 @@ def session_get_own(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Se
 
 def message_list(*, tenant: Tenant, session: Session) -> QuerySet[Message]:
     """The session's turns in the order they were sent."""
-    return Message.objects.readable_by(tenant).filter(session=session).order_by("position")
+    links = MessageImage.objects.select_related("image", "fetch").order_by("part")
+    return (
+        Message.objects.readable_by(tenant)
+        .filter(session=session)
+        .prefetch_related(Prefetch("images", queryset=links))
+        .order_by("position")
+    )
 
 
 # --- Extraction state (see Message): the memory app's worker reads turns only through these.
@@ -151,3 +158,30 @@ def messages_pending_owners_list(*, created_before: datetime) -> list[PendingOwn
         .values_list("organization_id", "client_id", "end_user_id")
         .distinct()
     ]
+
+
+def message_image_ids(*, message_ids: Iterable[int]) -> dict[int, list[str]]:
+    """The stored images (their hashes, in part order) of each of these turns that shows any.
+    The turns' ids come from rows the caller already reads (a memory's provenance)."""
+    ids = sorted(set(message_ids))
+    shown: dict[int, list[str]] = {}
+    if not ids:
+        return shown
+    links = (
+        MessageImage.objects.filter(message_id__in=ids, image__isnull=False)
+        .order_by("message_id", "part")
+        .values_list("message_id", "image__sha256")
+    )
+    for message_id, sha256 in links:
+        shown.setdefault(message_id, []).append(sha256)
+    return shown
+
+
+def messages_showing(*, tenant: Tenant, end_user: EndUser, image_ids: Iterable[str]) -> list[int]:
+    """The ids of the user's turns the tenant may read that show one of these images."""
+    return list(
+        MessageImage.objects.readable_by(tenant, end_user=end_user)
+        .filter(image__organization=tenant.organization, image__sha256__in=set(image_ids))
+        .values_list("message_id", flat=True)
+        .distinct()
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
@@ -13,8 +14,10 @@ from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from images.models import ImageFetch, ImageObject
+from images.services import image_fetch_publish, image_store, images_hold, images_release
 from sessions.content import MessageInput
-from sessions.models import Message, Session
+from sessions.models import Message, MessageImage, Session
 from sessions.signals import session_closed
 
 logger = logging.getLogger(__name__)
@@ -26,6 +29,11 @@ class SessionClosedError(Exception):
 
 class SessionTagMismatchError(Exception):
     """The caller named a tag (chat/task) other than the existing session's."""
+
+
+class MessageImageMissingError(Exception):
+    """A turn names an image (``image_id``) the organization does not have: a reference to
+    nothing, answered as any missing object is (another organization's image alike)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,10 @@ def messages_add(
 ) -> AddedMessages:
     """Store the turns, in the order given, after the session's earlier turns (opening the
     session if new; without a session_id, the user's open default conversation). Task-session
-    turns are kept for skill learning and skip memory extraction. Raises SessionClosedError
-    and SessionTagMismatchError, having stored nothing."""
+    turns are kept for skill learning and skip memory extraction. Inline images are stored,
+    named ones checked, remote ones queued for the worker to fetch once the turns commit.
+    Raises SessionClosedError, SessionTagMismatchError and MessageImageMissingError, having
+    stored nothing."""
     now = timezone.now()
     created = False
     reserved = _positions_reserve(
@@ -150,6 +160,7 @@ def messages_add(
     session_pk, first_position, session_tag = reserved
     if tag is not None and tag != session_tag:
         raise SessionTagMismatchError(session_id)
+    images = _message_images_resolve(tenant=tenant, messages=messages)
     extraction = (
         Message.Extraction.SKIPPED
         if session_tag == Session.Tag.TASK
@@ -176,6 +187,7 @@ def messages_add(
             for offset, message in enumerate(messages)
         ]
     )
+    _message_images_link(tenant=tenant, end_user=end_user, rows=rows, images=images)
     return AddedMessages(
         session_pk=session_pk,
         session_id=session_id,
@@ -184,6 +196,80 @@ def messages_add(
         session_created=created,
         extraction_pending=bool(rows) and extraction == Message.Extraction.PENDING,
     )
+
+
+def _message_images_resolve(
+    *, tenant: Tenant, messages: list[MessageInput]
+) -> dict[str, ImageObject]:
+    """The images the turns show, by hash: inline ones stored now, named ones held against
+    release until commit. Raises MessageImageMissingError for a name the organization has
+    no image of."""
+    images: dict[str, ImageObject] = {}
+    for message in messages:
+        for sha256, valid in message.inline_images.items():
+            if sha256 not in images:
+                images[sha256] = image_store(
+                    organization=tenant.organization, client=tenant.client, image=valid
+                )
+    named = {sha for message in messages for sha in message.image_ids} - images.keys()
+    images |= images_hold(organization=tenant.organization, sha256s=named)
+    missing = [
+        part["image_id"]
+        for message in messages
+        for part in message.parts
+        if part["type"] == "image" and part["image_id"] not in images
+    ]
+    if missing:
+        raise MessageImageMissingError(missing[0])
+    return images
+
+
+def _message_images_link(
+    *, tenant: Tenant, end_user: EndUser, rows: list[Message], images: dict[str, ImageObject]
+) -> None:
+    """A link row per image part of the stored turns; a remote URL's link waits on a fetch,
+    queued once the turns commit."""
+    owner = {"organization": tenant.organization, "client": tenant.client}
+    links: list[MessageImage] = []
+    fetches: list[ImageFetch] = []
+    for row in rows:
+        for part_index, part in enumerate(row.content):
+            link = MessageImage(**owner, end_user=end_user, message=row, part=part_index)
+            if part["type"] == "image":
+                link.image = images[part["image_id"]]
+            elif part["type"] == "image_url":
+                link.fetch = ImageFetch(**owner, url=part["image_url"]["url"])
+                fetches.append(link.fetch)
+            else:
+                continue
+            links.append(link)
+    if not links:
+        return
+    ImageFetch.objects.bulk_create(fetches)
+    for link in links:
+        link.fetch_id = link.fetch.pk if link.fetch is not None else None
+    MessageImage.objects.bulk_create(links)
+    for fetch in fetches:
+        transaction.on_commit(partial(image_fetch_publish, fetch_id=fetch.pk))
+
+
+@transaction.atomic
+def message_images_fetched(*, fetch: ImageFetch) -> int:
+    """A remote image of some turns arrived: their links now name it. Returns how many."""
+    if fetch.image_id is None:
+        return 0
+    return MessageImage.objects.filter(fetch=fetch, image__isnull=True).update(
+        image_id=fetch.image_id
+    )
+
+
+def message_image_unlinked(*, link: MessageImage) -> None:
+    """A link row went (its message, session, user or organization deleted): its fetch goes
+    with it, and its image if nothing names it any more."""
+    if link.fetch_id is not None:
+        ImageFetch.objects.filter(pk=link.fetch_id).delete()
+    if link.image_id is not None:
+        images_release(image_ids=[link.image_id])
 
 
 @transaction.atomic

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable, Iterator
 
 import pytest
 from celery.contrib.testing.worker import start_worker
 from django.core.servers.basehttp import WSGIRequestHandler
 
+from images import fetch as image_fetch_module
 from memory.retrieval.lanes import lanes_close
 from mirix_site.celery import app as celery_app
 from tests.factories import TenantFixture, tenant_fixture
@@ -23,6 +26,32 @@ def _lane_connections_closed(django_db_setup: None) -> Iterator[None]:
     gone before the test database is dropped."""
     yield
     lanes_close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _image_fetches_stay_on_this_machine() -> Iterator[None]:
+    """Whatever a test sends (schemathesis generates image URLs by the hundred), the image
+    fetcher reaches loopback only and resolves no name but ``localhost``: a fetch a test did
+    not mean to make fails instead of leaving the machine. tests/images/test_fetch.py wraps
+    the same two steps with its own recorders, inside these."""
+    connect, resolve = image_fetch_module._connect, image_fetch_module._system_resolve
+
+    def loopback_connect(address: str, port: int, timeout: float) -> socket.socket:
+        if not ipaddress.ip_address(address).is_loopback:
+            raise ConnectionRefusedError(f"tests connect to loopback only, not {address}")
+        return connect(address, port, timeout)
+
+    def localhost_resolve(host: str, port: int) -> list[str]:
+        if host != "localhost":
+            raise socket.gaierror(socket.EAI_NONAME, f"tests resolve localhost only, not {host}")
+        return resolve(host, port)
+
+    # For a test that replaces getaddrinfo itself and checks how the fetcher calls it.
+    localhost_resolve.unguarded = resolve  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(image_fetch_module, "_connect", loopback_connect)
+        patch.setattr(image_fetch_module, "_system_resolve", localhost_resolve)
+        yield
 
 
 @pytest.fixture

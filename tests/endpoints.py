@@ -10,17 +10,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accounts.services import end_user_create_or_get
+from images.services import image_fetch_request
 from memory.agent_config import meta_agent_settings_from_provider
 from memory.models import EpisodicMemory
 from memory.services import meta_agent_initialize
-from tests.factories import TenantFixture, chat_turns, experiences_create, memories_create
+from tests.factories import (
+    TenantFixture,
+    chat_turns,
+    data_url,
+    experiences_create,
+    image_create,
+    memories_create,
+    png_bytes,
+)
 
 
 @dataclass(frozen=True)
 class Endpoint:
     method: str
     # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id},
-    # {experience_id}: filled
+    # {experience_id}, {image_id}, {fetch_id}: filled
     # with objects of the tenant under test (or of another tenant, for the 404 test).
     path: str
     body: dict[str, Any] | None = None
@@ -163,6 +172,9 @@ ENDPOINTS = [
         {"by": "{experience_id}"},
         route="experiences/<str:experience_id>/supersede",
     ),
+    Endpoint("POST", "/images", {"url": data_url(png_bytes(color=(1, 2, 3)))}, route="images"),
+    Endpoint("GET", "/images/{image_id}", route="images/<sha256:sha256>"),
+    Endpoint("GET", "/images/fetches/{fetch_id}", route="images/fetches/<int:fetch_id>"),
 ]
 
 # Routes that are deliberately public or not part of the key-authenticated API.
@@ -210,10 +222,16 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
     memories_create(owner, user_id=user.user_id)
     episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
     experience = experiences_create(owner, user_id=user.user_id)
+    image = image_create(owner)
+    fetch = image_fetch_request(
+        organization=owner.organization, client=owner.client, url="https://images.test/a.png"
+    )
     return {
         "user_id": user.user_id,
         "agent_id": meta_agent.pk,
         "session_id": "owned-session",
         "memory_id": str(episodic.pk),
         "experience_id": str(experience.pk),
+        "image_id": image.sha256,
+        "fetch_id": str(fetch.pk),
     }

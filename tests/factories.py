@@ -77,6 +77,24 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     )
     memories_create(owner, user_id="rows-user")
     experiences_create(owner, user_id="rows-user", recommended=True)
+    from images.services import image_fetch_request
+
+    owner.api.post(
+        "/memory/add",
+        {
+            "user_id": "rows-user",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": data_url(png_bytes())}}],
+                }
+            ],
+        },
+        format="json",
+    )
+    image_fetch_request(
+        organization=owner.organization, client=owner.client, url="https://images.test/b.png"
+    )
 
 
 def chat_turns(*texts: str) -> list[dict[str, object]]:
@@ -162,3 +180,31 @@ def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool 
             task="the login is slow",
         )
     return recorded.experiences[0]
+
+
+def png_bytes(
+    *, color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (8, 6)
+) -> bytes:
+    """A small PNG of one colour: distinct colours make distinct images."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    import base64
+
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def image_create(owner: TenantFixture, *, data: bytes | None = None) -> Any:
+    """An image of the owner's organization, stored as an upload stores it."""
+    from images.services import image_store_bytes
+
+    return image_store_bytes(
+        organization=owner.organization, client=owner.client, data=data or png_bytes()
+    )

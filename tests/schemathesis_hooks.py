@@ -16,6 +16,9 @@ from typing import Any
 import schemathesis
 from schemathesis import Case, GenerationMode, HookContext
 
+from images.fetch import url_check
+from images.validation import ImageInvalidError, data_url_decode, image_validate
+
 # memory.types' searchable kinds and their text fields (SearchParamsSerializer's search_field
 # names one of the searched type's), with the names the MIRIX client uses for the vault.
 TEXT_FIELDS = {
@@ -55,6 +58,48 @@ def _search(case: Case) -> bool:
     )
 
 
+def _image_url_real(url: Any) -> bool:
+    """An image URL the schema's pattern allows is a real one (``images.sources``): a data:
+    URL holds a PNG, JPEG, WebP or GIF within the limits; an http(s) URL has a host that may be
+    fetched (not an internal address in any spelling)."""
+    if not isinstance(url, str):
+        return True
+    if url[:5].lower() == "data:":
+        try:
+            image_validate(data=data_url_decode(url=url, max_bytes=10**7), max_bytes=10**7)
+        except ImageInvalidError:
+            return False
+        return True
+    return url_check(url=url) is None
+
+
+def _images_real(messages: Any) -> bool:
+    """Every image of the turns is real (``_image_url_real``). Named images (``image_id``)
+    that the organization lacks answer 404, which the checks accept."""
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                image = part.get("image_url")
+                if not _image_url_real(image.get("url") if isinstance(image, dict) else image):
+                    return False
+    return True
+
+
+def _image_upload(case: Case) -> bool:
+    """ImageUploadApi: an uploaded file is an image (``images.validation``); a URL, a real
+    image's (``_image_url_real``)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    upload = body.get("file")
+    if isinstance(upload, str | bytes):
+        data = upload.encode() if isinstance(upload, str) else upload
+        try:
+            image_validate(data=data, max_bytes=10**7)
+        except ImageInvalidError:
+            return False
+    return _image_url_real(body.get("url"))
+
+
 def _has_text_or_image(message: Any) -> bool:
     if not isinstance(message, dict):
         return False
@@ -74,8 +119,10 @@ def _conversation(case: Case) -> bool:
     """RetrieveConversationInputSerializer: some message holds text or an image."""
     body = case.body if isinstance(case.body, dict) else {}
     messages = body.get("messages")
-    return _dates_in_order(body) and (
-        not isinstance(messages, list) or any(map(_has_text_or_image, messages))
+    return (
+        _dates_in_order(body)
+        and _images_real(messages)
+        and (not isinstance(messages, list) or any(map(_has_text_or_image, messages)))
     )
 
 
@@ -85,6 +132,8 @@ def _add(case: Case) -> bool:
     tags = body.get("filter_tags") if isinstance(body.get("filter_tags"), dict) else {}
     session_id, tagged = body.get("session_id"), tags.get("session_id")
     if session_id is not None and tagged is not None and session_id != tagged:
+        return False
+    if not _images_real(body.get("messages")):
         return False
     return body.get("session_tag") != "task" or (session_id or tagged) is not None
 
@@ -127,6 +176,7 @@ def _transcript(case: Case) -> bool:
 
     return (
         body.get("outcome") is not None
+        and _images_real(messages)
         and any(m.get("role") == "user" and text(m) for m in messages)
         and any(m.get("role") == "assistant" and (text(m) or m.get("tool_calls")) for m in messages)
     )
@@ -141,6 +191,7 @@ RULES: dict[tuple[str, str], Callable[[Case], bool]] = {
     ("POST", "/memory/retrieve/conversation"): _conversation,
     ("POST", "/memory/add"): _add,
     ("POST", "/agents/meta/initialize"): _initialize,
+    ("POST", "/images"): _image_upload,
 }
 
 

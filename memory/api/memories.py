@@ -26,6 +26,7 @@ from memory.api.serializers.memories import (
     MemorySerializer,
     MemoryUpdateSerializer,
     UserScopedInputSerializer,
+    images_context,
     memory_update_serializer,
     secrets_context,
 )
@@ -34,7 +35,11 @@ from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.services.records import MemoryReadOnlyError
 from memory.types import MemoryType, memory_type_names, memory_type_resolve
-from sessions.services import SessionClosedError, SessionTagMismatchError
+from sessions.services import (
+    MessageImageMissingError,
+    SessionClosedError,
+    SessionTagMismatchError,
+)
 
 READ_ONLY_MEMORY = "This memory belongs to another client; it is read-only here."
 MEMORY_TYPE_IN_PATH = OpenApiParameter(
@@ -48,7 +53,10 @@ class MemoryAddApi(TenantAPIView):
         request=MemoryAddInputSerializer,
         responses={
             202: MemoryAddOutputSerializer,
-            404: error_response("meta_agent_id names no meta agent of this client."),
+            404: error_response(
+                "meta_agent_id names no meta agent of this client, or an image part an "
+                "image_id the organization does not have."
+            ),
             409: error_response("The session is closed, or is a session of the other tag."),
         },
         summary="Store conversation turns; chat turns are turned into memories in the background",
@@ -67,6 +75,8 @@ class MemoryAddApi(TenantAPIView):
                 "This session_id names a session of the other tag (chat/task).",
                 code="session_tag_mismatch",
             ) from None
+        except MessageImageMissingError:
+            raise NotFound() from None
         body = {
             "success": True,
             "message": "Memory queued for processing"
@@ -118,7 +128,8 @@ class MemoryComponentsApi(TenantAPIView):
             page = rows.order_by("-created_at", "-id")
             if data["limit"] > 0:
                 page = page[: data["limit"]]
-            context = {"memory_type": memory_type} | secrets
+            page = list(page)
+            context = {"memory_type": memory_type} | secrets | images_context(page)
             memories[memory_type.name] = MemorySerializer(page, many=True, context=context).data
         return Response(
             {

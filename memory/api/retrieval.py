@@ -13,7 +13,11 @@ from rest_framework.response import Response
 from accounts.api.base import TenantAPIView
 from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
-from memory.api.serializers.memories import SECRETS_DENIED_RESPONSE, secrets_context
+from memory.api.serializers.memories import (
+    SECRETS_DENIED_RESPONSE,
+    images_context,
+    secrets_context,
+)
 from memory.api.serializers.retrieval import (
     RetrieveConversationInputSerializer,
     RetrievedByConversationSerializer,
@@ -84,6 +88,7 @@ class MemorySearchApi(RetrievalApiView):
             tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
         )
         context = secrets_context(self.tenant, requested=data["include_secrets"])
+        context |= images_context(hit.row for hit in self.outcome.hits)
         results = SearchResultSerializer(self.outcome.hits, many=True, context=context).data
         return {
             "success": True,

@@ -3,20 +3,26 @@ searchable memory type at once through the retrieval engine, and the user's core
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from images.selectors import images_fetched_from
 from memory.models import CoreMemoryBlock
 from memory.query.conversation import conversation_query
 from memory.query.topics import topics_query
-from memory.retrieval.engine import SearchOutcome, SearchRequest
+from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
+from memory.retrieval.fusion import Candidate
+from memory.retrieval.kinds import SearchableKind
+from memory.retrieval.log import retrieval_log_write
 from memory.retrieval.service import retrieval_search
 from memory.selectors import memory_list
 from memory.types import MEMORY_TYPES, memory_kinds
 from sessions.content import MessageInput
+from sessions.selectors import messages_showing
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,14 @@ def memories_retrieve_for_conversation(
     query (else the last turn itself), a time phrase in them, read as of ``as_of``, the time
     that memories dated in rank higher; ``start`` and ``end`` filter."""
     user_texts = [m.text for m in messages if m.role == "user" and m.text.strip()]
+    if not user_texts:
+        return _retrieve_for_images(
+            tenant=tenant,
+            end_user=end_user,
+            messages=messages,
+            limit=limit,
+            filter_tags=filter_tags,
+        )
     found = conversation_query(user_texts, now=as_of)
     spoken = (found.date_range.start, found.date_range.end) if found.date_range else None
     query = topics_query(found.topics) or " ".join(user_texts[-1:])
@@ -93,3 +107,57 @@ def memories_retrieve_for_conversation(
         end=end,
         spoken_range=spoken,
     )
+
+
+def _retrieve_for_images(
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    messages: list[MessageInput],
+    limit: int,
+    filter_tags: dict[str, Any],
+) -> Retrieved:
+    """A conversation of images without words, and no model here to read them: of each type
+    the memories drawn from turns that showed the same images (newest first), then the most
+    recent episodic memories, ``limit`` of each. An image is known by its hash (inline and
+    named ones) or by the URL it was fetched from before."""
+    began = time.perf_counter()
+    image_ids = {sha for message in messages for sha in message.image_ids}
+    image_ids.update(
+        images_fetched_from(
+            tenant=tenant, urls=[url for message in messages for url in message.image_urls]
+        )
+    )
+    shown_in = messages_showing(tenant=tenant, end_user=end_user, image_ids=image_ids)
+    hits: list[Hit] = []
+    for kind in memory_kinds():
+        rows = memory_list(tenant=tenant, memory_type=MEMORY_TYPES[kind.name], end_user=end_user)
+        if filter_tags:
+            rows = rows.filter(filter_tags__contains=filter_tags)
+        linked = (
+            list(rows.filter(source_message_ids__overlap=shown_in).order_by("-created_at")[:limit])
+            if shown_in
+            else []
+        )
+        hits += [_listed(kind, row, "image") for row in linked]
+        if kind.name == "episodic" and len(linked) < limit:
+            recent = rows.exclude(pk__in=[row.pk for row in linked]).order_by("-occurred_at")
+            hits += [_listed(kind, row, "recent") for row in recent[: limit - len(linked)]]
+    outcome = SearchOutcome(hits=hits, embedding_model=None)
+    retrieval_log_write(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint="memory/retrieve/conversation",
+        query="",
+        method="images",
+        kinds=[kind.name for kind in memory_kinds()],
+        outcome=outcome,
+        latency_ms=(time.perf_counter() - began) * 1000,
+        extra={"image_ids": sorted(image_ids)},
+    )
+    return Retrieved(outcome=outcome, core=_core_blocks(tenant, end_user), topics=[])
+
+
+def _listed(kind: SearchableKind, row: Any, why: str) -> Hit:
+    """A memory found by listing, not searching: no lane ranked it; ``gate`` says why."""
+    return Hit(kind=kind, row=row, candidate=Candidate(document_id=row.pk, gate=why))

@@ -299,6 +299,10 @@ RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
 RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
 IMAGE_MAX_BYTES = env_int("IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 IMAGE_FETCH_TIMEOUT = env_duration("IMAGE_FETCH_TIMEOUT", "10s")
+# Host names a remote image may be fetched from although they resolve to a loopback address
+# (tests and benchmarks serve images on loopback); never private or link-local ones. Empty:
+# every image URL must lead to a globally routable address.
+IMAGE_FETCH_ALLOW_HOSTS = env_list("IMAGE_FETCH_ALLOW_HOSTS", [])
 
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
@@ -336,6 +340,8 @@ CELERY_TASK_ROUTES = {
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
     "skills.tasks.experiences_embed_task": {"queue": "ingest"},
     "skills.tasks.embed_pending_experiences": {"queue": "maintenance"},
+    "images.tasks.image_fetch_task": {"queue": "ingest"},
+    "images.tasks.recover_image_fetches": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
@@ -360,6 +366,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "skills.tasks.embed_pending_experiences",
         "schedule": 120.0,
     },
+    # Remote images whose fetch the broker lost (sent while Redis was down). Every 2 minutes,
+    # acting on fetches pending longer than EXTRACTION_REQUEUE_AFTER.
+    "recover-image-fetches": {"task": "images.tasks.recover_image_fetches", "schedule": 120.0},
 }
 
 LOGGING = {

@@ -9,7 +9,7 @@ from accounts.api.fields import IntegerField, TextField
 from accounts.api.serializers import UserIdField
 from mirix_site.jsonvalues import strings_mapped
 from sessions.content import message_schema
-from sessions.models import Message
+from sessions.models import Message, MessageImage
 from sessions.sensitive import MASK, sensitive_redacted
 
 MESSAGE_ROLES = tuple(role.value for role in Message.Role)
@@ -36,6 +36,24 @@ class SessionSerializer(serializers.Serializer):
     closed_at = serializers.DateTimeField(allow_null=True)
 
 
+class MessageImageSerializer(serializers.Serializer):
+    """An image of a turn: the content part showing it, its id once stored, and for a remote
+    URL its fetch's state (``pending``, ``stored``, ``failed`` with the reason)."""
+
+    part = IntegerField()
+    image_id = TextField(source="image.sha256", allow_null=True, default=None)
+    status = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField()
+
+    def get_status(self, link: MessageImage) -> str:
+        if link.fetch is not None:
+            return link.fetch.status
+        return "stored" if link.image_id is not None else "pending"
+
+    def get_reason(self, link: MessageImage) -> str:
+        return link.fetch.reason if link.fetch is not None else ""
+
+
 class MessageSerializer(serializers.Serializer):
     """A turn as it was sent, with the id that memories cite as provenance. Sensitive values
     in its text and tool calls (``sessions.sensitive``) are masked unless the context's
@@ -51,6 +69,7 @@ class MessageSerializer(serializers.Serializer):
     filter_tags = serializers.DictField()
     occurred_at = serializers.DateTimeField()
     extraction = TextField()
+    images = MessageImageSerializer(many=True, read_only=True)
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)

@@ -482,6 +482,12 @@ def test_the_system_resolver_is_asked_once(
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    # The suite's guard (tests/conftest.py) resolves localhost only: this test's lookups are
+    # its own fake's, so the fetcher's own resolver runs here.
+    system_resolve = fetch_module._system_resolve
+    monkeypatch.setattr(
+        fetch_module, "_system_resolve", getattr(system_resolve, "unguarded", system_resolve)
+    )
     server.routes["/a.png"] = reply()
 
     image = image_fetch(

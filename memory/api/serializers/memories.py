@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC
 from typing import Any
 
@@ -32,6 +33,7 @@ from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_typ
 from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
 from sessions.content import MessageInput, message_normalize
 from sessions.models import Session
+from sessions.selectors import message_image_ids
 from sessions.sensitive import MASK
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -255,6 +257,9 @@ class MemorySerializer(serializers.Serializer):
     client_id = TextField()
     filter_tags = serializers.DictField()
     source_message_ids = serializers.ListField(child=TextField())
+    image_ids = serializers.ListField(
+        child=TextField(), help_text="the images the source turns showed (GET /images/{id})"
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -279,9 +284,28 @@ class MemorySerializer(serializers.Serializer):
             data["label"] = instance.label
         data["filter_tags"] = instance.filter_tags
         data["source_message_ids"] = [str(message_id) for message_id in instance.source_message_ids]
+        data["image_ids"] = _image_ids(instance, self.context)
         data["created_at"] = instance.created_at.isoformat()
         data["updated_at"] = instance.updated_at.isoformat()
         return data
+
+
+def images_context(rows: Iterable[Any]) -> dict[str, dict[int, list[str]]]:
+    """The serializer context naming the images of these memories' source turns, read in one
+    query for a whole response (a serializer without it reads them memory by memory)."""
+    return {
+        "images_of": message_image_ids(
+            message_ids=[message_id for row in rows for message_id in row.source_message_ids]
+        )
+    }
+
+
+def _image_ids(row: Any, context: dict[str, Any]) -> list[str]:
+    images_of = context.get("images_of")
+    if images_of is None:
+        images_of = message_image_ids(message_ids=row.source_message_ids)
+    shown = [sha for message_id in row.source_message_ids for sha in images_of.get(message_id, ())]
+    return list(dict.fromkeys(shown))
 
 
 def _editable_field(name: str) -> serializers.Field:

@@ -17,6 +17,7 @@ from memory.api.serializers.memories import (
     MemorySerializer,
     filter_tags_check,
     filter_tags_query_field,
+    images_context,
     include_secrets_field,
     messages_check,
 )
@@ -186,11 +187,11 @@ def memories_grouped(
 ) -> dict[str, list[dict[str, Any]]]:
     """The MIRIX ``memories`` shape: every type present, core blocks whole, secrets masked."""
     grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
-    context = {"secrets_of": None}
+    context = {"secrets_of": None} | images_context([*(hit.row for hit in outcome.hits), *core])
     for hit in outcome.hits:
         grouped[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
     grouped["core"] = MemorySerializer(
-        core, many=True, context={"memory_type": MEMORY_TYPES["core"]}
+        core, many=True, context=context | {"memory_type": MEMORY_TYPES["core"]}
     ).data
     return grouped
 
