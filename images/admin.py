@@ -59,7 +59,8 @@ class ImageObjectAdmin(ReadOnlyAdmin):
         if image is None or not self.has_view_permission(request, image):
             raise Http404
         data = image_thumbnail(data=image_bytes(image=image), size=THUMBNAIL_PIXELS * 2)
-        response = HttpResponse(data, content_type="image/png")
+        kind = "image/png" if data.startswith(b"\x89PNG") else "image/jpeg"
+        response = HttpResponse(data, content_type=kind)
         response["X-Content-Type-Options"] = "nosniff"
         response["Cache-Control"] = "private, max-age=86400"
         return response

@@ -15,17 +15,21 @@ from django.db import models
 
 @dataclass(frozen=True)
 class ImageReference:
-    """A model whose rows name an image through the foreign key ``field``."""
+    """A model whose rows name an image through the foreign key ``field``; ``holder``, the
+    relation to the row a person would look at (a link's message), if not the row itself."""
 
     model: type[models.Model]
     field: str
+    holder: str | None = None
 
 
 _references: list[ImageReference] = []
 
 
-def image_reference_register(*, model: type[models.Model], field: str) -> None:
-    reference = ImageReference(model=model, field=field)
+def image_reference_register(
+    *, model: type[models.Model], field: str, holder: str | None = None
+) -> None:
+    reference = ImageReference(model=model, field=field, holder=holder)
     if reference not in _references:
         _references.append(reference)
 
@@ -45,12 +49,15 @@ def images_referenced(*, image_ids: Iterable[int]) -> set[int]:
 
 
 def image_referrers(*, image_id: int, limit: int = 50) -> list[models.Model]:
-    """Up to ``limit`` rows naming the image, of every registered kind (for the admin)."""
+    """Up to ``limit`` rows naming the image (their holders), of every registered kind, for
+    the admin."""
     found: list[models.Model] = []
     for reference in _references:
-        found += reference.model._default_manager.filter(**{f"{reference.field}_id": image_id})[
-            : limit - len(found)
-        ]
+        rows = reference.model._default_manager.filter(**{f"{reference.field}_id": image_id})
+        if reference.holder is not None:
+            rows = rows.select_related(reference.holder)
+        for row in rows[: limit - len(found)]:
+            found.append(getattr(row, reference.holder) if reference.holder else row)
         if len(found) >= limit:
             break
     return found

@@ -59,3 +59,11 @@ def images_fetched_from(*, tenant: Tenant, urls: list[str]) -> list[str]:
         .values_list("image__sha256", flat=True)
         .distinct()
     )
+
+
+def images_get(*, tenant: Tenant, sha256s: list[str]) -> dict[str, ImageObject]:
+    """The organization's images with these hashes, by hash (missing ones absent)."""
+    if not sha256s:
+        return {}
+    found = ImageObject.objects.filter(organization=tenant.organization, sha256__in=sha256s)
+    return {image.sha256: image for image in found}

@@ -194,6 +194,10 @@ def image_file_release(*, image: ImageObject) -> None:
                 organization_id=image.organization_id, sha256=image.sha256
             ).exists():
                 return
-            storage_delete(key=image.storage_key, organization_id=image.organization_id)
+            try:
+                storage_delete(key=image.storage_key, organization_id=image.organization_id)
+            except ValueError:
+                # A key this app did not make (an edited row): the file is left alone.
+                logger.error("image %s: not deleting %r", image.pk, image.storage_key)
 
     transaction.on_commit(release)

@@ -17,7 +17,7 @@ class ConversationsConfig(AppConfig):
         from sessions.models import MessageImage
 
         # A message's image links keep its images alive (images.references).
-        image_reference_register(model=MessageImage, field="image")
+        image_reference_register(model=MessageImage, field="image", holder="message")
         image_fetch_finished.connect(_image_fetched, dispatch_uid="sessions.image_fetched")
         post_delete.connect(
             _image_unlinked, sender=MessageImage, dispatch_uid="sessions.image_unlinked"

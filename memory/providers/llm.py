@@ -14,10 +14,12 @@ task does that; providers never retry), ``LLMPermanentError`` is not.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -76,6 +78,19 @@ class LLMSettings:
 
 
 @dataclass(frozen=True)
+class PromptImage:
+    """An image shown to the model beside the prompt (for ``LLM_VISION`` models): its media
+    type and bytes, as the image store holds them."""
+
+    mime: str
+    data: bytes = field(repr=False)
+
+    @property
+    def base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+
+@dataclass(frozen=True)
 class StructuredResult:
     """The JSON object a model answered with, and the tokens the call cost when the server says."""
 
@@ -95,10 +110,16 @@ class LLMProvider(ABC):
 
     @abstractmethod
     def structured(
-        self, *, system: str, prompt: str, schema: dict[str, Any], schema_name: str
+        self,
+        *,
+        system: str,
+        prompt: str,
+        schema: dict[str, Any],
+        schema_name: str,
+        images: Sequence[PromptImage] = (),
     ) -> StructuredResult:
         """One call; the model must answer with a JSON object matching `schema` (a JSON Schema
-        object)."""
+        object). ``images`` go with the prompt, for a model that reads them."""
 
     def close(self) -> None:
         """Release the pooled connections."""
@@ -153,7 +174,13 @@ class OpenAICompatibleProvider(LLMProvider):
     label = "OpenAI-compatible provider"
 
     def structured(
-        self, *, system: str, prompt: str, schema: dict[str, Any], schema_name: str
+        self,
+        *,
+        system: str,
+        prompt: str,
+        schema: dict[str, Any],
+        schema_name: str,
+        images: Sequence[PromptImage] = (),
     ) -> StructuredResult:
         """One chat completion constrained by ``response_format`` to ``schema``."""
         api_base = (self.settings.api_base or OPENAI_DEFAULT_API_BASE).rstrip("/")
@@ -165,7 +192,21 @@ class OpenAICompatibleProvider(LLMProvider):
             "model": self.settings.model,
             "messages": [
                 {"role": "system", "content": system},
-                {"role": "user", "content": prompt},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": prompt},
+                        *(
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": f"data:{image.mime};base64,{image.base64}"},
+                            }
+                            for image in images
+                        ),
+                    ]
+                    if images
+                    else prompt,
+                },
             ],
             "response_format": {
                 "type": "json_schema",
@@ -214,7 +255,13 @@ class AnthropicProvider(LLMProvider):
     label = "Anthropic"
 
     def structured(
-        self, *, system: str, prompt: str, schema: dict[str, Any], schema_name: str
+        self,
+        *,
+        system: str,
+        prompt: str,
+        schema: dict[str, Any],
+        schema_name: str,
+        images: Sequence[PromptImage] = (),
     ) -> StructuredResult:
         """One message whose only possible answer is a call to a tool taking ``schema``."""
         api_base = (self.settings.api_base or ANTHROPIC_DEFAULT_API_BASE).rstrip("/")
@@ -225,7 +272,27 @@ class AnthropicProvider(LLMProvider):
             "model": self.settings.model,
             "max_tokens": self.settings.max_output_tokens,
             "system": system,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        *(
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": image.mime,
+                                    "data": image.base64,
+                                },
+                            }
+                            for image in images
+                        ),
+                        {"type": "text", "text": prompt},
+                    ]
+                    if images
+                    else prompt,
+                }
+            ],
             "tools": [
                 {
                     "name": schema_name,
@@ -272,7 +339,13 @@ class GeminiProvider(LLMProvider):
     label = "Gemini"
 
     def structured(
-        self, *, system: str, prompt: str, schema: dict[str, Any], schema_name: str
+        self,
+        *,
+        system: str,
+        prompt: str,
+        schema: dict[str, Any],
+        schema_name: str,
+        images: Sequence[PromptImage] = (),
     ) -> StructuredResult:
         """One ``generateContent`` call with ``responseJsonSchema`` set to ``schema``.
 
@@ -286,7 +359,18 @@ class GeminiProvider(LLMProvider):
             headers["x-goog-api-key"] = self.settings.api_key
         body = {
             "systemInstruction": {"parts": [{"text": system}]},
-            "contents": [{"role": "user", "parts": [{"text": prompt}]}],
+            "contents": [
+                {
+                    "role": "user",
+                    "parts": [
+                        {"text": prompt},
+                        *(
+                            {"inlineData": {"mimeType": image.mime, "data": image.base64}}
+                            for image in images
+                        ),
+                    ],
+                }
+            ],
             "generationConfig": {
                 "responseMimeType": "application/json",
                 "responseJsonSchema": schema,

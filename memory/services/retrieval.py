@@ -10,9 +10,10 @@ from typing import Any
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from images.selectors import images_fetched_from
+from images.selectors import image_bytes, images_fetched_from, images_get
 from memory.models import CoreMemoryBlock
-from memory.query.conversation import conversation_query
+from memory.providers.llm import PromptImage
+from memory.query.conversation import conversation_query, conversation_reads_images
 from memory.query.topics import topics_query
 from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
 from memory.retrieval.fusion import Candidate
@@ -68,11 +69,16 @@ def memories_retrieve_for_conversation(
     end: datetime | None,
     as_of: datetime,
 ) -> Retrieved:
-    """The memories relevant to a conversation's last user turns: their topics become the
-    query (else the last turn itself), a time phrase in them, read as of ``as_of``, the time
-    that memories dated in rank higher; ``start`` and ``end`` filter."""
+    """The memories relevant to a conversation's last user turns: their topics (and, for a
+    model that reads them, their images') become the query (else the last turn itself), a
+    time phrase in them, read as of ``as_of``, the time that memories dated in rank higher;
+    ``start`` and ``end`` filter. Images with no words and no such model:
+    ``_retrieve_for_images``."""
     user_texts = [m.text for m in messages if m.role == "user" and m.text.strip()]
-    if not user_texts:
+    images = _prompt_images(tenant, messages) if conversation_reads_images() else []
+    found = conversation_query(user_texts, now=as_of, images=images)
+    shows_images = any(message.image_ids or message.image_urls for message in messages)
+    if not user_texts and not found.topics and shows_images:
         return _retrieve_for_images(
             tenant=tenant,
             end_user=end_user,
@@ -80,7 +86,6 @@ def memories_retrieve_for_conversation(
             limit=limit,
             filter_tags=filter_tags,
         )
-    found = conversation_query(user_texts, now=as_of)
     spoken = (found.date_range.start, found.date_range.end) if found.date_range else None
     query = topics_query(found.topics) or " ".join(user_texts[-1:])
     outcome = retrieval_search(
@@ -109,6 +114,26 @@ def memories_retrieve_for_conversation(
     )
 
 
+def _prompt_images(tenant: Tenant, messages: list[MessageInput]) -> list[PromptImage]:
+    """The images of the user's turns, in order, for a model that reads them: inline ones as
+    sent, named ones and remote ones fetched before from the store (others are not fetched
+    inside a request)."""
+    users = [message for message in messages if message.role == "user"]
+    named = [sha for message in users for sha in message.image_ids]
+    fetched = images_fetched_from(
+        tenant=tenant, urls=[url for message in users for url in message.image_urls]
+    )
+    stored = images_get(tenant=tenant, sha256s=[*named, *fetched])
+    shown: list[PromptImage] = []
+    for sha in dict.fromkeys([*named, *fetched]):
+        inline = next((m.inline_images[sha] for m in users if sha in m.inline_images), None)
+        if inline is not None:
+            shown.append(PromptImage(mime=inline.mime, data=inline.data))
+        elif sha in stored:
+            shown.append(PromptImage(mime=stored[sha].mime, data=image_bytes(image=stored[sha])))
+    return shown
+
+
 def _retrieve_for_images(
     *,
     tenant: Tenant,
@@ -117,7 +142,7 @@ def _retrieve_for_images(
     limit: int,
     filter_tags: dict[str, Any],
 ) -> Retrieved:
-    """A conversation of images without words, and no model here to read them: of each type
+    """A conversation of images without words, and no model here that read them: of each type
     the memories drawn from turns that showed the same images (newest first), then the most
     recent episodic memories, ``limit`` of each. An image is known by its hash (inline and
     named ones) or by the URL it was fetched from before."""

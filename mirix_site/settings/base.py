@@ -229,6 +229,9 @@ LLM_MODEL = env_str("LLM_MODEL")
 LLM_API_BASE = env_url("LLM_API_BASE", None, schemes=["http", "https"])
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
+# The model reads images (gpt-4o, Claude, Gemini...): conversation retrieval then shows it the
+# images of the last turns and takes topics from them too. Off: images are matched by hash.
+LLM_VISION = env_bool("LLM_VISION", False)
 
 # --- Retrieval -------------------------------------------------------------------------------
 # Weights of the two lanes in reciprocal-rank fusion (k = 60): each adds weight / (60 + rank).

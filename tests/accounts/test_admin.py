@@ -77,6 +77,9 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/skills/actionphrase/",
         "/admin/skills/actiongroupingcalibration/",
         "/admin/skills/experiencesettings/",
+        "/admin/images/imageobject/",
+        "/admin/images/imagefetch/",
+        "/admin/images/imagefetch/?status=failed",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:
@@ -137,3 +140,27 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
     assert ExtractionJob.objects.filter(pk=job.pk).exists()
     assert RetrievalLog.objects.filter(pk=log.pk).exists()
     assert Message.objects.filter(pk=message.pk).exists()
+
+
+def test_the_image_admin_shows_thumbnails_references_and_fetch_failures(
+    operator, org: TenantFixture
+) -> None:
+    from images.models import ImageFetch, ImageObject
+    from images.services import image_fetch_run
+
+    tenant_rows_create(org)
+    image = ImageObject.objects.get(organization=org.organization)
+    page = operator.get("/admin/images/imageobject/").content.decode()
+    [thumbnail] = re.findall(r'<img src="(/admin/images/imageobject/\d+/thumbnail)"', page)
+    response = operator.get(thumbnail)
+    assert response.status_code == 200 and response["Content-Type"] == "image/jpeg"
+    assert response.content.startswith(b"\xff\xd8")  # an opaque image's thumbnail: a JPEG
+    detail = operator.get(f"/admin/images/imageobject/{image.pk}/change/").content.decode()
+    message = Message.objects.get(images__image=image)
+    assert f"/admin/conversations/message/{message.pk}/change/" in detail  # what shows it
+
+    fetch = ImageFetch.objects.filter(client=org.client, status="pending").first()
+    image_fetch_run(fetch_id=fetch.pk)  # images.test resolves to nothing: a recorded failure
+    failures = operator.get("/admin/images/imagefetch/?status=failed").content.decode()
+    fetch.refresh_from_db()
+    assert fetch.status == "failed" and fetch.reason in failures

@@ -269,3 +269,29 @@ def test_deleting_an_organization_deletes_its_images_and_files(
         organization_delete(organization=org.organization)
     assert not ImageObject.objects.filter(pk=ours.pk).exists() and not _file_exists(ours)
     assert _file_exists(theirs)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../planted.png",
+        "{planted}",
+        "images/org_other/{sha[0]}{sha[1]}/{sha}.png",
+        "images/{org}/../../planted.png",
+    ],
+    ids=["parent-path", "absolute", "another-organizations-key", "dot-dot-inside"],
+)
+def test_a_key_this_app_did_not_make_is_never_deleted(
+    org: TenantFixture, django_capture_on_commit_callbacks, settings, tmp_path: Path, key: str
+) -> None:
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    planted = tmp_path / "planted.png"
+    planted.write_bytes(b"keep me")
+    _add(org.api, [_image_part(data_url(png_bytes(color=(66, 0, 66))))])
+    image = ImageObject.objects.get()
+    tampered = key.format(planted=planted, org=org.organization.pk, sha=image.sha256)
+    ImageObject.objects.filter(pk=image.pk).update(storage_key=tampered)
+    with django_capture_on_commit_callbacks(execute=True):
+        Message.objects.all().delete()
+    assert not ImageObject.objects.exists()
+    assert planted.read_bytes() == b"keep me"

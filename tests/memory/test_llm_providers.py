@@ -3,6 +3,7 @@ and which failures the caller may retry."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import time
 from email.utils import formatdate
@@ -19,6 +20,7 @@ from memory.providers.llm import (
     LLMSettings,
     LLMTransientError,
     OpenAICompatibleProvider,
+    PromptImage,
     StructuredResult,
     estimate_tokens,
     llm_provider,
@@ -210,6 +212,64 @@ def test_gemini_sends_response_schema_and_joins_text_parts(loopback: LoopbackSer
 
 
 # --- Failures the caller should retry -------------------------------------------------------------
+
+
+IMAGE = PromptImage(mime="image/png", data=b"\x89PNG fake bytes")
+IMAGE_B64 = base64.b64encode(IMAGE.data).decode()
+
+
+def _user_content(provider: str, body: dict[str, Any]) -> Any:
+    if provider == "openai":
+        return body["messages"][1]["content"]
+    if provider == "anthropic":
+        return body["messages"][0]["content"]
+    return body["contents"][0]["parts"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "expected"),
+    [
+        (
+            "openai",
+            [
+                {"type": "text", "text": PROMPT},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{IMAGE_B64}"}},
+            ],
+        ),
+        (
+            "anthropic",
+            [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": IMAGE_B64},
+                },
+                {"type": "text", "text": PROMPT},
+            ],
+        ),
+        (
+            "gemini",
+            [{"text": PROMPT}, {"inlineData": {"mimeType": "image/png", "data": IMAGE_B64}}],
+        ),
+    ],
+)
+def test_images_go_with_the_prompt_in_each_providers_format(
+    loopback: LoopbackServer, provider: str, expected: list[dict[str, Any]]
+) -> None:
+    loopback.respond_json(SUCCESS_REPLIES[provider])
+    result = provider_for(loopback, provider).structured(
+        system=SYSTEM, prompt=PROMPT, schema=SCHEMA, schema_name=SCHEMA_NAME, images=[IMAGE]
+    )
+    assert result.data == ANSWER
+    [request] = loopback.requests
+    assert _user_content(provider, request.json) == expected
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_without_images_the_prompt_goes_as_before(loopback: LoopbackServer, provider: str) -> None:
+    loopback.respond_json(SUCCESS_REPLIES[provider])
+    ask(provider_for(loopback, provider))
+    content = _user_content(provider, loopback.requests[0].json)
+    assert content == ([{"text": PROMPT}] if provider == "gemini" else PROMPT)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
