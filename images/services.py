@@ -48,7 +48,9 @@ def image_store(*, organization: Organization, client: Client, image: ValidImage
     """The organization's image with these (validated, stripped) bytes, stored if new."""
     sha256 = hashlib.sha256(image.data).hexdigest()
     _image_lock(organization_id=organization.pk, sha256=sha256)
-    existing = ImageObject.objects.filter(organization=organization, sha256=sha256).first()
+    # Held like any image a turn names: a release deleting it meanwhile is waited for, and
+    # then the image is stored again rather than linked to a row about to disappear.
+    existing = images_hold(organization=organization, sha256s=[sha256]).get(sha256)
     if existing is not None:
         return existing
     key = storage_key(organization_id=organization.pk, sha256=sha256, extension=image.extension)

@@ -6,17 +6,20 @@ goes, files included."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.core.files.storage import storages
+from django.db import connection, transaction
 
 from accounts.services import organization_delete
 from images.models import ImageFetch, ImageObject
 from images.services import image_fetch_run
 from sessions.models import Message, MessageImage
-from tests.factories import TenantFixture, data_url, image_create, png_bytes
+from tests.factories import TenantFixture, data_url, image_create, png_bytes, tenant_fixture
 from tests.loopback import LoopbackServer, Reply
 
 
@@ -295,3 +298,46 @@ def test_a_key_this_app_did_not_make_is_never_deleted(
         Message.objects.all().delete()
     assert not ImageObject.objects.exists()
     assert planted.read_bytes() == b"keep me"
+
+
+def test_a_turn_sending_an_image_while_it_is_released_stores_it_again(
+    transactional_db: None,
+) -> None:
+    """A release deleting an image and a new turn sending the same bytes, at once: the turn
+    waits for the release, stores the image again, and it is there, file and all."""
+    owner = tenant_fixture("alice")
+    url = data_url(png_bytes(color=(120, 0, 120)))
+    assert _add(owner.api, [_image_part(url)], session_id="first").status_code == 202
+    deleted, go = threading.Event(), threading.Event()
+    answers: list[int] = []
+
+    def release() -> None:
+        try:
+            with transaction.atomic():
+                Message.objects.filter(session__session_id="first").delete()
+                deleted.set()
+                go.wait(10)
+        finally:
+            connection.close()
+
+    def send() -> None:
+        try:
+            answers.append(_add(owner.api, [_image_part(url)], session_id="second").status_code)
+        finally:
+            connection.close()
+
+    releasing = threading.Thread(target=release)
+    releasing.start()
+    assert deleted.wait(10)
+    sending = threading.Thread(target=send)
+    sending.start()
+    time.sleep(0.5)  # the turn is waiting on the image row the release deletes
+    assert not answers
+    go.set()
+    releasing.join(10)
+    sending.join(10)
+
+    assert answers == [202]
+    image = ImageObject.objects.get()
+    assert MessageImage.objects.get().image_id == image.pk
+    assert _file_exists(image)
