@@ -21,11 +21,13 @@ from bench import (
     experiences,
     fairness,
     faults,
+    images,
     ingest,
     retrieval_latency,
     retrieval_quality,
 )
 from bench.common import SMOKE_NOTE
+from images.models import ImageObject
 from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
@@ -565,3 +567,51 @@ def test_experience_quality_scores_each_half_and_deletes_its_user(
     assert set(figures) == {"dev", "test"}
     assert figures["dev"]["recall_cases"] + figures["test"]["recall_cases"] > 0
     assert not EndUser.objects.filter(user_id__startswith="exq-").exists()
+
+
+# --- Images --------------------------------------------------------------------------------------
+
+
+def test_images_times_inline_and_fetched_images_beside_text_only_adds(
+    smoke_argv, worker, settings, tmp_path, capsys
+) -> None:
+    settings.MEDIA_ROOT = str(tmp_path)  # the stored images' files
+    # Off the allow-list, the worker refuses localhost: the bench stops at its warm-up, and says
+    # what to change.
+    settings.IMAGE_FETCH_ALLOW_HOSTS = []
+    assert images.main(smoke_argv) == 1
+    refused = capsys.readouterr()
+    assert "does not resolve to a public internet address" in refused.err
+    assert "IMAGE_FETCH_ALLOW_HOSTS=localhost" in refused.err
+
+    settings.IMAGE_FETCH_ALLOW_HOSTS = ["localhost"]
+    assert images.main(smoke_argv) == 0
+
+    out = capsys.readouterr().out
+    adds, same = map(
+        int, re.search(r"(\d+) two-turn adds a phase \((\d+) of the same", out).groups()
+    )
+    warmups = int(re.search(r"warm-up: (\d+) adds done", out)[1]) // 3
+    rows = out.split("\nsummary", 1)[1].split("\nimage server:", 1)[0].splitlines()[2:]
+    table = {row[:22].strip(): row.split()[-2] for row in rows}  # phase -> distinct images listed
+    assert table == {
+        "text only (before)": "0",
+        "data URL, distinct": str(adds),
+        "data URL, same image": "1",
+        "loopback URL": str(adds),
+        "text only (after)": "0",
+    }
+    assert re.search(rf"^data URL, same image .* statuses \{{202: {same}\}}$", out, re.M)
+    assert len(re.findall(rf" statuses \{{202: {adds}\}}$", out, re.M)) == 4
+    stored = re.search(rf"add to stored: {adds} images in [\d.]+ s .* -> ([\d.]+) images/s", out)
+    assert float(stored[1]) > 0
+    # One fetch per remote image, each image stored once, as one file (the refused run's inline
+    # warm-up images, of the same seed, were these bytes too).
+    served = re.search(r"image server: (\d+) requests for (\d+) distinct images .*, (\d+) the", out)
+    requests, distinct, flushes = map(int, served.groups())
+    assert requests == distinct == adds + warmups + flushes
+    expected = 2 * (adds + warmups) + 1 + flushes
+    assert f"images this run stored: {expected} distinct" in out
+    assert ImageObject.objects.count() == expected
+    assert len(list(tmp_path.rglob("*.png"))) == expected
+    assert SMOKE_NOTE in out
