@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-# Sent after a remote fetch finishes, stored or failed, once its transaction commits. Keyword
-# arguments: ``fetch`` (the ImageFetch, with ``image`` set when stored).
+# Sent when a remote fetch finishes, stored or failed, inside the transaction that records it
+# (receivers' writes commit with it). Keyword arguments: ``fetch`` (the ImageFetch, with
+# ``image`` set when stored).
 image_fetch_finished = Signal()

@@ -394,7 +394,7 @@ def command_run() -> int:
                 "mirix_site",
                 "worker",
                 "--queues",
-                "ingest,learning,maintenance",
+                "ingest,images,learning,maintenance",
                 "--loglevel",
                 "INFO",
             ],

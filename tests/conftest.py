@@ -73,7 +73,7 @@ def worker(transactional_db: None) -> Iterator[None]:
         celery_app,
         pool="solo",
         perform_ping_check=False,
-        queues=["ingest", "maintenance", "learning"],
+        queues=["ingest", "images", "maintenance", "learning"],
         loglevel="WARNING",
     ):
         yield
