@@ -12,6 +12,8 @@ from skills.models import (
     ActionPhrase,
     Experience,
     ExperienceSettings,
+    LearningRun,
+    LearningRunSession,
     Recommendation,
 )
 
@@ -149,3 +151,60 @@ class ExperienceSettingsAdmin(admin.ModelAdmin):
     list_select_related = ["client", "organization"]
     raw_id_fields = ["organization", "client"]
     readonly_fields = ["updated_at"]
+
+
+class LearningRunSessionInline(admin.TabularInline):
+    model = LearningRunSession
+    fields = ["session"]
+    readonly_fields = fields
+    raw_id_fields = ["session"]
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(LearningRun)
+class LearningRunAdmin(ReadOnlyAdmin):
+    """Learning runs as a record: their state, counts and error, and the sessions they learn
+    from."""
+
+    list_display = [
+        "__str__",
+        "state",
+        "trigger",
+        "end_user",
+        "client",
+        "organization",
+        "steps",
+        "llm_calls",
+        "skills_created",
+        "created_at",
+        "finished_at",
+    ]
+    list_filter = ["state", "trigger", "organization", "client"]
+    search_fields = ["end_user__user_id", "error"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "state",
+        "trigger",
+        "attempts",
+        "steps",
+        "llm_calls",
+        "input_tokens",
+        "output_tokens",
+        "skills_created",
+        "skills_edited",
+        "skills_merged",
+        "skills_deprecated",
+        "error",
+        "created_at",
+        "started_at",
+        "heartbeat_at",
+        "finished_at",
+    ]
+    inlines = [LearningRunSessionInline]

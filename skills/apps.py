@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import logging
+
 from django.apps import AppConfig
+from django.db import DatabaseError
+
+logger = logging.getLogger(__name__)
 
 
 class SkillsConfig(AppConfig):
@@ -8,6 +13,20 @@ class SkillsConfig(AppConfig):
     verbose_name = "Skills and experiences"
 
     def ready(self) -> None:
+        from sessions.signals import session_closed
         from skills.kinds import skill_kinds_register
 
         skill_kinds_register()
+        session_closed.connect(_session_closed, dispatch_uid="skills.learning_run_trigger")
+
+
+def _session_closed(sender: type, session: object, **kwargs: object) -> None:
+    """A task session closed: skill learning may have enough to learn from. The close has
+    committed: a failure here is logged, not turned into the closing request's error (the
+    next close of the user counts the session again)."""
+    from skills.services.learning import learning_run_trigger
+
+    try:
+        learning_run_trigger(session=session)  # type: ignore[arg-type]
+    except DatabaseError:
+        logger.exception("learning trigger failed after session %s closed", session.pk)  # type: ignore[attr-defined]

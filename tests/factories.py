@@ -95,6 +95,30 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     image_fetch_request(
         organization=owner.organization, client=owner.client, url="https://images.test/b.png"
     )
+    learning_run_create(owner, user_id="rows-user")
+
+
+def learning_run_create(owner: TenantFixture, *, user_id: str) -> Any:
+    """Five task sessions of the user, closed: the learning run they queue (the trigger is
+    called here too, since a test's transaction never commits)."""
+    from sessions.models import Session
+    from skills.services.learning import learning_run_trigger
+
+    for index in range(5):
+        session_id = f"task-{user_id}-{index}"
+        owner.api.post(
+            "/memory/add",
+            {
+                "user_id": user_id,
+                "session_id": session_id,
+                "session_tag": "task",
+                "messages": chat_turns("make the build pass", "fixed the import"),
+            },
+            format="json",
+        )
+        owner.api.post(f"/sessions/{session_id}/close", {"user_id": user_id}, format="json")
+    last = Session.objects.get(client=owner.client, session_id=f"task-{user_id}-4")
+    return learning_run_trigger(session=last)
 
 
 def chat_turns(*texts: str) -> list[dict[str, object]]:

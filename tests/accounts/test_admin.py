@@ -77,6 +77,7 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/skills/actionphrase/",
         "/admin/skills/actiongroupingcalibration/",
         "/admin/skills/experiencesettings/",
+        "/admin/skills/learningrun/",
         "/admin/images/imageobject/",
         "/admin/images/imagefetch/",
         "/admin/images/imagefetch/?status=failed",
