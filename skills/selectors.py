@@ -13,6 +13,7 @@ from skills.models import (
     OUTCOME_SCORES,
     Experience,
     ExperienceSettings,
+    LearningRun,
     Origin,
     Outcome,
     Recommendation,
@@ -111,3 +112,26 @@ def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
             ],
         },
     }
+
+
+class LearningRunNotFoundError(Exception):
+    """No learning run with this id that the tenant may read."""
+
+
+def learning_runs_list(*, tenant: Tenant, end_user: EndUser | None = None) -> QuerySet[LearningRun]:
+    """The learning runs the tenant may read (of ``end_user``, when given), newest first."""
+    rows = LearningRun.objects.readable_by(tenant, end_user=end_user)
+    return (
+        rows.select_related("end_user")
+        .prefetch_related("session_links__session")
+        .order_by("-created_at", "-id")
+    )
+
+
+def learning_run_get(*, tenant: Tenant, run_id: str) -> LearningRun:
+    if not run_id.isdecimal() or len(run_id) > 18:
+        raise LearningRunNotFoundError(run_id)
+    found = learning_runs_list(tenant=tenant).filter(pk=int(run_id)).first()
+    if found is None:
+        raise LearningRunNotFoundError(run_id)
+    return found

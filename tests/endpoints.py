@@ -20,6 +20,7 @@ from tests.factories import (
     data_url,
     experiences_create,
     image_create,
+    learning_run_create,
     memories_create,
     png_bytes,
 )
@@ -29,7 +30,7 @@ from tests.factories import (
 class Endpoint:
     method: str
     # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id},
-    # {experience_id}, {image_id}, {fetch_id}: filled
+    # {experience_id}, {image_id}, {fetch_id}, {run_id}: filled
     # with objects of the tenant under test (or of another tenant, for the 404 test).
     path: str
     body: dict[str, Any] | None = None
@@ -172,6 +173,10 @@ ENDPOINTS = [
         {"by": "{experience_id}"},
         route="experiences/<str:experience_id>/supersede",
     ),
+    Endpoint("GET", "/learning-runs", params={"user_id": "{user_id}"}, route="learning-runs"),
+    Endpoint("POST", "/learning-runs", {"user_id": "{user_id}"}, route="learning-runs"),
+    Endpoint("GET", "/learning-runs/{run_id}", route="learning-runs/<str:run_id>"),
+    Endpoint("POST", "/learning-runs/{run_id}/retry", route="learning-runs/<str:run_id>/retry"),
     Endpoint("POST", "/images", {"url": data_url(png_bytes(color=(1, 2, 3)))}, route="images"),
     Endpoint("GET", "/images/{image_id}", route="images/<sha256:sha256>"),
     Endpoint("GET", "/images/fetches/{fetch_id}", route="images/fetches/<int:fetch_id>"),
@@ -223,6 +228,7 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
     episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
     experience = experiences_create(owner, user_id=user.user_id)
     image = image_create(owner)
+    run = learning_run_create(owner, user_id=user.user_id)
     fetch = image_fetch_request(
         organization=owner.organization, client=owner.client, url="https://images.test/a.png"
     )
@@ -234,4 +240,5 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
         "experience_id": str(experience.pk),
         "image_id": image.sha256,
         "fetch_id": str(fetch.pk),
+        "run_id": str(run.pk),
     }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from skills.api import experiences
+from skills.api import experiences, learning
 
 urlpatterns = [
     path("experiences", experiences.ExperienceRecordApi.as_view(), name="experience-record"),
@@ -38,5 +38,16 @@ urlpatterns = [
         "experiences/<str:experience_id>/supersede",
         experiences.ExperienceSupersedeApi.as_view(),
         name="experience-supersede",
+    ),
+    path("learning-runs", learning.LearningRunListApi.as_view(), name="learning-run-list"),
+    path(
+        "learning-runs/<str:run_id>",
+        learning.LearningRunDetailApi.as_view(),
+        name="learning-run-detail",
+    ),
+    path(
+        "learning-runs/<str:run_id>/retry",
+        learning.LearningRunRetryApi.as_view(),
+        name="learning-run-retry",
     ),
 ]

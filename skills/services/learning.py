@@ -11,10 +11,27 @@ every session. Nothing locks ordinary message writes.
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
+from accounts.models import EndUser
+from accounts.tenancy import Tenant
 from sessions.models import Session
 from skills.models import LearningRun, LearningRunSession
+
+# The final states a run may be retried from: it stopped before learning from everything.
+RETRYABLE = (
+    LearningRun.State.FAILED,
+    LearningRun.State.CONTEXT_LIMIT,
+    LearningRun.State.BUDGET_EXHAUSTED,
+)
+
+
+class LearningRunConflictError(Exception):
+    """The run cannot do what was asked in its state (the message says why)."""
+
+
+class LearningRunReadOnlyError(Exception):
+    """Another client's run: readable through a read scope, not changeable."""
 
 
 def _unlearned_sessions(*, client_id: str, end_user_id: int) -> list[Session]:
@@ -31,14 +48,9 @@ def _unlearned_sessions(*, client_id: str, end_user_id: int) -> list[Session]:
     )
 
 
-def _queued_run(*, session: Session, trigger: str) -> LearningRun:
+def _queued_run(*, owner: dict[str, object], trigger: str) -> LearningRun:
     """The user's queued run, created if there is none (one statement decides, under the
     partial unique index)."""
-    owner = {
-        "organization_id": session.organization_id,
-        "client_id": session.client_id,
-        "end_user_id": session.end_user_id,
-    }
     for _attempt in range(3):
         LearningRun.objects.bulk_create(
             [LearningRun(**owner, trigger=trigger)], ignore_conflicts=True
@@ -47,7 +59,7 @@ def _queued_run(*, session: Session, trigger: str) -> LearningRun:
         if queued is not None:
             return queued
         # Claimed between the insert and the read: the next insert queues a new one.
-    raise RuntimeError(f"no queued learning run for end user {session.end_user_id}")
+    raise RuntimeError(f"no queued learning run for end user {owner['end_user_id']}")
 
 
 @transaction.atomic
@@ -64,7 +76,18 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     ).exists()
     if not waiting and len(unlearned) < settings.SKILL_TRIGGER_SESSION_THRESHOLD:
         return None
-    run = _queued_run(session=session, trigger=LearningRun.Trigger.THRESHOLD)
+    owner = {
+        "organization_id": session.organization_id,
+        "client_id": session.client_id,
+        "end_user_id": session.end_user_id,
+    }
+    run = _queued_run(owner=owner, trigger=LearningRun.Trigger.THRESHOLD)
+    _sessions_attach(run=run, sessions=unlearned)
+    return run
+
+
+def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:
+    """The sessions join the run, those another run took meanwhile excepted."""
     LearningRunSession.objects.bulk_create(
         [
             LearningRunSession(
@@ -72,10 +95,51 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
                 client_id=run.client_id,
                 end_user_id=run.end_user_id,
                 run=run,
-                session=unlearned_session,
+                session=session,
             )
-            for unlearned_session in unlearned
+            for session in sessions
         ],
         ignore_conflicts=True,
     )
+
+
+@transaction.atomic
+def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[LearningRun, bool]:
+    """Queue a run of the user now, whatever the threshold: (the run, whether it is new). A run
+    already waiting is returned, with the sessions closed since joined to it. Raises
+    LearningRunConflictError when no closed task session is left to learn from."""
+    unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
+    owner = {
+        "organization_id": tenant.organization.pk,
+        "client_id": tenant.client.pk,
+        "end_user_id": end_user.pk,
+    }
+    waiting = LearningRun.objects.filter(**owner, state=LearningRun.State.QUEUED).first()
+    if waiting is None and not unlearned:
+        raise LearningRunConflictError("No closed task session of this user is left to learn from.")
+    run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
+    _sessions_attach(run=run, sessions=unlearned)
+    return run, waiting is None
+
+
+@transaction.atomic
+def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
+    """Queue a run that stopped short (failed, context limit, budget) again, with its
+    sessions. Raises LearningRunReadOnlyError for another client's run and
+    LearningRunConflictError for a run in another state or a user with a run waiting."""
+    if run.client_id != tenant.client.pk:
+        raise LearningRunReadOnlyError(run.pk)
+    retried = LearningRun.objects.filter(pk=run.pk, state__in=RETRYABLE)
+    if not retried.exists():
+        raise LearningRunConflictError(
+            f"Only a run that stopped short is retried; this one is {run.state}."
+        )
+    try:
+        with transaction.atomic():  # a run of the user queued meanwhile: the index refuses
+            retried.update(
+                state=LearningRun.State.QUEUED, error="", finished_at=None, heartbeat_at=None
+            )
+    except IntegrityError:
+        raise LearningRunConflictError("A run of this user is queued already.") from None
+    run.refresh_from_db()
     return run
