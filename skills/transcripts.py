@@ -47,12 +47,14 @@ class TranscriptError(ValueError):
     """The transcript holds no task or no action to learn from (says which)."""
 
 
-def _first_sentence(text: str, limit: int) -> str:
+def first_sentence(text: str, limit: int) -> str:
+    """The text's first sentence (or line), cut to ``limit`` characters."""
     head = _SENTENCE_END.split(text.strip(), maxsplit=1)[0].strip()
     return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
 
 
-def _closing_outcome(text: str) -> str | None:
+def verdict_read(text: str) -> str | None:
+    """The outcome a user's turn states (partly / rejected / confirmed), or None."""
     if _PARTIAL.search(text):
         return Outcome.PARTIAL
     if _REJECTED.search(text):
@@ -66,7 +68,7 @@ def transcript_distill(messages: Sequence[MessageInput]) -> Draft:
     users = [index for index, message in enumerate(messages) if message.role == "user"]
     if not any(messages[index].text.strip() for index in users):
         raise TranscriptError("The transcript has no user turn with text to take the task from.")
-    task = _first_sentence(
+    task = first_sentence(
         next(m.text for m in messages if m.role == "user" and m.text.strip()), MAX_TASK_CHARS
     )
     answers = [
@@ -79,7 +81,7 @@ def transcript_distill(messages: Sequence[MessageInput]) -> Draft:
     last = answers[-1]
     # The answer that closes the work: the last one with text, else the last tool calls.
     spoken = [index for index in answers if messages[index].text.strip()]
-    action = _first_sentence(messages[spoken[-1]].text, MAX_ACTION_CHARS) if spoken else ""
+    action = first_sentence(messages[spoken[-1]].text, MAX_ACTION_CHARS) if spoken else ""
     tools = sorted(
         {
             str((call.get("function") or {}).get("name") or call.get("name") or "")
@@ -95,5 +97,5 @@ def transcript_distill(messages: Sequence[MessageInput]) -> Draft:
         messages[index].text for index in users if index > last and messages[index].text.strip()
     ]
     return Draft(
-        task=task, action=action, outcome=_closing_outcome(closing[-1]) if closing else None
+        task=task, action=action, outcome=verdict_read(closing[-1]) if closing else None
     )

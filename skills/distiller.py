@@ -1,0 +1,327 @@
+"""The distiller: what a finished task session teaches, as lessons (experiences to be).
+
+Two readings of a session, both pure (they take the turns, return lessons, touch nothing):
+
+- ``lessons_parse`` reads a model's answer to the distilling prompt. Models wrap JSON in
+  prose and fences, answer one object where a list was asked, and get single items wrong: a
+  bare array, a fenced block, an array inside prose, one object (or an object holding the
+  list) are all read; an item that is not a lesson is dropped with a warning and the others
+  kept; scores are clamped to [0, 1] (NaN is 0). An answer holding no lesson at all gives an
+  empty list and a warning, never a silent success.
+- ``session_distill`` reads the session's structure without a model. A tool error followed by
+  a later successful call (of the same tool or another) is a ``learn`` lesson: the call that
+  worked is the fix, the error its evidence. The same call failing again unchanged is an
+  ``avoid``. A user turn after the first that rejects the work is a critique of the action just
+  before it (``avoid``), one that confirms it a confirmation (``learn``); the session's outcome
+  is the last such verdict, else what its last tool call did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from skills.models import Outcome
+from skills.transcripts import first_sentence, verdict_read
+
+MAX_TITLE_CHARS = 120
+MAX_TEXT_CHARS = 2000
+MAX_EVIDENCE_CHARS = 300
+LESSON_TYPES = ("learn", "avoid")
+SIGNALS = ("tool_error", "user_critique", "user_confirmation", "self_correction", "inferred")
+
+# What a tool's result says when the call failed. Words, not substrings: "errors: 0" and
+# "no errors" are successes.
+_TOOL_FAILED = re.compile(
+    r"(?<![\w-])(error|exception|traceback|failed|failure|fatal|not found|no such file|"
+    r"permission denied|access denied|timed out|timeout|refused|cannot|can't|unable to|"
+    r"exit (code|status) [1-9]\d*|status( code)? [45]\d\d)(?![\w-])",
+    re.I,
+)
+_NO_ERRORS = re.compile(r"\b(no errors?|0 errors?|errors?: 0|0 failed|without errors?)\b", re.I)
+_JSON_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+class Turn(Protocol):
+    """A stored turn as the distiller reads it (``sessions.models.Message``)."""
+
+    pk: int
+    role: str
+    text: str
+    tool_calls: list[dict[str, Any]] | None
+    name: str
+    tool_call_id: str
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One thing a session teaches, with what it rests on."""
+
+    lesson_type: str  # learn | avoid
+    title: str
+    content: str
+    task: str
+    action: str
+    evidence: str
+    signal: str
+    importance: float
+    credibility: float
+    outcome: str  # the outcome the lesson records for its action (success | failure | partial)
+    source_message_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Distilled:
+    lessons: list[Lesson] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    outcome: str | None = None  # the session's, when it says
+
+
+# --- The model's answer -------------------------------------------------------------------------
+
+
+def _json_candidates(text: str) -> list[str]:
+    """Where JSON may sit in a model's answer: all of it, each fenced block, and the widest
+    array and object spans inside prose."""
+    found = [text, *_JSON_FENCE.findall(text)]
+    for opening, closing in ("[]", "{}"):
+        start, end = text.find(opening), text.rfind(closing)
+        if 0 <= start < end:
+            found.append(text[start : end + 1])
+    return found
+
+
+def _items(value: Any) -> list[Any] | None:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        for key in ("lessons", "experiences", "items"):
+            if isinstance(value.get(key), list):
+                return value[key]
+        return [value]
+    return None
+
+
+def _score(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(number) else min(1.0, max(0.0, number))
+
+
+def _text(value: Any, limit: int) -> str:
+    return value.strip()[:limit] if isinstance(value, str) else ""
+
+
+def _lesson_read(item: Any, task: str) -> Lesson | None:
+    if not isinstance(item, dict):
+        return None
+    lesson_type = str(item.get("type") or item.get("lesson_type") or "").lower()
+    title = _text(item.get("title"), MAX_TITLE_CHARS)
+    content = _text(item.get("content"), MAX_TEXT_CHARS)
+    if lesson_type not in LESSON_TYPES or not (title or content):
+        return None
+    signal = str(item.get("signal") or "inferred").lower()
+    outcome = str(item.get("outcome") or "").lower()
+    if outcome not in Outcome.values:
+        outcome = Outcome.SUCCESS if lesson_type == "learn" else Outcome.FAILURE
+    return Lesson(
+        lesson_type=lesson_type,
+        title=title or first_sentence(content, MAX_TITLE_CHARS),
+        content=content or title,
+        task=_text(item.get("task"), MAX_TEXT_CHARS) or task,
+        action=_text(item.get("action"), MAX_TEXT_CHARS) or title or content,
+        evidence=_text(item.get("evidence"), MAX_EVIDENCE_CHARS),
+        signal=signal if signal in SIGNALS else "inferred",
+        importance=_score(item.get("importance")),
+        credibility=_score(item.get("credibility")),
+        outcome=outcome,
+    )
+
+
+def lessons_parse(text: str, *, task: str = "") -> Distilled:
+    """The lessons in a model's answer (see the module's docstring for what is accepted)."""
+    distilled = Distilled()
+    items = None
+    for candidate in _json_candidates(text):
+        try:
+            items = _items(json.loads(candidate))
+        except ValueError:
+            continue
+        if items is not None:
+            break
+    if items is None:
+        distilled.warnings.append("The model's answer held no JSON lessons.")
+        return distilled
+    for position, item in enumerate(items):
+        lesson = _lesson_read(item, task)
+        if lesson is None:
+            distilled.warnings.append(f"Item {position} of the model's answer is not a lesson.")
+        else:
+            distilled.lessons.append(lesson)
+    if not distilled.lessons and not distilled.warnings:
+        distilled.warnings.append("The model's answer held no lessons.")
+    return distilled
+
+
+# --- The session's structure --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    tool: str
+    arguments: str
+    failed: bool
+    result: str
+    message_ids: tuple[int, ...]
+
+    @property
+    def described(self) -> str:
+        return f"{self.tool}({self.arguments})" if self.arguments else self.tool
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    arguments = (call.get("function") or {}).get("arguments", "")
+    if isinstance(arguments, dict):
+        arguments = json.dumps(arguments, sort_keys=True)
+    return " ".join(str(arguments).split())[:200]
+
+
+def _calls(turns: Sequence[Turn]) -> list[_Call]:
+    """Each tool call with its result, in the order the results came."""
+    asked: dict[str, tuple[str, str, int]] = {}
+    unnamed: dict[str, tuple[str, str, int]] = {}
+    for turn in turns:
+        for call in turn.tool_calls or [] if turn.role == "assistant" else []:
+            tool = str((call.get("function") or {}).get("name") or "")
+            entry = (tool, _arguments(call), turn.pk)
+            if call.get("id"):
+                asked[str(call["id"])] = entry
+            unnamed[tool] = entry
+    calls = []
+    for turn in turns:
+        if turn.role != "tool":
+            continue
+        tool, arguments, asked_in = asked.get(turn.tool_call_id) or unnamed.get(
+            turn.name, (turn.name or "tool", "", turn.pk)
+        )
+        failed = bool(_TOOL_FAILED.search(turn.text)) and not _NO_ERRORS.search(turn.text)
+        calls.append(
+            _Call(
+                tool,
+                arguments,
+                failed,
+                turn.text.strip(),
+                tuple(dict.fromkeys((asked_in, turn.pk))),
+            )
+        )
+    return calls
+
+
+def _excerpt(text: str) -> str:
+    return first_sentence(text, MAX_EVIDENCE_CHARS)
+
+
+def session_distill(turns: Sequence[Turn]) -> Distilled:
+    """The lessons of one task session, read from its structure (no model)."""
+    distilled = Distilled()
+    requests = [turn for turn in turns if turn.role == "user" and turn.text.strip()]
+    task = first_sentence(requests[0].text, MAX_TITLE_CHARS * 2) if requests else ""
+    calls = _calls(turns)
+
+    taught: set[tuple[str, str]] = set()
+    for position, call in enumerate(calls):
+        if not call.failed:
+            continue
+        fix = next((later for later in calls[position + 1 :] if not later.failed), None)
+        if fix is None or (call.described, fix.described) in taught:
+            continue
+        taught.add((call.described, fix.described))
+        error = _excerpt(call.result)
+        distilled.lessons.append(
+            Lesson(
+                lesson_type="learn",
+                title=first_sentence(f"When {call.tool} fails, use {fix.tool}", MAX_TITLE_CHARS),
+                content=f"{call.described} failed with: {error}\nWhat worked: {fix.described}",
+                task=task,
+                action=fix.described,
+                evidence=error,
+                signal="tool_error",
+                importance=0.7,
+                credibility=0.9,
+                outcome=Outcome.SUCCESS,
+                source_message_ids=call.message_ids + fix.message_ids,
+            )
+        )
+    repeated: dict[str, list[_Call]] = {}
+    for call in calls:
+        if call.failed:
+            repeated.setdefault(call.described, []).append(call)
+    for described, failures in repeated.items():
+        if len(failures) < 2:
+            continue
+        distilled.lessons.append(
+            Lesson(
+                lesson_type="avoid",
+                title=first_sentence(f"Do not retry {failures[0].tool} unchanged", MAX_TITLE_CHARS),
+                content=f"{described} failed {len(failures)} times alike: "
+                f"{_excerpt(failures[-1].result)}",
+                task=task,
+                action=described,
+                evidence=_excerpt(failures[-1].result),
+                signal="tool_error",
+                importance=min(1.0, 0.5 + 0.1 * len(failures)),
+                credibility=0.9,
+                outcome=Outcome.FAILURE,
+                source_message_ids=tuple(pk for f in failures for pk in f.message_ids),
+            )
+        )
+    _verdicts(turns, task, distilled)
+    if distilled.outcome is None and calls:
+        distilled.outcome = Outcome.FAILURE if calls[-1].failed else Outcome.SUCCESS
+    return distilled
+
+
+def _verdicts(turns: Sequence[Turn], task: str, distilled: Distilled) -> None:
+    """User turns after the first that judge the work: a lesson about the assistant's last
+    answer before each, and the session's outcome from the last."""
+    seen_request = False
+    answer: Turn | None = None
+    for turn in turns:
+        if turn.role == "assistant" and (turn.text.strip() or turn.tool_calls):
+            answer = turn
+        if turn.role != "user" or not turn.text.strip():
+            continue
+        if not seen_request:
+            seen_request = True
+            continue
+        verdict = verdict_read(turn.text)
+        if verdict is None or answer is None:
+            continue
+        distilled.outcome = verdict
+        confirmed = verdict == Outcome.SUCCESS
+        action = first_sentence(answer.text, MAX_TEXT_CHARS) or ", ".join(
+            str((call.get("function") or {}).get("name")) for call in answer.tool_calls or []
+        )
+        distilled.lessons.append(
+            Lesson(
+                lesson_type="learn" if confirmed else "avoid",
+                title=first_sentence(
+                    f"{'Confirmed' if confirmed else 'Rejected'}: {action}", MAX_TITLE_CHARS
+                ),
+                content=f"{action}\nThe user said: {_excerpt(turn.text)}",
+                task=task,
+                action=action,
+                evidence=_excerpt(turn.text),
+                signal="user_confirmation" if confirmed else "user_critique",
+                importance=0.6 if confirmed else 0.8,
+                credibility=0.8,
+                outcome=verdict,
+                source_message_ids=(answer.pk, turn.pk),
+            )
+        )

@@ -1,0 +1,169 @@
+"""The distiller: a model's answer parsed whatever its wrapping, and a session's structure read
+without a model (a tool error then a fix, a failure repeated, a user's verdict)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from skills.distiller import lessons_parse, session_distill
+
+LESSON = {
+    "type": "learn",
+    "title": "Pin the lockfile before upgrading",
+    "content": "npm ci failed until the lockfile was regenerated.",
+    "evidence": "npm ERR! missing: left-pad",
+    "signal": "tool_error",
+    "importance": 0.8,
+    "credibility": 0.9,
+}
+AVOID = LESSON | {"type": "avoid", "title": "Do not delete node_modules by hand"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        json.dumps([LESSON, AVOID]),
+        f"```json\n{json.dumps([LESSON, AVOID])}\n```",
+        f"Here is what I learned:\n{json.dumps([LESSON, AVOID])}\nHope this helps.",
+        json.dumps({"lessons": [LESSON, AVOID]}),
+    ],
+    ids=["bare-array", "fenced", "inside-prose", "object-holding-the-list"],
+)
+def test_each_accepted_shape_is_read(answer: str) -> None:
+    parsed = lessons_parse(answer, task="upgrade the build")
+    assert [lesson.lesson_type for lesson in parsed.lessons] == ["learn", "avoid"]
+    assert parsed.lessons[0].title == LESSON["title"]
+    assert parsed.lessons[0].task == "upgrade the build"
+    assert parsed.warnings == []
+
+
+def test_one_object_is_one_lesson() -> None:
+    parsed = lessons_parse(json.dumps(LESSON))
+    assert [lesson.title for lesson in parsed.lessons] == [LESSON["title"]]
+
+
+@pytest.mark.parametrize(
+    "answer", ["", "I could not find anything to learn.", "{not json", "[1, 2", "42", "null"]
+)
+def test_garbage_gives_no_lessons_and_a_warning(answer: str) -> None:
+    parsed = lessons_parse(answer)
+    assert parsed.lessons == []
+    assert parsed.warnings, "garbage must never pass as a silent success"
+
+
+def test_scores_are_clamped_and_nan_is_zero() -> None:
+    items = [
+        LESSON | {"importance": 7, "credibility": -2},
+        LESSON | {"importance": "0.25", "credibility": "high"},
+    ]
+    answer = json.dumps(items).replace('"high"', "NaN")
+    first, second = lessons_parse(answer).lessons
+    assert (first.importance, first.credibility) == (1.0, 0.0)
+    assert (second.importance, second.credibility) == (0.25, 0.0)
+
+
+def test_a_bad_item_is_dropped_and_the_others_kept() -> None:
+    items = [LESSON, "not an object", {"type": "maybe", "title": "x"}, {"type": "learn"}, AVOID]
+    parsed = lessons_parse(json.dumps(items))
+    assert [lesson.title for lesson in parsed.lessons] == [LESSON["title"], AVOID["title"]]
+    assert len(parsed.warnings) == 3
+
+
+# --- Without a model --------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    pk: int
+    role: str
+    text: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    name: str = ""
+    tool_call_id: str = ""
+
+
+@dataclass
+class Session:
+    turns: list[Turn] = field(default_factory=list)
+
+    def say(self, role: str, text: str = "", **extra: Any) -> Session:
+        self.turns.append(Turn(pk=len(self.turns) + 1, role=role, text=text, **extra))
+        return self
+
+    def call(self, tool: str, arguments: dict[str, Any], result: str) -> Session:
+        call_id = f"call-{len(self.turns)}"
+        self.say(
+            "assistant",
+            tool_calls=[
+                {"id": call_id, "function": {"name": tool, "arguments": json.dumps(arguments)}}
+            ],
+        )
+        return self.say("tool", result, name=tool, tool_call_id=call_id)
+
+
+def test_a_tool_error_then_a_fix_is_a_learn_lesson() -> None:
+    session = (
+        Session()
+        .say("user", "Deploy the service to staging.")
+        .call("kubectl_apply", {"file": "deploy.yaml"}, "error: ImagePullBackOff for api:latest")
+        .call("docker_push", {"image": "api:latest"}, "pushed api:latest")
+        .say("assistant", "Pushed the image and the deploy went through.")
+    )
+    distilled = session_distill(session.turns)
+    [lesson] = distilled.lessons
+    assert lesson.lesson_type == "learn" and lesson.signal == "tool_error"
+    assert lesson.task == "Deploy the service to staging."
+    assert lesson.action.startswith("docker_push(")
+    assert "ImagePullBackOff" in lesson.evidence
+    assert set(lesson.source_message_ids) == {2, 3, 4, 5}
+    assert distilled.outcome == "success"
+
+
+def test_a_failure_repeated_unchanged_is_an_avoid_lesson() -> None:
+    session = Session().say("user", "Run the migrations.")
+    for _ in range(3):
+        session.call("migrate", {"db": "prod"}, "FATAL: password authentication failed")
+    distilled = session_distill(session.turns)
+    [lesson] = distilled.lessons
+    assert lesson.lesson_type == "avoid" and "3 times" in lesson.content
+    assert lesson.outcome == "failure"
+    assert distilled.outcome == "failure"
+
+
+def test_a_result_saying_no_errors_is_a_success() -> None:
+    session = (
+        Session()
+        .say("user", "Lint the repo.")
+        .call("ruff", {}, "Found 0 errors.")
+        .call("pytest", {}, "12 passed, no errors")
+    )
+    distilled = session_distill(session.turns)
+    assert distilled.lessons == [] and distilled.outcome == "success"
+
+
+def test_user_verdicts_are_critique_and_confirmation_and_decide_the_outcome() -> None:
+    session = (
+        Session()
+        .say("user", "Make the login page load faster.")
+        .say("assistant", "I inlined all the scripts.")
+        .say("user", "That broke the page, it is still slow.")
+        .say("assistant", "I added a Redis cache for the session lookup.")
+        .say("user", "Perfect, it works now, thanks!")
+    )
+    distilled = session_distill(session.turns)
+    critique, confirmation = distilled.lessons
+    assert (critique.lesson_type, critique.signal) == ("avoid", "user_critique")
+    assert critique.action == "I inlined all the scripts."
+    assert (confirmation.lesson_type, confirmation.signal) == ("learn", "user_confirmation")
+    assert "Redis cache" in confirmation.action
+    assert distilled.outcome == "success"
+
+
+def test_a_session_without_signals_teaches_nothing() -> None:
+    session = Session().say("user", "What time is it in Tokyo?").say("assistant", "It is 9 pm.")
+    distilled = session_distill(session.turns)
+    assert distilled.lessons == [] and distilled.outcome is None
