@@ -107,7 +107,7 @@ def image_fetch_request(*, organization: Organization, client: Client, url: str)
 
 def image_fetch_publish(*, fetch_id: int) -> bool:
     """Hand the fetch to the broker; with the broker down it stays pending for the recovery
-    job (``images_fetch_pending``). Never raises."""
+    job (``images.tasks.recover_image_fetches``). Never raises."""
     from images.tasks import image_fetch_task
 
     try:
