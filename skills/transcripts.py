@@ -96,6 +96,4 @@ def transcript_distill(messages: Sequence[MessageInput]) -> Draft:
     closing = [
         messages[index].text for index in users if index > last and messages[index].text.strip()
     ]
-    return Draft(
-        task=task, action=action, outcome=verdict_read(closing[-1]) if closing else None
-    )
+    return Draft(task=task, action=action, outcome=verdict_read(closing[-1]) if closing else None)
