@@ -55,6 +55,11 @@ class Tenant:
         scoped = self.client.read_scopes.filter(organization_id=self.organization.pk)
         return frozenset([self.client.pk, *scoped.values_list("pk", flat=True)])
 
+    def owns(self, row: Any) -> bool:
+        """Whether the tenant may change a tenant-owned row it can read: rows its own client
+        wrote (``Scope.owned_by`` in queries); rows read through a read scope are read-only."""
+        return row.client_id == self.client.pk
+
     @classmethod
     def for_api_key(cls, api_key: ApiKey) -> Tenant:
         return cls(organization=api_key.client.organization, client=api_key.client, api_key=api_key)

@@ -158,7 +158,7 @@ def memories_store(
 
 
 def _writable(tenant: Tenant, row: models.Model) -> None:
-    if row.client_id != tenant.client.pk:
+    if not tenant.owns(row):
         raise MemoryReadOnlyError(row.pk)
 
 

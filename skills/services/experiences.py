@@ -251,7 +251,7 @@ def experience_settings_set(*, tenant: Tenant, half_life_days: float | None) -> 
 
 
 def _writable(tenant: Tenant, experience: Experience) -> None:
-    if experience.client_id != tenant.client.pk:
+    if not tenant.owns(experience):
         raise ExperienceReadOnlyError(experience.pk)
 
 

@@ -127,7 +127,7 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
     """Queue a run that stopped short (failed, context limit, budget) again, with its
     sessions. Raises LearningRunReadOnlyError for another client's run and
     LearningRunConflictError for a run in another state or a user with a run waiting."""
-    if run.client_id != tenant.client.pk:
+    if not tenant.owns(run):
         raise LearningRunReadOnlyError(run.pk)
     retried = LearningRun.objects.filter(pk=run.pk, state__in=RETRYABLE)
     if not retried.exists():
