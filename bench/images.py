@@ -344,7 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(arguments: argparse.Namespace, api_key: str) -> int:  # noqa: PLR0915 (one script)
     threads, adds_per_thread = arguments.threads, arguments.adds // arguments.threads
     warmups = threads * arguments.warmup
-    run = "bench-images-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    # To the microsecond: two runs within a second (the smoke test's refused run, then its
+    # real one) must not share users, or a session lists the other run's images too.
+    run = "bench-images-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
     users = [f"{run}-{index}" for index in range(arguments.users)]
     warmup_users = [f"{run}-warmup-{index}" for index in range(threads)]
     headers = {"X-API-Key": api_key, "Content-Type": "application/json"}
