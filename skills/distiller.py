@@ -79,6 +79,17 @@ class Distilled:
     lessons: list[Lesson] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     outcome: str | None = None  # the session's, when it says
+    # The session's structure (read without a model, whichever reading gave the lessons): the
+    # user's request, the calls that worked in order, and the tools they and the failures used.
+    task: str = ""
+    steps: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    failed_tools: list[str] = field(default_factory=list)
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """What each lesson of the session records as its experience's context."""
+        return {"tools": self.tools, "steps": self.steps, "failed_tools": self.failed_tools}
 
 
 # --- The model's answer -------------------------------------------------------------------------
@@ -233,6 +244,14 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
     requests = [turn for turn in turns if turn.role == "user" and turn.text.strip()]
     task = first_sentence(requests[0].text, MAX_TITLE_CHARS * 2) if requests else ""
     calls = _calls(turns)
+    distilled.task = task
+    distilled.steps = list(dict.fromkeys(call.described for call in calls if not call.failed))
+    distilled.tools = list(dict.fromkeys(call.tool for call in calls if not call.failed))
+    distilled.failed_tools = list(
+        dict.fromkeys(
+            call.tool for call in calls if call.failed and call.tool not in distilled.tools
+        )
+    )
 
     taught: set[tuple[str, str]] = set()
     for position, call in enumerate(calls):

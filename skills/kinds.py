@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.db.models import Q
 
 from memory.retrieval.kinds import SearchableKind, kind_register
-from skills.models import CURRENT, Experience, ExperienceEmbedding
+from skills.models import CURRENT, Experience, ExperienceEmbedding, Skill, SkillEmbedding
 
 # Codes are the kinds' numbers in the search index: never change or reuse one.
 EXPERIENCE_KIND = SearchableKind(
@@ -19,6 +20,20 @@ EXPERIENCE_KIND = SearchableKind(
     vector_weight=settings.EXPERIENCE_SEARCH_VECTOR_WEIGHT,
 )
 
+# Skills served: candidates and active ones (deprecated and deleted ones are kept, not found).
+SERVED = Q(status__in=[Skill.Status.CANDIDATE, Skill.Status.ACTIVE])
+
+SKILL_KIND = SearchableKind(
+    name="skill",
+    code=21,
+    model=Skill,
+    embedding_model=SkillEmbedding,
+    text_fields=("name", "description", "triggers", "instructions"),
+    current=SERVED,
+    tags_field=None,
+)
+
 
 def skill_kinds_register() -> None:
     kind_register(EXPERIENCE_KIND)
+    kind_register(SKILL_KIND)

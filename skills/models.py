@@ -31,6 +31,28 @@ class Origin(models.TextChoices):
     DISTILLED = "distilled"  # distilled from a task session by a learning run
 
 
+class LessonType(models.TextChoices):
+    LEARN = "learn"  # do this
+    AVOID = "avoid"  # do not do this
+
+
+class Signal(models.TextChoices):
+    """What a distilled lesson rests on."""
+
+    TOOL_ERROR = "tool_error"
+    USER_CRITIQUE = "user_critique"
+    USER_CONFIRMATION = "user_confirmation"
+    SELF_CORRECTION = "self_correction"
+    INFERRED = "inferred"
+
+
+class LessonStatus(models.TextChoices):
+    PENDING = "pending"  # distilled, not yet read by a curator
+    CONSUMED = "consumed"  # a curator placed it (in a skill, or decided it changes none)
+    POOLED = "pooled"  # waits for a later run (no room in this one's batches or budget)
+    SUPERSEDED = "superseded"  # replaced before a curator read it
+
+
 # What "current" means for an experience: not replaced by a newer one. Recall and recommend
 # read current experiences unless asked for the superseded too.
 CURRENT = Q(superseded_by__isnull=True)
@@ -101,6 +123,27 @@ class Experience(Owned):
         help_text="The recommendation this is the outcome of following.",
     )
     occurred_at = models.DateTimeField()
+    # What a distilled lesson adds (origin distilled; blank for experiences callers record).
+    title = models.CharField(max_length=200, blank=True)
+    content = models.TextField(blank=True)
+    lesson_type = models.CharField(max_length=5, choices=LessonType.choices, blank=True)
+    evidence = models.TextField(blank=True, help_text="The quote the lesson rests on.")
+    signal = models.CharField(max_length=17, choices=Signal.choices, blank=True)
+    importance = models.FloatField(null=True, blank=True)
+    credibility = models.FloatField(null=True, blank=True)
+    status = models.CharField(
+        max_length=10,
+        choices=LessonStatus.choices,
+        blank=True,
+        help_text="Where the curator is with the lesson (blank: not a lesson).",
+    )
+    pool_reason = models.TextField(blank=True, help_text="Why a pooled lesson waits.")
+    distilled_by = models.ForeignKey(
+        "LearningRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="lessons"
+    )
+    consumed_by = models.ForeignKey(
+        "LearningRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="consumed"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -108,6 +151,12 @@ class Experience(Owned):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["end_user", "client", "-created_at"], name="experience_owner"),
+            # The curator's scan: a user's lessons waiting for a skill.
+            models.Index(
+                fields=["client", "end_user", "status"],
+                condition=Q(status__in=["pending", "pooled"]),
+                name="experience_lessons_waiting",
+            ),
             models.Index(fields=["end_user", "client", "action_key"], name="experience_action"),
             GinIndex(fields=["context"], name="experience_context", opclasses=["jsonb_path_ops"]),
             GinIndex(fields=["filter_tags"], name="experience_tags", opclasses=["jsonb_path_ops"]),
@@ -123,6 +172,16 @@ class Experience(Owned):
             ),
             models.CheckConstraint(
                 condition=~Q(superseded_by=models.F("id")), name="experience_not_self_superseded"
+            ),
+            models.CheckConstraint(
+                condition=Q(importance__isnull=True)
+                | Q(
+                    importance__gte=0.0,
+                    importance__lte=1.0,
+                    credibility__gte=0.0,
+                    credibility__lte=1.0,
+                ),
+                name="experience_lesson_scores_range",
             ),
         ]
 
@@ -233,6 +292,10 @@ class LearningRun(Owned):
     skills_edited = models.PositiveIntegerField(default=0)
     skills_merged = models.PositiveIntegerField(default=0)
     skills_deprecated = models.PositiveIntegerField(default=0)
+    experiences_distilled = models.PositiveIntegerField(default=0)
+    experiences_consumed = models.PositiveIntegerField(default=0)
+    experiences_pooled = models.PositiveIntegerField(default=0)
+    warnings = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -246,6 +309,12 @@ class LearningRun(Owned):
                 fields=["client", "end_user"],
                 condition=Q(state="queued"),
                 name="one_queued_learning_run_per_user",
+            ),
+            # Runs of one user never overlap: a claim while another runs is refused.
+            models.UniqueConstraint(
+                fields=["client", "end_user"],
+                condition=Q(state="running"),
+                name="one_running_learning_run_per_user",
             ),
         ]
         indexes = [
@@ -268,9 +337,125 @@ class LearningRunSession(Owned):
     session = models.OneToOneField(
         "conversations.Session", on_delete=models.CASCADE, related_name="+"
     )
+    # Set in the transaction that records the session's lessons: a session is distilled once,
+    # however often its run is claimed again.
+    distilled_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=7, choices=Outcome.choices, blank=True)
 
     class Meta:
         ordering = ["run_id", "session_id"]
 
     def __str__(self) -> str:
         return f"session {self.session_id} of run {self.run_id}"
+
+
+class Skill(Owned):
+    """A procedure learned from task sessions (or written by an operator): what it does and
+    when to use it, the phrasings of tasks it is for, its steps and its pitfalls. Its text is
+    that of its current version (``SkillVersion``), which every change writes anew. A searchable
+    kind of the engine. A new skill is a ``candidate`` until sessions that used it prove it."""
+
+    class Status(models.TextChoices):
+        CANDIDATE = "candidate"  # served, ranked below proven skills, not yet proven
+        ACTIVE = "active"
+        DEPRECATED = "deprecated"  # kept, not served
+        DELETED = "deleted"  # deleted by the user (soft: a version says so)
+
+    name = models.CharField(max_length=64)
+    description = models.CharField(max_length=1024)
+    triggers = ArrayField(models.TextField(), default=list, blank=True)
+    instructions = models.TextField(blank=True)
+    pitfalls = ArrayField(models.TextField(), default=list, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CANDIDATE)
+    version = models.PositiveIntegerField(default=0)
+    # The outcomes of the task sessions the skill was retrieved for (its uses) ...
+    successes = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    partials = models.PositiveIntegerField(default=0)
+    # ... and of those it was learned from. Its confidence reads both; proving it, uses alone.
+    learned_successes = models.PositiveIntegerField(default=0)
+    learned_failures = models.PositiveIntegerField(default=0)
+    learned_partials = models.PositiveIntegerField(default=0)
+    needs_review = models.BooleanField(default=False)
+    review_reason = models.TextField(blank=True)
+    # The clustering key a deterministic curator files the skill under (its tools).
+    tools = ArrayField(models.TextField(), default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "name"],
+                condition=~Q(status="deleted"),
+                name="skill_name_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["end_user", "client", "status"], name="skill_owner")]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+
+class SkillEmbedding(Embedding):
+    """Embeddings of skills, per model and chunk (written with each version)."""
+
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="embeddings")
+
+
+class SkillVersion(models.Model):
+    """One state of a skill, never changed once written (a database trigger refuses updates):
+    its number, the whole snapshot, the diff from the version before, who wrote it, and the run
+    and experiences behind it. ``operation_key`` makes a learning run's operation write its
+    version once however often the run is claimed again."""
+
+    class Author(models.TextChoices):
+        CURATOR = "curator"
+        OPERATOR = "operator"
+        ROLLBACK = "rollback"
+        IMPORT = "import"
+
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    snapshot = models.JSONField()
+    diff = models.TextField(blank=True)
+    author = models.CharField(max_length=8, choices=Author.choices)
+    operation = models.CharField(max_length=12, blank=True, help_text="create, edit, merge, ...")
+    run = models.ForeignKey(
+        LearningRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="versions"
+    )
+    experience_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    operation_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    needs_review = models.BooleanField(default=False)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["skill_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["skill", "number"], name="skill_version_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"skill {self.skill_id} v{self.number}"
+
+
+class SkillUse(Owned):
+    """A skill retrieved for a task session (the retrieval named the session): when the session
+    closes, its outcome is evidence for the skill, counted once (``counted_at``)."""
+
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="uses")
+    session = models.ForeignKey("conversations.Session", on_delete=models.CASCADE, related_name="+")
+    outcome = models.CharField(max_length=7, choices=Outcome.choices, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    counted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["skill", "session"], name="skill_use_unique"),
+        ]
+        indexes = [models.Index(fields=["session"], name="skill_use_session")]
+
+    def __str__(self) -> str:
+        return f"skill {self.skill_id} in session {self.session_id}"

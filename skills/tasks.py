@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from datetime import timedelta
@@ -48,3 +49,100 @@ def embed_pending_experiences() -> int:
         logger.info("embedding %s experiences the queue missed", len(pending))
         return experiences_embed(experience_ids=pending, embedders=embedders)
     return 0
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
+    """Embed skills an API request changed (a learning run embeds its own as it writes them)."""
+    from skills.services.skills import skills_embed
+
+    try:
+        return skills_embed(skill_ids=skill_ids, embedders=write_embedders())
+    except Exception as error:
+        if not isinstance(error, EmbeddingTransientError) and not database_unreachable(error):
+            raise
+        countdown = random.uniform(0.5, 1.0) * min(900.0, 2.0 * 2**self.request.retries)  # noqa: S311
+        raise self.retry(countdown=countdown, exc=error) from error
+
+
+def _task_threshold(model: str) -> float | None:
+    """How near two tasks' embeddings are when they are one kind of task: the similarity gate's
+    "strong" threshold for skills and the model (above every unrelated pair it measured)."""
+    from memory.retrieval.gate import gate_thresholds
+    from skills.kinds import SKILL_KIND
+
+    thresholds = gate_thresholds(model=model, kinds=[SKILL_KIND])[SKILL_KIND.name]
+    return thresholds.strong_similarity if thresholds is not None else None
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
+    """Claim the learning run and run it to its end. A redelivery, or a second message for
+    the same run, finds it claimed and does nothing; a provider's overload or a database
+    restart puts it back in the queue and retries with backoff."""
+    from memory.providers.llm import LLMTransientError, llm_provider_from_settings
+    from skills.services.runs import (
+        RunLostError,
+        learning_run_claim,
+        learning_run_execute,
+        learning_run_release,
+    )
+
+    claim = learning_run_claim(run_id=run_id)
+    if claim is None:
+        return None
+    llm = llm_provider_from_settings()
+    embedders = write_embedders()
+    try:
+        run = learning_run_execute(
+            claim=claim,
+            llm=llm,
+            embedders=embedders,
+            threshold=_task_threshold(embedders[0].model_name),
+        )
+    except RunLostError:
+        logger.warning("learning run %s was claimed by another worker; stopping", run_id)
+        return None
+    except Exception as error:
+        transient = isinstance(error, LLMTransientError | EmbeddingTransientError)
+        if not transient and not database_unreachable(error):
+            logger.exception("learning run %s failed", run_id)
+            _run_failed(claim, error)
+            return "failed"
+        learning_run_release(claim)
+        countdown = random.uniform(0.5, 1.0) * min(900.0, 5.0 * 2**self.request.retries)  # noqa: S311
+        raise self.retry(countdown=countdown, exc=error) from error
+    finally:
+        if llm is not None:
+            llm.close()
+    return run.state
+
+
+def _run_failed(claim: object, error: Exception) -> None:
+    from skills.services.runs import RunLostError, learning_run_fail
+
+    with contextlib.suppress(RunLostError):  # the new holder finishes it
+        learning_run_fail(claim, f"{type(error).__name__}: {error}")  # type: ignore[arg-type]
+
+
+@shared_task
+def recover_learning_runs() -> int:
+    """The learning-run queue's driver (beat, every minute): queued runs whose message the
+    broker may have lost, and running runs whose worker stopped beating, are published again
+    (the claim decides who runs them)."""
+    from skills.services.runs import learning_runs_due
+
+    due = learning_runs_due(queued_older_than=timedelta(seconds=60))
+    for run_id in due:
+        learning_run_task.delay(run_id)
+    if due:
+        logger.info("published %s learning runs again", len(due))
+    return len(due)
+
+
+@shared_task(acks_late=True)
+def skill_uses_count_task(session_id: int) -> int:
+    """A task session closed: the skills retrieved for it count its outcome."""
+    from skills.services.skills import skill_uses_session_count
+
+    return len(skill_uses_session_count(session_id=session_id))

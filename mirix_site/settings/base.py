@@ -292,8 +292,21 @@ EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
 EXTRACTION_REQUEUE_AFTER = env_duration("EXTRACTION_REQUEUE_AFTER", "2m")
 SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
-CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 20, minimum=1)
+# A learning run's caps: curator steps (batches) and tokens in and out of the model; a run
+# reaching one ends as budget_exhausted, its unread lessons pooled for the next.
+CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 100, minimum=1)
 CURATOR_MAX_TOKENS_PER_RUN = env_int("CURATOR_MAX_TOKENS_PER_RUN", 200_000, minimum=1000)
+# The tokens of a curator's window kept for its answer: a batch fills window x 0.8 - this.
+CURATOR_RESERVE_TOKENS = env_int("CURATOR_RESERVE_TOKENS", 4096, minimum=0)
+# A running learning run whose worker has not beaten for this long is claimed again.
+LEARNING_RUN_STALE_AFTER = env_duration("LEARNING_RUN_STALE_AFTER", "2m")
+# A candidate skill becomes active once this many task sessions that used it succeeded and the
+# lower bound of its success rate reaches the floor; one whose bound falls below the review
+# floor after this many counted uses is flagged for review (and an active one demoted).
+SKILL_ACTIVATE_SUCCESSES = env_int("SKILL_ACTIVATE_SUCCESSES", 3, minimum=1)
+SKILL_ACTIVATE_CONFIDENCE = env_float("SKILL_ACTIVATE_CONFIDENCE", 0.5, minimum=0.0)
+SKILL_REVIEW_MIN_USES = env_int("SKILL_REVIEW_MIN_USES", 3, minimum=1)
+SKILL_REVIEW_CONFIDENCE = env_float("SKILL_REVIEW_CONFIDENCE", 0.2, minimum=0.0)
 # Recommend weighs the most relevant this many experiences of the task, and names this many
 # runner-up actions beside the winner.
 RECOMMEND_EVIDENCE = env_int("RECOMMEND_EVIDENCE", 50, minimum=1)
@@ -347,6 +360,10 @@ CELERY_TASK_ROUTES = {
     # its extraction runs (bench/images.py: 3 of 1,000 stored while the adds arrived).
     "images.tasks.image_fetch_task": {"queue": "images"},
     "images.tasks.recover_image_fetches": {"queue": "maintenance"},
+    "skills.tasks.learning_run_task": {"queue": "learning"},
+    "skills.tasks.skills_embed_task": {"queue": "ingest"},
+    "skills.tasks.skill_uses_count_task": {"queue": "learning"},
+    "skills.tasks.recover_learning_runs": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
@@ -374,6 +391,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Remote images whose fetch the broker lost (sent while Redis was down). Every 2 minutes,
     # acting on fetches pending longer than EXTRACTION_REQUEUE_AFTER.
     "recover-image-fetches": {"task": "images.tasks.recover_image_fetches", "schedule": 120.0},
+    # The learning-run queue's driver: queued runs the broker may have lost are published
+    # again, running runs whose worker stopped beating (LEARNING_RUN_STALE_AFTER) claimed again.
+    "recover-learning-runs": {"task": "skills.tasks.recover_learning_runs", "schedule": 60.0},
 }
 
 LOGGING = {

@@ -83,7 +83,17 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     }
     run = _queued_run(owner=owner, trigger=LearningRun.Trigger.THRESHOLD)
     _sessions_attach(run=run, sessions=unlearned)
+    _publish(run)
     return run
+
+
+def _publish(run: LearningRun) -> None:
+    """Send the run to a worker once the transaction that queued it commits (the beat sends it
+    again if this message is lost)."""
+    from skills.tasks import learning_run_task
+
+    run_id = run.pk
+    transaction.on_commit(lambda: learning_run_task.delay(run_id))
 
 
 def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:
@@ -119,6 +129,7 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
         raise LearningRunConflictError("No closed task session of this user is left to learn from.")
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
     _sessions_attach(run=run, sessions=unlearned)
+    _publish(run)
     return run, waiting is None
 
 
@@ -142,4 +153,5 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
     except IntegrityError:
         raise LearningRunConflictError("A run of this user is queued already.") from None
     run.refresh_from_db()
+    _publish(run)
     return run

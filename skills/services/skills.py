@@ -1,0 +1,449 @@
+"""Skills and their versions: every change of a skill's text is a new, immutable SkillVersion
+(its full snapshot and the diff from the one before), whoever makes it — the curator of a
+learning run, an operator's PATCH, a rollback, a deletion. The skill row holds the current
+version's text, which is what the engine indexes.
+
+A skill proves itself: the task sessions it was retrieved for (``SkillUse``) count their
+outcomes when they close. A candidate becomes active once enough of them succeeded and the
+lower bound of its success rate reaches ``SKILL_ACTIVATE_CONFIDENCE``; a skill whose uses bound
+its rate below ``SKILL_REVIEW_CONFIDENCE`` is flagged for review, and an active one is demoted
+to candidate. The confidence reported is the bound over every outcome it rests on, the
+sessions it was learned from included.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.tenancy import Tenant
+from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.index import documents_index, documents_reindex
+from skills.confidence import evidence, lower_bound
+from skills.kinds import SKILL_KIND
+from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+MAX_NAME_CHARS = 64
+MAX_DESCRIPTION_CHARS = 1024
+MAX_TRIGGERS = 100
+MAX_PITFALLS = 50
+# An exported SKILL.md stays under 500 lines: its front matter and headings need some.
+MAX_INSTRUCTION_LINES = 450
+MAX_INSTRUCTION_CHARS = 40_000
+# An edit rewriting more than this share of a skill's text is flagged for review.
+REWRITE_REVIEW_SHARE = 0.4
+
+
+class SkillInputError(Exception):
+    """A skill's fields break the Agent Skills rules or our limits: the fields to fix."""
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        super().__init__(fields)
+        self.fields = fields
+
+
+class SkillConflictError(Exception):
+    """The change cannot be made as asked (a name the user's other skill has, a version that
+    does not exist): the message says why."""
+
+
+class SkillReadOnlyError(Exception):
+    """Another client's skill: readable through a read scope, not changeable."""
+
+
+@dataclass(frozen=True)
+class SkillContent:
+    """A skill's text: what every version snapshots."""
+
+    name: str
+    description: str
+    triggers: tuple[str, ...] = ()
+    instructions: str = ""
+    pitfalls: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, skill: Skill) -> SkillContent:
+        return cls(
+            name=skill.name,
+            description=skill.description,
+            triggers=tuple(skill.triggers),
+            instructions=skill.instructions,
+            pitfalls=tuple(skill.pitfalls),
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: dict[str, Any]) -> SkillContent:
+        return cls(
+            name=snapshot["name"],
+            description=snapshot["description"],
+            triggers=tuple(snapshot.get("triggers", ())),
+            instructions=snapshot.get("instructions", ""),
+            pitfalls=tuple(snapshot.get("pitfalls", ())),
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        values = asdict(self)
+        return {**values, "triggers": list(self.triggers), "pitfalls": list(self.pitfalls)}
+
+    def errors(self) -> dict[str, list[str]]:
+        """What breaks the rules, by field (empty: none)."""
+        errors: dict[str, list[str]] = {}
+        if not 1 <= len(self.name) <= MAX_NAME_CHARS or not NAME_PATTERN.match(self.name):
+            errors["name"] = [
+                f"1 to {MAX_NAME_CHARS} lowercase letters, digits and single hyphens, "
+                "not starting or ending with a hyphen."
+            ]
+        if not self.description.strip() or len(self.description) > MAX_DESCRIPTION_CHARS:
+            errors["description"] = [f"1 to {MAX_DESCRIPTION_CHARS} characters."]
+        if len(self.triggers) > MAX_TRIGGERS or any(not t.strip() for t in self.triggers):
+            errors["triggers"] = [f"At most {MAX_TRIGGERS} phrasings, none empty."]
+        if len(self.pitfalls) > MAX_PITFALLS or any(not p.strip() for p in self.pitfalls):
+            errors["pitfalls"] = [f"At most {MAX_PITFALLS} pitfalls, none empty."]
+        if (
+            len(self.instructions) > MAX_INSTRUCTION_CHARS
+            or self.instructions.count("\n") >= MAX_INSTRUCTION_LINES
+        ):
+            errors["instructions"] = [
+                f"At most {MAX_INSTRUCTION_LINES} lines and {MAX_INSTRUCTION_CHARS} characters."
+            ]
+        return errors
+
+    def body(self) -> str:
+        """The skill as the markdown body of its SKILL.md: the instructions, then when to use
+        it and what to avoid."""
+        parts = [self.instructions.strip()] if self.instructions.strip() else []
+        if self.triggers:
+            parts.append("## When to use\n" + "\n".join(f"- {t}" for t in self.triggers))
+        if self.pitfalls:
+            parts.append("## Pitfalls\n" + "\n".join(f"- {p}" for p in self.pitfalls))
+        return "\n\n".join(parts) + "\n"
+
+    def text(self) -> str:
+        """Everything a version's diff compares, one line per line of text."""
+        return f"name: {self.name}\ndescription: {self.description}\n\n{self.body()}"
+
+
+def content_diff(
+    before: SkillContent | None, after: SkillContent, *, numbers: tuple[int, int]
+) -> str:
+    """A unified diff of the two versions' text (from nothing for a first version)."""
+    old = before.text().splitlines(keepends=True) if before is not None else []
+    return "".join(
+        difflib.unified_diff(
+            old,
+            after.text().splitlines(keepends=True),
+            fromfile=f"v{numbers[0]}",
+            tofile=f"v{numbers[1]}",
+        )
+    )
+
+
+def rewrite_share(before: SkillContent, after: SkillContent) -> float:
+    """How much of the skill's text an edit rewrote: the share of the old text not kept, from
+    0 (all kept, whatever was added) to 1 (none of it)."""
+    old = before.text()
+    matcher = difflib.SequenceMatcher(None, old, after.text(), autojunk=False)
+    kept = sum(block.size for block in matcher.get_matching_blocks())
+    return 1.0 - kept / len(old) if old else 0.0
+
+
+def skill_confidence(skill: Skill) -> float:
+    """The 5 % lower bound of the skill's success rate over every outcome it rests on."""
+    successes, failures = evidence(
+        successes=skill.successes + skill.learned_successes,
+        failures=skill.failures + skill.learned_failures,
+        partials=skill.partials + skill.learned_partials,
+    )
+    return round(lower_bound(successes=successes, failures=failures), 4)
+
+
+@dataclass
+class Written:
+    skill: Skill
+    version: SkillVersion
+    created: bool  # False: the operation had written this version already
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who writes a version and from what."""
+
+    author: str
+    operation: str
+    run: LearningRun | None = None
+    experience_ids: Sequence[int] = ()
+    operation_key: str | None = None
+    note: str = ""
+    # The outcomes of the sessions behind it, added to the skill's learned evidence.
+    learned: dict[str, int] = field(default_factory=dict)
+
+
+def _index(skill: Skill, *, new: bool, embedders: Sequence[EmbeddingProvider] | None) -> None:
+    """BM25 now; vectors now when the caller holds the embedders (a worker), else by a task."""
+    index = documents_index if new else documents_reindex
+    index(documents=[(SKILL_KIND, skill)], embedders=embedders or [])
+    if embedders is None:
+        from skills.tasks import skills_embed_task
+
+        skill_id = skill.pk
+        transaction.on_commit(lambda: skills_embed_task.delay([skill_id]))
+
+
+def _learned_add(skill: Skill, learned: dict[str, int]) -> None:
+    skill.learned_successes += learned.get(Outcome.SUCCESS, 0)
+    skill.learned_failures += learned.get(Outcome.FAILURE, 0)
+    skill.learned_partials += learned.get(Outcome.PARTIAL, 0)
+
+
+@transaction.atomic
+def skill_version_write(
+    *,
+    owner: dict[str, Any],
+    skill: Skill | None,
+    content: SkillContent,
+    provenance: Provenance,
+    embedders: Sequence[EmbeddingProvider] | None = None,
+    status: str | None = None,
+    needs_review: bool = False,
+) -> Written:
+    """Write ``content`` as the next version of ``skill`` (None: a new skill of ``owner``,
+    the ``organization_id``/``client_id``/``end_user_id`` it belongs to). An operation whose
+    key wrote a version already writes nothing and returns that version. Raises
+    SkillInputError for content that breaks the rules and SkillConflictError for a name the
+    user's other skill holds."""
+    if provenance.operation_key:
+        done = (
+            SkillVersion.objects.select_related("skill")
+            .filter(operation_key=provenance.operation_key)
+            .first()
+        )
+        if done is not None:
+            return Written(skill=done.skill, version=done, created=False)
+    errors = content.errors()
+    if errors:
+        raise SkillInputError(errors)
+    new = skill is None
+    if new:
+        skill = Skill(**owner)
+        previous = None
+    else:
+        skill = Skill.objects.select_for_update().get(pk=skill.pk)
+        previous = SkillContent.of(skill)
+    skill.name, skill.description = content.name, content.description
+    skill.triggers, skill.instructions = list(content.triggers), content.instructions
+    skill.pitfalls = list(content.pitfalls)
+    if status is not None:
+        skill.status = status
+    if needs_review:
+        skill.needs_review = True
+        skill.review_reason = provenance.note or "Flagged by the version that changed it."
+    _learned_add(skill, provenance.learned)
+    number = skill.version + 1
+    skill.version = number
+    try:
+        with transaction.atomic():
+            skill.save()
+    except IntegrityError:
+        raise SkillConflictError(f"This user already has a skill named {content.name!r}.") from None
+    version = SkillVersion.objects.create(
+        skill=skill,
+        number=number,
+        snapshot=content.snapshot(),
+        diff=content_diff(previous, content, numbers=(number - 1, number)),
+        author=provenance.author,
+        operation=provenance.operation,
+        run=provenance.run,
+        experience_ids=list(provenance.experience_ids),
+        operation_key=provenance.operation_key,
+        needs_review=needs_review,
+        note=provenance.note,
+    )
+    _index(skill, new=new, embedders=embedders)
+    return Written(skill=skill, version=version, created=True)
+
+
+def _writable(tenant: Tenant, skill: Skill) -> None:
+    if not tenant.owns(skill):
+        raise SkillReadOnlyError(skill.pk)
+
+
+def _owner(skill: Skill) -> dict[str, Any]:
+    return {
+        "organization_id": skill.organization_id,
+        "client_id": skill.client_id,
+        "end_user_id": skill.end_user_id,
+    }
+
+
+# What an operator's PATCH may change besides the text: the status (an operator activates or
+# deprecates a skill; deletion is DELETE /memory/procedural/{id}) and the review flag.
+OPERATOR_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE, Skill.Status.DEPRECATED)
+
+
+@transaction.atomic
+def skill_patch(
+    *, tenant: Tenant, skill: Skill, changes: dict[str, Any], note: str = ""
+) -> Written | Skill:
+    """An operator's change: text fields make a new version (author ``operator``); a status
+    or ``needs_review`` alone changes the skill without one (they are not its text)."""
+    _writable(tenant, skill)
+    skill = Skill.objects.select_for_update().get(pk=skill.pk)
+    if skill.status == Skill.Status.DELETED:
+        raise SkillConflictError("A deleted skill is not changed.")
+    if "status" in changes:
+        skill.status = changes["status"]
+    if "needs_review" in changes:
+        skill.needs_review = changes["needs_review"]
+        if not skill.needs_review:
+            skill.review_reason = ""
+    current = SkillContent.of(skill)
+    text_fields = {"name", "description", "triggers", "instructions", "pitfalls"} & set(changes)
+    content = SkillContent.from_snapshot(
+        {**current.snapshot(), **{name: changes[name] for name in text_fields}}
+    )
+    if content == current:
+        skill.save(update_fields=["status", "needs_review", "review_reason", "updated_at"])
+        return skill
+    skill.save(update_fields=["status", "needs_review", "review_reason", "updated_at"])
+    return skill_version_write(
+        owner=_owner(skill),
+        skill=skill,
+        content=content,
+        provenance=Provenance(author=SkillVersion.Author.OPERATOR, operation="edit", note=note),
+    )
+
+
+@transaction.atomic
+def skill_rollback(*, tenant: Tenant, skill: Skill, number: int) -> Written:
+    """A new version equal to version ``number`` (author ``rollback``)."""
+    _writable(tenant, skill)
+    target = SkillVersion.objects.filter(skill=skill, number=number).first()
+    if target is None:
+        raise SkillConflictError(f"Skill {skill.pk} has no version {number}.")
+    if skill.status == Skill.Status.DELETED:
+        raise SkillConflictError("A deleted skill is not rolled back.")
+    return skill_version_write(
+        owner=_owner(skill),
+        skill=skill,
+        content=SkillContent.from_snapshot(target.snapshot),
+        provenance=Provenance(
+            author=SkillVersion.Author.ROLLBACK,
+            operation="rollback",
+            note=f"Rolled back to version {number}.",
+        ),
+    )
+
+
+@transaction.atomic
+def skill_delete(*, tenant: Tenant, skill: Skill) -> Skill:
+    """Delete the skill softly: it is no longer served, and a version records when and by
+    whom (its text unchanged). Deleting a deleted skill changes nothing."""
+    _writable(tenant, skill)
+    skill = Skill.objects.select_for_update().get(pk=skill.pk)
+    if skill.status == Skill.Status.DELETED:
+        return skill
+    written = skill_version_write(
+        owner=_owner(skill),
+        skill=skill,
+        content=SkillContent.of(skill),
+        provenance=Provenance(
+            author=SkillVersion.Author.OPERATOR, operation="delete", note="Deleted by the user."
+        ),
+        status=Skill.Status.DELETED,
+    )
+    return written.skill
+
+
+def skill_uses_record(*, skills: Sequence[Skill], session_id: int) -> None:
+    """The skills were retrieved for this task session: its outcome will count for them."""
+    SkillUse.objects.bulk_create(
+        [SkillUse(**_owner(skill), skill=skill, session_id=session_id) for skill in skills],
+        ignore_conflicts=True,
+    )
+
+
+def _use_bound(skill: Skill) -> float:
+    successes, failures = evidence(
+        successes=skill.successes, failures=skill.failures, partials=skill.partials
+    )
+    return lower_bound(successes=successes, failures=failures)
+
+
+def _proven(skill: Skill) -> None:
+    """The status the skill's uses call for: promoted, flagged and demoted, or unchanged."""
+    uses = skill.successes + skill.failures + skill.partials
+    bound = _use_bound(skill)
+    if (
+        skill.status == Skill.Status.CANDIDATE
+        and skill.successes >= settings.SKILL_ACTIVATE_SUCCESSES
+        and bound >= settings.SKILL_ACTIVATE_CONFIDENCE
+    ):
+        skill.status = Skill.Status.ACTIVE
+    if uses >= settings.SKILL_REVIEW_MIN_USES and bound < settings.SKILL_REVIEW_CONFIDENCE:
+        skill.needs_review = True
+        skill.review_reason = (
+            f"Sessions that used it: {skill.successes} succeeded, {skill.failures} failed, "
+            f"{skill.partials} partly; its success rate is bounded below "
+            f"{settings.SKILL_REVIEW_CONFIDENCE:g}."
+        )
+        if skill.status == Skill.Status.ACTIVE:
+            skill.status = Skill.Status.CANDIDATE
+
+
+@transaction.atomic
+def skill_uses_count(*, session_id: int, outcome: str | None) -> list[Skill]:
+    """The session closed with ``outcome`` (None: it did not say): each skill it used counts
+    it once, and is promoted or flagged as its evidence now says. Returns the skills counted."""
+    uses = list(
+        SkillUse.objects.select_for_update()
+        .filter(session_id=session_id, counted_at__isnull=True)
+        .order_by("skill_id")
+    )
+    if outcome not in Outcome.values or not uses:
+        return []
+    counter = {
+        Outcome.SUCCESS: "successes",
+        Outcome.FAILURE: "failures",
+        Outcome.PARTIAL: "partials",
+    }[Outcome(outcome)]
+    now = timezone.now()
+    SkillUse.objects.filter(pk__in=[use.pk for use in uses]).update(outcome=outcome, counted_at=now)
+    counted = []
+    for skill in Skill.objects.select_for_update().filter(pk__in=[use.skill_id for use in uses]):
+        Skill.objects.filter(pk=skill.pk).update(**{counter: F(counter) + 1})
+        skill.refresh_from_db()
+        _proven(skill)
+        skill.save(update_fields=["status", "needs_review", "review_reason", "updated_at"])
+        counted.append(skill)
+    return counted
+
+
+def skills_embed(*, skill_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]) -> int:
+    """Embed these skills' current text with each model (a redelivery embeds them again: a
+    skill's text may have changed since; it is a few rows)."""
+    from memory.retrieval.index import embeddings_write
+
+    rows = list(Skill.objects.filter(pk__in=skill_ids))
+    embeddings_write(documents=[(SKILL_KIND, row) for row in rows], embedders=embedders)
+    return len(rows)
+
+
+def skill_uses_session_count(*, session_id: int) -> list[Skill]:
+    """Count the closed task session's outcome for the skills it used: the outcome its turns
+    state (the user's last verdict, else its last tool call), none when they say nothing."""
+    from sessions.models import Message
+    from skills.distiller import session_distill
+
+    if not SkillUse.objects.filter(session_id=session_id, counted_at__isnull=True).exists():
+        return []
+    turns = list(Message.objects.filter(session_id=session_id).order_by("position"))
+    return skill_uses_count(session_id=session_id, outcome=session_distill(turns).outcome)

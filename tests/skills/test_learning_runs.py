@@ -1,0 +1,74 @@
+"""Learning runs end to end in the deterministic path (LLM_PROVIDER=none): task sessions with
+a failing tool and a fix, closed, queue a run; the run distills them into lessons and curates
+those into a versioned skill; a run claimed again redoes nothing."""
+
+from __future__ import annotations
+
+from django.test import override_settings
+
+from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
+from skills.tasks import learning_run_task
+from tests.factories import TenantFixture
+from tests.skills.sessions import CSV_TASKS, csv_session, session_send
+
+
+def _learn(org: TenantFixture, tasks, capture) -> LearningRun:
+    with capture(execute=True):
+        for index, task in enumerate(tasks):
+            session_send(org.api, f"csv-{index}", csv_session(task))
+    run = LearningRun.objects.get()
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    run.refresh_from_db()
+    return run
+
+
+@override_settings(LLM_PROVIDER="none")
+def test_five_sessions_with_a_fix_become_one_skill(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    run = _learn(org, CSV_TASKS[:5], django_capture_on_commit_callbacks)
+    assert run.state == "succeeded" and run.attempts == 1
+    assert run.experiences_distilled >= 5 and run.skills_created == 1
+    lessons = Experience.objects.filter(distilled_by=run)
+    assert {lesson.status for lesson in lessons} == {"consumed"}
+    assert {lesson.origin for lesson in lessons} == {"distilled"}
+    assert all(LearningRunSession.objects.filter(run=run).values_list("distilled_at", flat=True))
+    [skill] = Skill.objects.all()
+    assert skill.status == "candidate" and skill.version == 1
+    assert skill.tools == ["read_csv_latin1"]
+    assert "read_csv_latin1" in skill.instructions and "UnicodeDecodeError" in skill.instructions
+    assert set(CSV_TASKS[:5]) <= set(skill.triggers)
+    [version] = SkillVersion.objects.filter(skill=skill)
+    assert version.author == "curator" and version.run == run
+    assert set(version.experience_ids) == set(lessons.values_list("pk", flat=True))
+    assert version.diff.startswith("--- v0\n+++ v1\n")
+    assert skill.learned_successes == 5
+
+
+@override_settings(LLM_PROVIDER="none")
+def test_a_run_claimed_again_redoes_nothing(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    run = _learn(org, CSV_TASKS[:5], django_capture_on_commit_callbacks)
+    counts = (Experience.objects.count(), SkillVersion.objects.count())
+    # As if its worker died before recording the end: the run is claimable again.
+    LearningRun.objects.filter(pk=run.pk).update(state="running", heartbeat_at=None)
+    LearningRun.objects.filter(pk=run.pk).update(heartbeat_at="2000-01-01T00:00:00Z")
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    assert (Experience.objects.count(), SkillVersion.objects.count()) == counts
+
+
+@override_settings(LLM_PROVIDER="none", SKILL_TRIGGER_SESSION_THRESHOLD=2)
+def test_a_later_run_extends_the_skill_with_a_new_version(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    _learn(org, CSV_TASKS[:2], django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[2:4], start=10):
+            session_send(org.api, f"csv-{index}", csv_session(task))
+    second = LearningRun.objects.get(state="queued")
+    assert learning_run_task.apply(args=[second.pk]).get() == "succeeded"
+    [skill] = Skill.objects.all()
+    assert skill.version == 2 and set(CSV_TASKS[:4]) <= set(skill.triggers)
+    latest = SkillVersion.objects.get(skill=skill, number=2)
+    assert latest.diff.startswith("--- v1\n+++ v2\n") and CSV_TASKS[2] in latest.diff
