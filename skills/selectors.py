@@ -1,4 +1,5 @@
-"""Reading experiences and what became of recommendations, within what the tenant may read."""
+"""Reading experiences and what became of recommendations, learning runs, and skills with
+their versions, within what the tenant may read."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from skills.models import (
     Origin,
     Outcome,
     Recommendation,
+    Skill,
+    SkillVersion,
 )
 
 
@@ -135,3 +138,46 @@ def learning_run_get(*, tenant: Tenant, run_id: str) -> LearningRun:
     if found is None:
         raise LearningRunNotFoundError(run_id)
     return found
+
+
+class SkillNotFoundError(Exception):
+    """No skill with this id that the tenant may read (deleted ones included: they are kept)."""
+
+
+def skills_list(
+    *, tenant: Tenant, end_user: EndUser | None = None, status: str | None = None
+) -> QuerySet[Skill]:
+    """The skills the tenant may read (of ``end_user``, with ``status``, when given), by name;
+    deleted ones only when asked for by status."""
+    rows = Skill.objects.readable_by(tenant, end_user=end_user).select_related("end_user")
+    if status is not None:
+        return rows.filter(status=status).order_by("name", "id")
+    return rows.exclude(status=Skill.Status.DELETED).order_by("name", "id")
+
+
+def skill_get(*, tenant: Tenant, skill_id: str) -> Skill:
+    if not skill_id.isdecimal() or len(skill_id) > 18:
+        raise SkillNotFoundError(skill_id)
+    found = (
+        Skill.objects.readable_by(tenant)
+        .select_related("end_user")
+        .filter(pk=int(skill_id))
+        .first()
+    )
+    if found is None:
+        raise SkillNotFoundError(skill_id)
+    return found
+
+
+def skill_versions_list(*, skill: Skill) -> QuerySet[SkillVersion]:
+    return SkillVersion.objects.filter(skill=skill).order_by("-number")
+
+
+def skill_experience_ids(*, skill: Skill) -> list[int]:
+    """The experiences behind any version of the skill, oldest first."""
+    ids: dict[int, None] = {}
+    for listed in (
+        skill_versions_list(skill=skill).order_by("number").values_list("experience_ids", flat=True)
+    ):
+        ids.update(dict.fromkeys(listed))
+    return list(ids)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from skills.api import experiences, learning
+from skills.api import experiences, learning, skills
 
 urlpatterns = [
     path("experiences", experiences.ExperienceRecordApi.as_view(), name="experience-record"),
@@ -49,5 +49,26 @@ urlpatterns = [
         "learning-runs/<str:run_id>/retry",
         learning.LearningRunRetryApi.as_view(),
         name="learning-run-retry",
+    ),
+    path("skills", skills.SkillListApi.as_view(), name="skill-list"),
+    path("skills/retrieve", skills.SkillRetrieveApi.as_view(), name="skill-retrieve"),
+    path("skills/export", skills.SkillExportApi.as_view(), name="skill-export"),
+    path("skills/index.json", skills.SkillIndexApi.as_view(), name="skill-index"),
+    path("skills/<str:skill_id>", skills.SkillDetailApi.as_view(), name="skill-detail"),
+    path(
+        "skills/<str:skill_id>/SKILL.md", skills.SkillMarkdownApi.as_view(), name="skill-markdown"
+    ),
+    path(
+        "skills/<str:skill_id>/versions",
+        skills.SkillVersionListApi.as_view(),
+        name="skill-versions",
+    ),
+    path(
+        "skills/<str:skill_id>/versions/<int:number>/diff",
+        skills.SkillVersionDiffApi.as_view(),
+        name="skill-version-diff",
+    ),
+    path(
+        "skills/<str:skill_id>/rollback", skills.SkillRollbackApi.as_view(), name="skill-rollback"
     ),
 ]

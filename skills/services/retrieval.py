@@ -317,3 +317,35 @@ def _why(
             f"{other['action']!r} (confidence {other['confidence']:.4f})"
         )
     return text + "."
+
+
+def skills_retrieve(
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    task: str,
+    limit: int,
+    session_id: int | None = None,
+    endpoint: str = "skills/retrieve",
+) -> SearchOutcome:
+    """The skills most relevant to the task (candidates and active ones), through the engine's
+    hybrid search and the gate calibrated for skills and the model. Of equal relevance, a
+    proven (active) skill ranks before a candidate. ``session_id``: the task session they are
+    retrieved for, whose outcome will count as their evidence when it closes."""
+    from skills.kinds import SKILL_KIND
+    from skills.models import Skill
+    from skills.services.skills import skill_uses_record
+
+    found = retrieval_search(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        request=SearchRequest(kinds=(SKILL_KIND,), query=task, limit=limit),
+        extra={"session_id": session_id},
+    )
+    found.hits.sort(
+        key=lambda hit: (-round(hit.candidate.score, 9), hit.row.status != Skill.Status.ACTIVE)
+    )
+    if session_id is not None and found.hits:
+        skill_uses_record(skills=[hit.row for hit in found.hits], session_id=session_id)
+    return found
