@@ -21,16 +21,15 @@ class SkillsConfig(AppConfig):
 
 
 def _session_closed(sender: type, session: object, **kwargs: object) -> None:
-    """A task session closed: skill learning may have enough to learn from. The close has
-    committed: a failure here is logged, not turned into the closing request's error (the
-    next close of the user counts the session again)."""
-    from skills.models import SkillUse
+    """A task session closed: skill learning may have enough to learn from, and the skills
+    retrieved for it count its outcome. The close has committed: a failure here is logged, not
+    turned into the closing request's error (the next close of the user counts the session
+    for learning again)."""
     from skills.services.learning import learning_run_trigger
-    from skills.tasks import skill_uses_count_task
+    from skills.services.skills import skill_uses_session_count
 
     try:
         learning_run_trigger(session=session)  # type: ignore[arg-type]
-        if SkillUse.objects.filter(session=session, counted_at__isnull=True).exists():
-            skill_uses_count_task.delay(session.pk)  # type: ignore[attr-defined]
+        skill_uses_session_count(session_id=session.pk)  # type: ignore[attr-defined]
     except DatabaseError:
         logger.exception("learning trigger failed after session %s closed", session.pk)  # type: ignore[attr-defined]

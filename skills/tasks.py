@@ -139,10 +139,3 @@ def recover_learning_runs() -> int:
         logger.info("published %s learning runs again", len(due))
     return len(due)
 
-
-@shared_task(acks_late=True)
-def skill_uses_count_task(session_id: int) -> int:
-    """A task session closed: the skills retrieved for it count its outcome."""
-    from skills.services.skills import skill_uses_session_count
-
-    return len(skill_uses_session_count(session_id=session_id))

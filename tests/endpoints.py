@@ -23,6 +23,7 @@ from tests.factories import (
     learning_run_create,
     memories_create,
     png_bytes,
+    skill_create,
 )
 
 
@@ -30,7 +31,7 @@ from tests.factories import (
 class Endpoint:
     method: str
     # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id},
-    # {experience_id}, {image_id}, {fetch_id}, {run_id}: filled
+    # {experience_id}, {image_id}, {fetch_id}, {run_id}, {skill_id}: filled
     # with objects of the tenant under test (or of another tenant, for the 404 test).
     path: str
     body: dict[str, Any] | None = None
@@ -177,6 +178,38 @@ ENDPOINTS = [
     Endpoint("POST", "/learning-runs", {"user_id": "{user_id}"}, route="learning-runs"),
     Endpoint("GET", "/learning-runs/{run_id}", route="learning-runs/<str:run_id>"),
     Endpoint("POST", "/learning-runs/{run_id}/retry", route="learning-runs/<str:run_id>/retry"),
+    Endpoint("GET", "/skills", params={"user_id": "{user_id}"}, route="skills"),
+    Endpoint(
+        "POST",
+        "/skills/retrieve",
+        {"user_id": "{user_id}", "task": "load a csv file"},
+        route="skills/retrieve",
+        reads_only=True,
+    ),
+    Endpoint("GET", "/skills/export", params={"user_id": "{user_id}"}, route="skills/export"),
+    Endpoint(
+        "GET", "/skills/index.json", params={"user_id": "{user_id}"}, route="skills/index.json"
+    ),
+    Endpoint("GET", "/skills/{skill_id}", route="skills/<str:skill_id>"),
+    Endpoint(
+        "PATCH",
+        "/skills/{skill_id}",
+        {"description": "Read CSV files, any encoding."},
+        route="skills/<str:skill_id>",
+    ),
+    Endpoint("GET", "/skills/{skill_id}/SKILL.md", route="skills/<str:skill_id>/SKILL.md"),
+    Endpoint("GET", "/skills/{skill_id}/versions", route="skills/<str:skill_id>/versions"),
+    Endpoint(
+        "GET",
+        "/skills/{skill_id}/versions/1/diff",
+        route="skills/<str:skill_id>/versions/<int:number>/diff",
+    ),
+    Endpoint(
+        "POST",
+        "/skills/{skill_id}/rollback",
+        {"version": 1},
+        route="skills/<str:skill_id>/rollback",
+    ),
     Endpoint("POST", "/images", {"url": data_url(png_bytes(color=(1, 2, 3)))}, route="images"),
     Endpoint("GET", "/images/{image_id}", route="images/<sha256:sha256>"),
     Endpoint("GET", "/images/fetches/{fetch_id}", route="images/fetches/<int:fetch_id>"),
@@ -229,6 +262,7 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
     experience = experiences_create(owner, user_id=user.user_id)
     image = image_create(owner)
     run = learning_run_create(owner, user_id=user.user_id)
+    skill = skill_create(owner, user_id=user.user_id)
     fetch = image_fetch_request(
         organization=owner.organization, client=owner.client, url="https://images.test/a.png"
     )
@@ -241,4 +275,5 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
         "image_id": image.sha256,
         "fetch_id": str(fetch.pk),
         "run_id": str(run.pk),
+        "skill_id": str(skill.pk),
     }

@@ -121,6 +121,32 @@ def learning_run_create(owner: TenantFixture, *, user_id: str) -> Any:
     return learning_run_trigger(session=last)
 
 
+def skill_create(owner: TenantFixture, *, user_id: str, name: str = "read-csv-files") -> Any:
+    """A skill of the user, as an operator's import writes it (its first version)."""
+    from accounts.services import end_user_create_or_get
+    from skills.models import SkillVersion
+    from skills.services.skills import Provenance, SkillContent, skill_version_write
+
+    end_user, _ = end_user_create_or_get(tenant=owner.tenant, user_id=user_id, name=None)
+    written = skill_version_write(
+        owner={
+            "organization_id": owner.organization.pk,
+            "client_id": owner.client.pk,
+            "end_user_id": end_user.pk,
+        },
+        skill=None,
+        content=SkillContent(
+            name=name,
+            description="Read CSV files whatever their encoding.",
+            triggers=("load a csv file",),
+            instructions="# Reading CSV\n\n1. Try utf-8, then latin-1.\n",
+        ),
+        provenance=Provenance(author=SkillVersion.Author.IMPORT, operation="create"),
+        embedders=[],
+    )
+    return written.skill
+
+
 def chat_turns(*texts: str) -> list[dict[str, object]]:
     """Alternating user/assistant turns in the MIRIX message shape."""
     roles = ("user", "assistant")

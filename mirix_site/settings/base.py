@@ -362,7 +362,6 @@ CELERY_TASK_ROUTES = {
     "images.tasks.recover_image_fetches": {"queue": "maintenance"},
     "skills.tasks.learning_run_task": {"queue": "learning"},
     "skills.tasks.skills_embed_task": {"queue": "ingest"},
-    "skills.tasks.skill_uses_count_task": {"queue": "learning"},
     "skills.tasks.recover_learning_runs": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.

@@ -18,6 +18,9 @@ CSV_TASKS = (
     "Load payroll.csv for the monthly report.",
 )
 
+# A task of the CSV sessions' kind that no session had.
+NEW_TASK = "Load the quarterly CSV export q3.csv into a table."
+
 
 def tool_turns(
     tool: str, arguments: dict[str, Any], result: str, call_id: str

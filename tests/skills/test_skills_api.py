@@ -9,26 +9,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from django.test import override_settings
 from skills_ref.validator import validate
 
-from skills.models import Experience, LearningRun, Skill, SkillVersion
-from skills.tasks import learning_run_task
+from skills.models import Experience, Skill, SkillVersion
 from tests.factories import TenantFixture
-from tests.skills.sessions import CSV_TASKS, csv_session, session_send
-
-NEW_TASK = "Load the quarterly CSV export q3.csv into a table."
-
-
-@pytest.fixture
-def learned(org: TenantFixture, django_capture_on_commit_callbacks) -> Skill:
-    with override_settings(LLM_PROVIDER="none"):
-        with django_capture_on_commit_callbacks(execute=True):
-            for index, task in enumerate(CSV_TASKS[:5]):
-                session_send(org.api, f"csv-{index}", csv_session(task))
-        run = LearningRun.objects.get()
-        assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
-    return Skill.objects.get()
+from tests.skills.sessions import NEW_TASK
 
 
 def _retrieve(org: TenantFixture, task: str, **extra: object) -> dict:
