@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.db.models import Q
 
@@ -31,6 +33,7 @@ SKILL_KIND = SearchableKind(
     text_fields=("name", "description", "triggers", "instructions"),
     current=SERVED,
     tags_field=None,
+    calibration_pairs=Path(__file__).resolve().parent / "calibration" / "skill_pairs.json",
 )
 
 

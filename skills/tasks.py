@@ -138,4 +138,3 @@ def recover_learning_runs() -> int:
     if due:
         logger.info("published %s learning runs again", len(due))
     return len(due)
-

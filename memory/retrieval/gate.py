@@ -103,9 +103,9 @@ def gate_measure(
     }
 
 
-def bundled_pairs() -> list[tuple[str, str]]:
-    """The related pairs the project ships (``memory/calibration/pairs.json``)."""
-    return [tuple(pair) for pair in json.loads(BUNDLED_PAIRS.read_text())["related"]]
+def bundled_pairs(path: Path = BUNDLED_PAIRS) -> list[tuple[str, str]]:
+    """The related pairs the project ships (``memory/calibration/pairs.json``, or a kind's)."""
+    return [tuple(pair) for pair in json.loads(path.read_text())["related"]]
 
 
 def gate_calibrate(
@@ -124,10 +124,25 @@ def gate_calibrate(
     return calibration
 
 
-def gate_calibration_ensure(embedder: EmbeddingProvider) -> GateCalibration | None:
-    """The model's calibration on the bundled pairs, unless it has one (of any origin): what
-    setup runs, so that a fresh install searches with the gate it was benchmarked with. None
-    when there was one already."""
-    if GateCalibration.objects.filter(model=embedder.model_name, kind="").exists():
-        return None
-    return gate_calibrate(embedder=embedder, related_pairs=bundled_pairs())
+def gate_calibration_ensure(embedder: EmbeddingProvider) -> list[GateCalibration]:
+    """The model's calibration on the bundled pairs, and each kind's that ships pairs of its
+    own, unless it has one (of any origin): what setup runs, so that a fresh install searches
+    with the gate it was benchmarked with. Returns the calibrations made (none: all there)."""
+    from memory.retrieval.kinds import kinds
+
+    have = set(
+        GateCalibration.objects.filter(model=embedder.model_name).values_list("kind", flat=True)
+    )
+    made = []
+    if "" not in have:
+        made.append(gate_calibrate(embedder=embedder, related_pairs=bundled_pairs()))
+    for kind in kinds():
+        if kind.calibration_pairs is not None and kind.name not in have:
+            made.append(
+                gate_calibrate(
+                    embedder=embedder,
+                    related_pairs=bundled_pairs(kind.calibration_pairs),
+                    kind=kind,
+                )
+            )
+    return made

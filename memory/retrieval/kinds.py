@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet, FullResultSet, ImproperlyConfigured
@@ -41,6 +42,9 @@ class SearchableKind:
     - ``vector_weight``: the vector lane's weight in a hybrid search's fusion (None: the
       settings' ``SEARCH_VECTOR_WEIGHT``), for kinds whose texts embed better or worse than
       chat memories do.
+    - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
+      (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
+      on them for every model (``memory.retrieval.gate.gate_calibration_ensure``).
     """
 
     name: str
@@ -52,6 +56,7 @@ class SearchableKind:
     current: Q = field(default_factory=Q)
     tags_field: str | None = "filter_tags"
     vector_weight: float | None = None
+    calibration_pairs: Path | None = None
 
     def __str__(self) -> str:
         return self.name

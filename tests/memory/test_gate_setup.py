@@ -20,6 +20,7 @@ from django.core.management import call_command
 from memory.models import GateCalibration
 from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 from memory.retrieval.gate import bundled_pairs, gate_measure
+from skills.kinds import SKILL_KIND
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 FIELDS = ("min_similarity", "strong_similarity", "related_pairs", "unrelated_pairs")
@@ -72,18 +73,23 @@ def test_a_freshly_migrated_database_has_the_bundled_models_calibration(
         " measured_at FROM memory_gatecalibration"
     )
     with psycopg.connect(fresh_database_url) as fresh:
-        [row] = fresh.execute(query).fetchall()
-    expected = gate_measure(
-        embedder=embedding_provider_from_settings(), related_pairs=bundled_pairs()
-    )
-    assert row[:2] == (LOCAL_MODEL_NAME, "")
-    assert dict(zip(FIELDS, row[2:6], strict=True)) == {field: expected[field] for field in FIELDS}
-    assert 0 < expected["min_similarity"] < expected["strong_similarity"] < 1
+        rows = fresh.execute(query + " ORDER BY kind").fetchall()
+    # The model's, and the skill kind's from the pairs it ships.
+    assert [row[:2] for row in rows] == [(LOCAL_MODEL_NAME, ""), (LOCAL_MODEL_NAME, "skill")]
+    embedder = embedding_provider_from_settings()
+    for row, pairs in zip(
+        rows, (bundled_pairs(), bundled_pairs(SKILL_KIND.calibration_pairs)), strict=True
+    ):
+        expected = gate_measure(embedder=embedder, related_pairs=pairs)
+        assert dict(zip(FIELDS, row[2:6], strict=True)) == {
+            field: expected[field] for field in FIELDS
+        }
+        assert 0 < expected["min_similarity"] < expected["strong_similarity"] < 1
 
-    # Setup's second step, on every start: the calibration is there, so nothing changes.
+    # Setup's second step, on every start: the calibrations are there, so nothing changes.
     assert "calibrated already" in _manage(fresh_database_url, "calibrate_gate", "--if-missing")
     with psycopg.connect(fresh_database_url) as fresh:
-        assert fresh.execute(query).fetchall() == [row]
+        assert fresh.execute(query + " ORDER BY kind").fetchall() == rows
 
 
 def test_calibrate_gate_if_missing_measures_a_missing_calibration_and_keeps_one(db) -> None:

@@ -43,20 +43,21 @@ class Command(BaseCommand):
         if options["if_missing"]:
             if options["kind"] is not None or options["pairs"] != BUNDLED_PAIRS:
                 raise CommandError("--if-missing calibrates the model from the bundled pairs.")
-            calibration = gate_calibration_ensure(embedder)
-            if calibration is None:
+            made = gate_calibration_ensure(embedder)
+            if not made:
                 self.stdout.write(f"{embedder.model_name}: calibrated already")
                 return
         else:
-            calibration = self._calibrate(embedder, options)
-        scope = f" ({calibration.kind})" if calibration.kind else ""
-        self.stdout.write(
-            f"{embedder.model_name}{scope}: related mean {calibration.related_mean:.3f} "
-            f"(n={calibration.related_pairs}), unrelated mean {calibration.unrelated_mean:.3f} "
-            f"(n={calibration.unrelated_pairs}); min_similarity "
-            f"{calibration.min_similarity:.3f}, strong_similarity "
-            f"{calibration.strong_similarity:.3f}"
-        )
+            made = [self._calibrate(embedder, options)]
+        for calibration in made:
+            scope = f" ({calibration.kind})" if calibration.kind else ""
+            self.stdout.write(
+                f"{embedder.model_name}{scope}: related mean {calibration.related_mean:.3f} "
+                f"(n={calibration.related_pairs}), unrelated mean "
+                f"{calibration.unrelated_mean:.3f} (n={calibration.unrelated_pairs}); "
+                f"min_similarity {calibration.min_similarity:.3f}, strong_similarity "
+                f"{calibration.strong_similarity:.3f}"
+            )
 
     def _calibrate(self, embedder: EmbeddingProvider, options: dict[str, Any]) -> GateCalibration:
         try:
