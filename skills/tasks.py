@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
 from datetime import timedelta
 
 from celery import shared_task
@@ -77,19 +78,26 @@ def _task_threshold(model: str) -> float | None:
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
-    """Claim the learning run and run it to its end. A redelivery, or a second message for
-    the same run, finds it claimed and does nothing; a provider's overload or a database
-    restart puts it back in the queue and retries with backoff."""
+    """Claim the learning run and run it, a slice of ``LEARNING_RUN_SLICE_SECONDS`` at a time
+    (a long run gives its claim back and publishes itself again, so no task outlives Celery's
+    time limit). A run held by another worker is tried again once that worker's heartbeat
+    could be stale (it may have died: this is a redelivery after a lost worker); a finished
+    run is left alone. A provider's overload or a database restart puts the run back in the
+    queue and retries with backoff."""
     from memory.providers.llm import LLMTransientError, llm_provider_from_settings
     from skills.services.runs import (
         RunLostError,
+        SliceDoneError,
         learning_run_claim,
         learning_run_execute,
         learning_run_release,
+        learning_run_waiting,
     )
 
     claim = learning_run_claim(run_id=run_id)
     if claim is None:
+        if learning_run_waiting(run_id=run_id):
+            raise self.retry(countdown=settings.LEARNING_RUN_STALE_AFTER + 1.0)
         return None
     llm = llm_provider_from_settings()
     embedders = write_embedders()
@@ -99,10 +107,19 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
             llm=llm,
             embedders=embedders,
             threshold=_task_threshold(embedders[0].model_name),
+            deadline=time.monotonic() + settings.LEARNING_RUN_SLICE_SECONDS,
         )
     except RunLostError:
         logger.warning("learning run %s was claimed by another worker; stopping", run_id)
         return None
+    except SliceDoneError:
+        if learning_run_release(claim):
+            learning_run_task.delay(run_id)
+        else:  # a newer run of the user is queued: this one is claimed again once stale
+            learning_run_task.apply_async(
+                (run_id,), countdown=settings.LEARNING_RUN_STALE_AFTER + 1
+            )
+        return "continued"
     except Exception as error:
         transient = isinstance(error, LLMTransientError | EmbeddingTransientError)
         if not transient and not database_unreachable(error):

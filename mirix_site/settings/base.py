@@ -300,6 +300,9 @@ CURATOR_MAX_TOKENS_PER_RUN = env_int("CURATOR_MAX_TOKENS_PER_RUN", 200_000, mini
 CURATOR_RESERVE_TOKENS = env_int("CURATOR_RESERVE_TOKENS", 4096, minimum=0)
 # A running learning run whose worker has not beaten for this long is claimed again.
 LEARNING_RUN_STALE_AFTER = env_duration("LEARNING_RUN_STALE_AFTER", "2m")
+# A learning run works this long per task, then gives its claim back and queues the rest:
+# Celery's time limit (CELERY_TASK_SOFT_TIME_LIMIT) never cuts a long run in the middle.
+LEARNING_RUN_SLICE_SECONDS = env_int("LEARNING_RUN_SLICE_SECONDS", 240, minimum=1)
 # A candidate skill becomes active once this many task sessions that used it succeeded and the
 # lower bound of its success rate reaches the floor; one whose bound falls below the review
 # floor after this many counted uses is flagged for review (and an active one demoted).

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -87,6 +88,15 @@ class BudgetExhaustedError(Exception):
 
 class ContextLimitError(Exception):
     """The model refused a prompt for its size."""
+
+
+class SliceDoneError(Exception):
+    """The run used its time slice; what it did is committed, the rest waits for the next."""
+
+
+def _slice_check(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise SliceDoneError
 
 
 @dataclass
@@ -302,7 +312,9 @@ def _lesson_rows(
     ]
 
 
-def _sessions_distill(claim: Claim, llm: LLMProvider | None, budget: _Budget) -> list[int]:
+def _sessions_distill(
+    claim: Claim, llm: LLMProvider | None, budget: _Budget, deadline: float | None
+) -> list[int]:
     """Distill each session of the run not distilled yet, each in its own transaction.
     Returns the ids of the lessons recorded."""
     recorded: list[int] = []
@@ -333,6 +345,7 @@ def _sessions_distill(claim: Claim, llm: LLMProvider | None, budget: _Budget) ->
                 transaction.on_commit(lambda ids=ids: experiences_embed_task.delay(ids))
             recorded += ids
         _warn(claim, [f"session {link.session_id}: {warning}" for warning in distilled.warnings])
+        _slice_check(deadline)  # after the work: every slice does some
     return recorded
 
 
@@ -615,6 +628,7 @@ def _curate(
     embedders: Sequence[EmbeddingProvider],
     budget: _Budget,
     threshold: float | None,
+    deadline: float | None,
 ) -> None:
     views = [_lesson_view(row) for row in _waiting_lessons(claim.run)]
     skills = [_skill_view(skill) for skill in _skills(claim.run)]
@@ -622,6 +636,8 @@ def _curate(
     filled = batches_fill(views, budget=_window_budget(), fixed_tokens=fixed, count=estimate_tokens)
     _pool(claim, [(lesson.id, reason) for lesson, reason in filled.oversized])
     for position, batch in enumerate(filled.batches):
+        if position:
+            _slice_check(deadline)
         try:
             budget.check(step=True)
         except BudgetExhaustedError as error:
@@ -697,13 +713,16 @@ def learning_run_execute(
     llm: LLMProvider | None,
     embedders: Sequence[EmbeddingProvider],
     threshold: float | None,
+    deadline: float | None = None,
 ) -> LearningRun:
     """Run a claimed run to its end (see the module). Raises RunLostError when another worker
-    took it over; transient provider errors propagate for the task to retry."""
+    took it over, SliceDoneError when ``deadline`` (a ``time.monotonic()``) passed between two
+    steps; transient provider errors propagate for the task to retry."""
     budget = _Budget(claim)
     try:
-        _sessions_distill(claim, llm, budget)
+        _sessions_distill(claim, llm, budget, deadline)
         _curate(
+            deadline=deadline,
             claim=claim,
             llm=llm,
             embedder=embedders[0] if embedders else None,
@@ -718,6 +737,14 @@ def learning_run_execute(
     except LLMPermanentError as error:
         return _finish(claim, LearningRun.State.FAILED, f"The model failed: {error}")
     return _finish(claim, LearningRun.State.SUCCEEDED)
+
+
+def learning_run_waiting(*, run_id: int) -> bool:
+    """Whether the run still waits to be run or finished (queued, or running under a claim
+    that may be a dead worker's)."""
+    return LearningRun.objects.filter(
+        pk=run_id, state__in=[LearningRun.State.QUEUED, LearningRun.State.RUNNING]
+    ).exists()
 
 
 def learning_runs_due(*, queued_older_than: timedelta) -> list[int]:

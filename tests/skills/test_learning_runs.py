@@ -72,3 +72,21 @@ def test_a_later_run_extends_the_skill_with_a_new_version(
     assert skill.version == 2 and set(CSV_TASKS[:4]) <= set(skill.triggers)
     latest = SkillVersion.objects.get(skill=skill, number=2)
     assert latest.diff.startswith("--- v1\n+++ v2\n") and CSV_TASKS[2] in latest.diff
+
+
+@override_settings(LLM_PROVIDER="none", LEARNING_RUN_SLICE_SECONDS=0)
+def test_a_run_sliced_into_many_tasks_does_the_same_work(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[:5]):
+            session_send(org.api, f"csv-{index}", csv_session(task))
+    run = LearningRun.objects.get()
+    results = []
+    while not results or results[-1] == "continued":
+        results.append(learning_run_task.apply(args=[run.pk]).get())
+    # One slice per session distilled, then the curator's one batch.
+    assert results == ["continued"] * 5 + ["succeeded"]
+    run.refresh_from_db()
+    assert run.skills_created == 1 and run.attempts == 6
+    assert Skill.objects.count() == 1 and SkillVersion.objects.count() == 1
