@@ -132,9 +132,11 @@ def web_server(log_dir: Path, *, workers: int = 1, **env: str) -> Iterator[Proce
 
 
 @contextlib.contextmanager
-def celery_worker(log_dir: Path, *, concurrency: int = 1, **env: str) -> Iterator[Process]:
-    """A real Celery worker on the ingest queue (prefork pool of ``concurrency`` children),
-    started with the queue emptied of what earlier tests published; yields once it consumes."""
+def celery_worker(
+    log_dir: Path, *, concurrency: int = 1, queues: str = "ingest", **env: str
+) -> Iterator[Process]:
+    """A real Celery worker on ``queues`` (prefork pool of ``concurrency`` children), started
+    with the queues emptied of what earlier tests published; yields once it consumes."""
     command = [
         str(Path(sys.executable).parent / "celery"),
         "-A",
@@ -145,7 +147,7 @@ def celery_worker(log_dir: Path, *, concurrency: int = 1, **env: str) -> Iterato
         "--concurrency",
         str(concurrency),
         "--queues",
-        "ingest",
+        queues,
         "--hostname",
         f"faults-{os.getpid()}@%h",
         "--purge",
