@@ -13,10 +13,13 @@ class SkillsConfig(AppConfig):
     verbose_name = "Skills and experiences"
 
     def ready(self) -> None:
+        from memory.procedures import procedural_source_register
         from sessions.signals import session_closed
         from skills.kinds import skill_kinds_register
+        from skills.procedures import SKILL_PROCEDURES
 
         skill_kinds_register()
+        procedural_source_register(SKILL_PROCEDURES)
         session_closed.connect(_session_closed, dispatch_uid="skills.learning_run_trigger")
 
 

@@ -76,6 +76,12 @@ ENDPOINTS = [
     Endpoint(
         "DELETE", "/memory/episodic/{memory_id}", route="memory/<str:memory_type>/<str:memory_id>"
     ),
+    # A skill deleted as a procedural memory (within its user).
+    Endpoint(
+        "DELETE",
+        "/memory/procedural/skill-{skill_id}?user_id={user_id}",
+        route="memory/<str:memory_type>/<str:memory_id>",
+    ),
     Endpoint("DELETE", "/users/{user_id}/memories", route="users/<str:user_id>/memories"),
     Endpoint(
         "GET",

@@ -30,6 +30,7 @@ from memory.api.serializers.memories import (
     memory_update_serializer,
     secrets_context,
 )
+from memory.procedures import procedural_source_of
 from memory.retrieval.spaces import write_embedders
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
@@ -256,6 +257,15 @@ class MemoryDetailApi(TenantAPIView):
         summary="Delete a memory",
     )
     def delete(self, request: Request, memory_type: str, memory_id: str) -> Response:
+        source = procedural_source_of(memory_id) if memory_type == "procedural" else None
+        if source is not None:  # a skill served as a procedure: its app deletes it
+            try:
+                deleted = source.delete(self.tenant, self.query_end_user(), memory_id)
+            except MemoryReadOnlyError:
+                raise PermissionDenied(READ_ONLY_MEMORY) from None
+            if not deleted:
+                raise NotFound()
+            return Response({"success": True, "id": memory_id, "memory_type": "procedural"})
         found, row = self._memory(memory_type, memory_id)
         try:
             memory_delete(tenant=self.tenant, memory_type=found, row=row)

@@ -59,9 +59,12 @@ class RetrievalApiView(TenantAPIView):
 
     def memories(self, retrieved: Retrieved) -> dict[str, list[dict[str, Any]]]:
         """The MIRIX ``memories`` of a topic or conversation retrieval (its timings go out in
-        the header)."""
+        the header), with what the procedural sources found (active skills) after the
+        extracted procedures."""
         self.outcome = retrieved.outcome
-        return memories_grouped(retrieved.outcome, retrieved.core)
+        grouped = memories_grouped(retrieved.outcome, retrieved.core)
+        grouped["procedural"] += retrieved.procedures
+        return grouped
 
 
 class MemorySearchApi(RetrievalApiView):

@@ -4,7 +4,7 @@ searchable memory type at once through the retrieval engine, and the user's core
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.selectors import image_bytes, images_fetched_from, images_get
 from memory.models import CoreMemoryBlock
+from memory.procedures import procedures_find
 from memory.providers.llm import PromptImage
 from memory.query.conversation import conversation_query, conversation_reads_images
 from memory.query.topics import topics_query
@@ -37,6 +38,7 @@ class Retrieved:
     start: datetime | None = None  # the explicit date range: a filter
     end: datetime | None = None
     spoken_range: tuple[datetime, datetime] | None = None  # the time phrase's: a preference
+    procedures: list[dict[str, Any]] = field(default_factory=list)  # memory.procedures' finds
 
 
 def _core_blocks(tenant: Tenant, end_user: EndUser) -> list[CoreMemoryBlock]:
@@ -55,7 +57,12 @@ def memories_retrieve_by_topic(
             kinds=memory_kinds(), query=topic, limit=limit, filter_tags=filter_tags
         ),
     )
-    return Retrieved(outcome=outcome, core=_core_blocks(tenant, end_user), topics=[topic])
+    return Retrieved(
+        outcome=outcome,
+        core=_core_blocks(tenant, end_user),
+        topics=[topic],
+        procedures=procedures_find(tenant=tenant, end_user=end_user, query=topic, limit=limit),
+    )
 
 
 def memories_retrieve_for_conversation(
@@ -111,6 +118,10 @@ def memories_retrieve_for_conversation(
         start=start,
         end=end,
         spoken_range=spoken,
+        # Skills are for what the user asks now: its last turn is the task.
+        procedures=procedures_find(
+            tenant=tenant, end_user=end_user, query=" ".join(user_texts[-1:]), limit=limit
+        ),
     )
 
 

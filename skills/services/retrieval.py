@@ -326,12 +326,14 @@ def skills_retrieve(
     task: str,
     limit: int,
     session_id: int | None = None,
+    statuses: tuple[str, ...] | None = None,
     endpoint: str = "skills/retrieve",
 ) -> SearchOutcome:
     """The skills most relevant to the task (candidates and active ones), through the engine's
     hybrid search and the gate calibrated for skills and the model. Of equal relevance, a
     proven (active) skill ranks before a candidate. ``session_id``: the task session they are
-    retrieved for, whose outcome will count as their evidence when it closes."""
+    retrieved for, whose outcome will count as their evidence when it closes. ``statuses``:
+    only skills in these (active ones, for a conversation's procedures)."""
     from skills.kinds import SKILL_KIND
     from skills.models import Skill
     from skills.services.skills import skill_uses_record
@@ -340,7 +342,12 @@ def skills_retrieve(
         tenant=tenant,
         end_user=end_user,
         endpoint=endpoint,
-        request=SearchRequest(kinds=(SKILL_KIND,), query=task, limit=limit),
+        request=SearchRequest(
+            kinds=(SKILL_KIND,),
+            query=task,
+            limit=limit,
+            rows=Q(status__in=statuses) if statuses is not None else None,
+        ),
         extra={"session_id": session_id},
     )
     found.hits.sort(
