@@ -13,6 +13,7 @@ class SkillsConfig(AppConfig):
     verbose_name = "Skills and experiences"
 
     def ready(self) -> None:
+        from memory.dreams import DreamMode, dream_mode_register
         from memory.procedures import procedural_source_register
         from sessions.signals import session_closed
         from skills.kinds import skill_kinds_register
@@ -20,6 +21,7 @@ class SkillsConfig(AppConfig):
 
         skill_kinds_register()
         procedural_source_register(SKILL_PROCEDURES)
+        dream_mode_register(DreamMode(name="procedural", run=_dream_procedural))
         session_closed.connect(_session_closed, dispatch_uid="skills.learning_run_trigger")
 
 
@@ -36,3 +38,15 @@ def _session_closed(sender: type, session: object, **kwargs: object) -> None:
         skill_uses_session_count(session_id=session.pk)  # type: ignore[attr-defined]
     except DatabaseError:
         logger.exception("learning trigger failed after session %s closed", session.pk)  # type: ignore[attr-defined]
+
+
+def _dream_procedural(tenant: object, end_user: object, request: object) -> dict[str, object]:
+    """POST /memory/auto_dream mode=procedural: learn from the last N closed task sessions."""
+    from skills.services.learning import learning_run_dream
+
+    return learning_run_dream(
+        tenant=tenant,  # type: ignore[arg-type]
+        end_user=end_user,  # type: ignore[arg-type]
+        last_n=request.last_n_sessions,  # type: ignore[attr-defined]
+        dry_run=request.dry_run,  # type: ignore[attr-defined]
+    )

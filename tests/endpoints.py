@@ -84,6 +84,12 @@ ENDPOINTS = [
     ),
     Endpoint("DELETE", "/users/{user_id}/memories", route="users/<str:user_id>/memories"),
     Endpoint(
+        "POST",
+        "/memory/auto_dream?user_id={user_id}",
+        {"mode": "procedural", "dry_run": True},
+        route="memory/auto_dream",
+    ),
+    Endpoint(
         "GET",
         "/memory/search",
         params={"user_id": "{user_id}", "query": "draft"},

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory.api import agents, memories, retrieval
+from memory.api import agents, dreams, memories, retrieval
 
 urlpatterns = [
     path(
@@ -15,6 +15,7 @@ urlpatterns = [
     path("memory/add", memories.MemoryAddApi.as_view(), name="memory-add"),
     path("memory/components", memories.MemoryComponentsApi.as_view(), name="memory-components"),
     path("memory/clear", memories.MemoryClearApi.as_view(), name="memory-clear"),
+    path("memory/auto_dream", dreams.AutoDreamApi.as_view(), name="memory-auto-dream"),
     path("memory/search", retrieval.MemorySearchApi.as_view(), name="memory-search"),
     path(
         "memory/search_all_users",

@@ -155,3 +155,37 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
     run.refresh_from_db()
     _publish(run)
     return run
+
+
+@transaction.atomic
+def learning_run_dream(
+    *, tenant: Tenant, end_user: EndUser, last_n: int, dry_run: bool
+) -> dict[str, object]:
+    """Auto-dream, procedural mode: learn from the user's last ``last_n`` closed task sessions
+    no run has taken (a run queued for them, or the one already waiting joined by them).
+    ``dry_run``: say which sessions and run that would be, and change nothing."""
+    unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
+    chosen = unlearned[-last_n:]
+    owner = {
+        "organization_id": tenant.organization.pk,
+        "client_id": tenant.client.pk,
+        "end_user_id": end_user.pk,
+    }
+    waiting = LearningRun.objects.filter(**owner, state=LearningRun.State.QUEUED).first()
+    report: dict[str, object] = {
+        "session_ids": [session.session_id for session in chosen],
+        "session_count": len(chosen),
+        "unlearned_sessions": len(unlearned),
+    }
+    if not chosen:
+        return {**report, "status": "nothing_to_learn", "run_id": None}
+    if dry_run:
+        return {
+            **report,
+            "status": "would_queue",
+            "run_id": str(waiting.pk) if waiting else None,
+        }
+    run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.AUTO_DREAM)
+    _sessions_attach(run=run, sessions=chosen)
+    _publish(run)
+    return {**report, "status": "queued", "run_id": str(run.pk)}

@@ -152,3 +152,25 @@ def test_eight_threads_closing_at_once_queue_one_run() -> None:
     assert not failures
     [run] = LearningRun.objects.all()
     assert _learned(run) == set(names)
+
+
+def test_auto_dream_procedural_learns_from_the_last_sessions_and_a_dry_run_changes_nothing(
+    org: TenantFixture,
+) -> None:
+    for index in range(3):
+        _open(org.api, f"d{index}")
+        _close(org.api, f"d{index}")
+    path = "/memory/auto_dream?user_id=agent-user"
+    dry = org.api.post(
+        path, {"mode": "procedural", "dry_run": True, "last_n_sessions": 2}, format="json"
+    )
+    assert dry.status_code == 200, dry.content
+    assert dry.json()["status"] == "would_queue" and dry.json()["session_ids"] == ["d1", "d2"]
+    assert not LearningRun.objects.exists()
+    queued = org.api.post(path, {"mode": "procedural", "last_n_sessions": 2}, format="json")
+    assert queued.status_code == 202, queued.content
+    [run] = LearningRun.objects.all()
+    assert run.trigger == "auto_dream" and _learned(run) == {"d1", "d2"}
+    assert queued.json()["run_id"] == str(run.pk)
+    bad = org.api.post(path, {"mode": "lucid"}, format="json")
+    assert bad.status_code == 422 and "mode" in bad.json()["fields"]
