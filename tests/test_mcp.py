@@ -22,7 +22,7 @@ from mcp.types import CallToolResult, Tool
 
 from mirix_site.launcher import PROJECT_DIR
 from tests import processes
-from tests.factories import TenantFixture, memories_create
+from tests.factories import TenantFixture, memories_create, skill_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -32,6 +32,7 @@ READ_TOOLS = {
     "recent_experiences",
     "memory_stats",
     "search_memories",
+    "retrieve_skills",
 }
 WRITE_TOOLS = {"record_experience", "record_failure"}
 CALL_TIMEOUT = timedelta(seconds=60)
@@ -243,6 +244,18 @@ def test_an_agent_searches_the_conversation_memories_stored_for_its_user(
         assert counts["episodic"] >= 1
         assert counts["semantic"] == 1
         assert counts["procedural"] == 1
+
+
+def test_an_agent_retrieves_the_skills_learned_for_its_user(
+    web_url: str, org: TenantFixture, tmp_path: Path
+) -> None:
+    with agent(web_url, org.key, tmp_path / "mcp.log") as client:
+        assert client.result("retrieve_skills", task="load a csv file")["count"] == 0
+        skill_create(org, user_id="sam")
+        found = client.result("retrieve_skills", task="load a csv file with odd characters")
+        [skill] = found["skills"]
+        assert skill["name"] == "read-csv-files" and "latin-1" in skill["instructions"]
+        assert skill["status"] == "candidate" and "confidence" in skill
 
 
 def test_a_wrong_key_is_a_tool_error_naming_the_key_and_the_server_keeps_answering(

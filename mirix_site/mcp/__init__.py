@@ -209,6 +209,19 @@ class Api:
         await self.client.aclose()
 
 
+# What an agent reads of a retrieved skill.
+SKILL_FIELDS = (
+    "name",
+    "description",
+    "instructions",
+    "pitfalls",
+    "status",
+    "confidence",
+    "version",
+    "why",
+)
+
+
 def experience_brief(experience: Mapping[str, Any]) -> dict[str, Any]:
     """An experience as an agent reads it: what was done, how it went, why, when."""
     return {
@@ -474,6 +487,33 @@ def server_create(settings: Settings) -> MemoryServer:
         )
         results = [memory_brief(result) for result in answer["results"]]
         return {"query": query, "memories": results, "count": len(results)}
+
+    @server.tool(annotations=READ_ONLY)
+    async def retrieve_skills(
+        *,
+        task: Annotated[str, Field(description="The task you are about to do, in words.")],
+        limit: Annotated[int, Field(description="How many skills at most.")] = 3,
+        session_id: Annotated[
+            str | None,
+            Field(
+                description="The task session you record this work in, if any: its outcome "
+                "then counts for the skills returned."
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Skills learned from earlier work that fit the task: when to use each, its steps and
+        pitfalls, and how sure they are (the lower bound of their success rate)."""
+        answer = await api.call(
+            "POST",
+            "/skills/retrieve",
+            body={"task": task, "limit": limit, "session_id": session_id},
+            if_user_unknown={"skills": []},
+        )
+        skills = [
+            {name: skill[name] for name in SKILL_FIELDS if skill.get(name) not in (None, "", [])}
+            for skill in answer["skills"]
+        ]
+        return {"task": task, "skills": skills, "count": len(skills)}
 
     return server
 
