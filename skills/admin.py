@@ -1,6 +1,7 @@
-"""Experiences, the phrasings of their actions and the recommendations made from them, for
-operators to browse. Recommendations are an audit record; experiences change through the API
-(their index follows every change), so here they are read."""
+"""Experiences, the phrasings of their actions and the recommendations made from them, learning
+runs, and skills with their versions, for operators to browse. Recommendations and versions are
+an audit record; experiences and skills change through the API (their index and versions follow
+every change), so here they are read."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from skills.models import (
     LearningRun,
     LearningRunSession,
     Recommendation,
+    Skill,
+    SkillVersion,
 )
+from skills.services.skills import skill_confidence
 
 
 @admin.register(Experience)
@@ -33,10 +37,16 @@ class ExperienceAdmin(ReadOnlyAdmin):
         "occurred_at",
         "superseded_by",
     ]
-    list_filter = ["outcome", "origin", "client", "occurred_at"]
-    search_fields = ["task", "action", "reason", "end_user__user_id"]
+    list_filter = ["outcome", "origin", "lesson_type", "status", "client", "occurred_at"]
+    search_fields = ["task", "action", "reason", "title", "end_user__user_id"]
     list_select_related = ["end_user", "client", "organization"]
-    raw_id_fields = ["superseded_by", "recommendation", "source_session"]
+    raw_id_fields = [
+        "superseded_by",
+        "recommendation",
+        "source_session",
+        "distilled_by",
+        "consumed_by",
+    ]
     readonly_fields = [
         "organization",
         "client",
@@ -56,6 +66,17 @@ class ExperienceAdmin(ReadOnlyAdmin):
         "superseded_at",
         "recommendation",
         "occurred_at",
+        "title",
+        "content",
+        "lesson_type",
+        "evidence",
+        "signal",
+        "importance",
+        "credibility",
+        "status",
+        "pool_reason",
+        "distilled_by",
+        "consumed_by",
         "created_at",
         "updated_at",
     ]
@@ -201,6 +222,10 @@ class LearningRunAdmin(ReadOnlyAdmin):
         "skills_edited",
         "skills_merged",
         "skills_deprecated",
+        "experiences_distilled",
+        "experiences_consumed",
+        "experiences_pooled",
+        "warnings",
         "error",
         "created_at",
         "started_at",
@@ -208,3 +233,87 @@ class LearningRunAdmin(ReadOnlyAdmin):
         "finished_at",
     ]
     inlines = [LearningRunSessionInline]
+
+
+class SkillVersionInline(admin.TabularInline):
+    model = SkillVersion
+    fields = ["number", "author", "operation", "run", "needs_review", "note", "created_at"]
+    readonly_fields = fields
+    raw_id_fields = ["run"]
+    extra = 0
+    can_delete = False
+    ordering = ["-number"]
+
+    def has_add_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Skill)
+class SkillAdmin(ReadOnlyAdmin):
+    """Skills with their evidence, review flag and every version (the diffs under each)."""
+
+    list_display = [
+        "name",
+        "status",
+        "version",
+        "confidence",
+        "successes",
+        "failures",
+        "needs_review",
+        "end_user",
+        "client",
+        "updated_at",
+    ]
+    list_filter = ["status", "needs_review", "organization", "client"]
+    search_fields = ["name", "description", "end_user__user_id"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "name",
+        "description",
+        "triggers",
+        "instructions",
+        "pitfalls",
+        "tools",
+        "status",
+        "version",
+        "successes",
+        "failures",
+        "partials",
+        "learned_successes",
+        "learned_failures",
+        "learned_partials",
+        "needs_review",
+        "review_reason",
+        "created_at",
+        "updated_at",
+    ]
+    inlines = [SkillVersionInline]
+
+    @admin.display(description="confidence")
+    def confidence(self, skill: Skill) -> float:
+        return skill_confidence(skill)
+
+
+@admin.register(SkillVersion)
+class SkillVersionAdmin(ReadOnlyAdmin):
+    list_display = ["skill", "number", "author", "operation", "run", "needs_review", "created_at"]
+    list_filter = ["author", "operation", "needs_review"]
+    search_fields = ["skill__name"]
+    list_select_related = ["skill", "run"]
+    readonly_fields = [
+        "skill",
+        "number",
+        "author",
+        "operation",
+        "run",
+        "experience_ids",
+        "snapshot",
+        "diff",
+        "needs_review",
+        "note",
+        "operation_key",
+        "created_at",
+    ]

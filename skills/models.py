@@ -404,7 +404,7 @@ class SkillEmbedding(Embedding):
     skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="embeddings")
 
 
-class SkillVersion(models.Model):
+class SkillVersion(Owned):
     """One state of a skill, never changed once written (a database trigger refuses updates):
     its number, the whole snapshot, the diff from the version before, who wrote it, and the run
     and experiences behind it. ``operation_key`` makes a learning run's operation write its

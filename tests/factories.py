@@ -96,6 +96,14 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         organization=owner.organization, client=owner.client, url="https://images.test/b.png"
     )
     learning_run_create(owner, user_id="rows-user")
+    from memory.retrieval.spaces import write_embedders
+    from sessions.models import Session
+    from skills.services.skills import skill_uses_record, skills_embed
+
+    skill = skill_create(owner, user_id="rows-user")
+    skills_embed(skill_ids=[skill.pk], embedders=write_embedders())
+    session = Session.objects.filter(client=owner.client, end_user=skill.end_user).first()
+    skill_uses_record(skills=[skill], session_id=session.pk)
 
 
 def learning_run_create(owner: TenantFixture, *, user_id: str) -> Any:

@@ -13,6 +13,7 @@ import pgvector.django.indexes
 import pgvector.django.vector
 from django.db import migrations, models
 
+
 IMMUTABLE_VERSIONS = """
 CREATE FUNCTION skills_skillversion_immutable() RETURNS trigger AS $$
 BEGIN
@@ -442,6 +443,29 @@ class Migration(migrations.Migration):
             name="skill",
             field=models.ForeignKey(
                 on_delete=django.db.models.deletion.CASCADE, related_name="uses", to="skills.skill"
+            ),
+        ),
+        migrations.AddField(
+            model_name="skillversion",
+            name="client",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="+", to="accounts.client"
+            ),
+        ),
+        migrations.AddField(
+            model_name="skillversion",
+            name="end_user",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="+", to="accounts.enduser"
+            ),
+        ),
+        migrations.AddField(
+            model_name="skillversion",
+            name="organization",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="+",
+                to="accounts.organization",
             ),
         ),
         migrations.AddField(

@@ -255,6 +255,9 @@ def skill_version_write(
     except IntegrityError:
         raise SkillConflictError(f"This user already has a skill named {content.name!r}.") from None
     version = SkillVersion.objects.create(
+        organization_id=skill.organization_id,
+        client_id=skill.client_id,
+        end_user_id=skill.end_user_id,
         skill=skill,
         number=number,
         snapshot=content.snapshot(),

@@ -78,6 +78,8 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/skills/actiongroupingcalibration/",
         "/admin/skills/experiencesettings/",
         "/admin/skills/learningrun/",
+        "/admin/skills/skill/",
+        "/admin/skills/skillversion/",
         "/admin/images/imageobject/",
         "/admin/images/imagefetch/",
         "/admin/images/imagefetch/?status=failed",
