@@ -459,7 +459,8 @@ def task_clusters(
 
 
 def _operation_key(run: LearningRun, operation: Operation, part: str = "") -> str:
-    what = f"{run.pk}:{operation.kind}:{operation.target or ''}:{part}:" + ",".join(
+    name = operation.content.name if operation.content is not None else ""
+    what = f"{run.pk}:{operation.kind}:{operation.target or ''}:{name}:{part}:" + ",".join(
         str(i) for i in sorted(operation.lesson_ids)
     )
     return hashlib.sha256(what.encode()).hexdigest()
