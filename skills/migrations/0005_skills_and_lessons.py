@@ -13,7 +13,6 @@ import pgvector.django.indexes
 import pgvector.django.vector
 from django.db import migrations, models
 
-
 IMMUTABLE_VERSIONS = """
 CREATE FUNCTION skills_skillversion_immutable() RETURNS trigger AS $$
 BEGIN
