@@ -99,6 +99,9 @@ class Operation:
     reason: str = ""
     # The outcomes of the sessions the lessons came from, by outcome.
     learned: dict[str, int] = field(default_factory=dict)
+    # An edit's or merge's fields as the model named them: applied over the skill as it is
+    # when the operation runs (an earlier operation of the batch may have changed it).
+    changes: dict[str, Any] | None = None
 
 
 # --- Batches ----------------------------------------------------------------------------------
@@ -406,16 +409,27 @@ def _strings(value: Any, limit: int) -> tuple[str, ...] | None:
     return tuple(_unique(value, limit))
 
 
-def _content(item: dict[str, Any], base: SkillContent | None) -> SkillContent:
-    """The content an item describes, over ``base`` (an edit names only what changes)."""
-    values: dict[str, Any] = base.snapshot() if base is not None else {}
+def _changes(item: dict[str, Any]) -> dict[str, Any]:
+    """The skill fields an item names."""
+    changes: dict[str, Any] = {}
     for name in ("name", "description", "instructions"):
         if isinstance(item.get(name), str) and item[name].strip():
-            values[name] = item[name].strip()
+            changes[name] = item[name].strip()
     for name, limit in (("triggers", MAX_TRIGGERS), ("pitfalls", MAX_PITFALLS)):
         listed = _strings(item.get(name), limit)
         if listed is not None:
-            values[name] = list(listed)
+            changes[name] = list(listed)
+    return changes
+
+
+def content_over(base: SkillContent, changes: dict[str, Any]) -> SkillContent:
+    return SkillContent.from_snapshot({**base.snapshot(), **changes})
+
+
+def _content(item: dict[str, Any], base: SkillContent | None) -> SkillContent:
+    """The content an item describes, over ``base`` (an edit names only what changes)."""
+    values: dict[str, Any] = base.snapshot() if base is not None else {}
+    values.update(_changes(item))
     if "name" not in values or "description" not in values:
         raise ValueError("a new skill needs a name and a description")
     content = SkillContent.from_snapshot(values)
@@ -501,6 +515,7 @@ def _operation_read(
                 target=target.content.name,
                 lesson_ids=lessons,
                 reason=reason,
+                changes=_changes(item),
             )
         ]
     if kind == "merge":
@@ -516,6 +531,7 @@ def _operation_read(
                 sources=sources,
                 lesson_ids=lessons,
                 reason=reason,
+                changes=_changes(item),
             )
         ]
     parts = item.get("parts")

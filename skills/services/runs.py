@@ -45,6 +45,7 @@ from skills.curator import (
     Operation,
     SkillView,
     batches_fill,
+    content_over,
     curate,
     curator_prompt,
     operations_parse,
@@ -500,8 +501,9 @@ def _status_version(
 
 
 def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProvider]) -> list[str]:
-    """Apply one operation in one transaction, with the lessons it names; returns warnings.
-    An operation whose lessons were all consumed already (a run claimed again) is skipped."""
+    """Apply one operation in one transaction, consuming the lessons it names that still wait;
+    returns warnings. An operation applied before (a run claimed again) finds its version by
+    its key and writes nothing."""
     warnings: list[str] = []
     with transaction.atomic():
         run = _fenced(claim)
@@ -510,8 +512,6 @@ def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProv
             .filter(pk__in=operation.lesson_ids, status__in=WAITING)
             .values_list("pk", flat=True)
         )
-        if operation.lesson_ids and not waiting:
-            return warnings
         owner = {
             "organization_id": run.organization_id,
             "client_id": run.client_id,
@@ -546,7 +546,10 @@ def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProv
                         )
                         counters["skills_created"] = 1
                 elif operation.kind in ("edit", "merge") and target and operation.content:
-                    share = rewrite_share(SkillContent.of(target), operation.content)
+                    content = operation.content
+                    if operation.changes is not None:  # over the skill as it is now
+                        content = content_over(SkillContent.of(target), operation.changes)
+                    share = rewrite_share(SkillContent.of(target), content)
                     review = share > REWRITE_REVIEW_SHARE
                     if review:
                         provenance = replace(
@@ -557,7 +560,7 @@ def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProv
                     written = skill_version_write(
                         owner=owner,
                         skill=target,
-                        content=operation.content,
+                        content=content,
                         provenance=provenance,
                         embedders=embedders,
                         needs_review=review,

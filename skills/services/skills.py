@@ -148,10 +148,12 @@ def content_diff(
 
 
 def rewrite_share(before: SkillContent, after: SkillContent) -> float:
-    """How much of the skill's text an edit rewrote: the share of the old text not kept, from
-    0 (all kept, whatever was added) to 1 (none of it)."""
-    old = before.text()
-    matcher = difflib.SequenceMatcher(None, old, after.text(), autojunk=False)
+    """How much of the skill an edit rewrote: the share of its old lines (name, description and
+    each non-blank line of its SKILL.md body) that the new text does not keep, from 0 (all
+    kept, whatever was added) to 1 (none)."""
+    old = [line for line in before.text().splitlines() if line.strip()]
+    new = [line for line in after.text().splitlines() if line.strip()]
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     kept = sum(block.size for block in matcher.get_matching_blocks())
     return 1.0 - kept / len(old) if old else 0.0
 

@@ -210,3 +210,72 @@ def test_a_garbage_answer_is_a_warning_not_a_silent_success(
     assert run.experiences_distilled == 0
     assert len([w for w in run.warnings if "not a lesson" in w or "no" in w]) == 5
     assert json.dumps(run.warnings)
+
+
+class Scripted:
+    """Lessons for every session; the curator's calls answered by a list, one per call."""
+
+    def __init__(self, answers: list[list[dict[str, Any]]]) -> None:
+        self.answers = answers
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if _schema(request) == "lessons":
+            return Reply(200, openai_reply({"lessons": [LESSON]}))
+        ids = _lesson_ids(request)
+        operations = [
+            dict(op, lesson_ids=ids if op.get("lesson_ids") else []) for op in self.answers.pop(0)
+        ]
+        return Reply(200, openai_reply({"operations": operations}))
+
+
+def _skill(name: str, description: str) -> dict[str, Any]:
+    return {
+        "op": "create",
+        "name": name,
+        "description": description,
+        "instructions": f"# {name}\n\n1. Open the file.\n2. Parse each row.\n3. Check the count.\n",
+        "lesson_ids": True,
+    }
+
+
+def test_a_merge_deprecates_its_sources_and_a_rewrite_is_flagged_for_review(
+    org: TenantFixture, llm: LoopbackServer, django_capture_on_commit_callbacks
+) -> None:
+    llm.respond(
+        Scripted(
+            [
+                [_skill("read-csv", "Reads CSV files."), _skill("read-tsv", "Reads TSV files.")],
+                [
+                    {
+                        "op": "merge",
+                        "skill": "read-csv",
+                        "sources": ["read-tsv"],
+                        "description": "Reads CSV and TSV files.",
+                        "lesson_ids": True,
+                    },
+                    {
+                        "op": "edit",
+                        "skill": "read-csv",
+                        "instructions": "# Delimited files\n\nUse pandas.read_csv with sep=None.\n",
+                    },
+                ],
+            ]
+        )
+    )
+    first = _sessions(org, 5, django_capture_on_commit_callbacks)
+    assert learning_run_task.apply(args=[first.pk]).get() == "succeeded"
+    second = _sessions(org, 5, django_capture_on_commit_callbacks, first=5)
+    assert learning_run_task.apply(args=[second.pk]).get() == "succeeded"
+    second.refresh_from_db()
+    assert (second.skills_merged, second.skills_edited) == (1, 1), second.warnings
+    kept, merged = Skill.objects.get(name="read-csv"), Skill.objects.get(name="read-tsv")
+    assert merged.status == "deprecated" and merged.version == 2
+    assert SkillVersion.objects.get(skill=merged, number=2).note == "Merged into read-csv."
+    assert kept.version == 3 and kept.description == "Reads CSV and TSV files."
+    assert kept.needs_review and "flagged for review" in kept.review_reason
+    rewrite = SkillVersion.objects.get(skill=kept, number=3)
+    assert rewrite.needs_review and not SkillVersion.objects.get(skill=kept, number=2).needs_review
+    served = org.api.post(
+        "/skills/retrieve", {"user_id": "agent-user", "task": "read a TSV file"}, format="json"
+    ).json()
+    assert "read-tsv" not in [skill["name"] for skill in served["skills"]]
