@@ -687,7 +687,7 @@ def report(measured: Measured, split: Split) -> list[str]:
     lines = [
         f"learned from: {measured.sessions_per_tool} requests per tool"
         + (
-            f"; {len(measured.short)} tools had fewer and learned from all: {short}"
+            f"; {len(measured.short)} tool(s) with fewer learned from all they had: {short}"
             if short
             else ""
         ),

@@ -6,6 +6,7 @@ mean nothing, except where the toy data makes one certain."""
 from __future__ import annotations
 
 import ast
+import csv
 import gzip
 import json
 import re
@@ -25,6 +26,7 @@ from bench import (
     ingest,
     retrieval_latency,
     retrieval_quality,
+    skill_learning,
 )
 from bench.common import SMOKE_NOTE
 from images.models import ImageObject
@@ -615,3 +617,130 @@ def test_images_times_inline_and_fetched_images_beside_text_only_adds(
     assert ImageObject.objects.count() == expected
     assert len(list(tmp_path.rglob("*.png"))) == expected
     assert SMOKE_NOTE in out
+
+
+# --- Skill learning ------------------------------------------------------------------------------
+
+# MetaTool's shape (../shared/bench-data/README.md): requests per tool, a description per tool and
+# the merged tools. No word of one tool's requests and description (stop words aside) is another
+# tool's, so the bench's BM25 over description and learned requests ranks the right tool first.
+SKILL_TOOLS = {
+    "WeatherTool": (
+        "Provide you with the latest weather information.",
+        [
+            "Will it rain in Lisbon tomorrow?",
+            "What is the weather forecast for Oslo?",
+            "Is a thunderstorm expected this weekend in Paris?",
+            "How humid will Madrid be on Friday?",
+            "Give the weather forecast for Rome next week.",
+            "Should I bring an umbrella in Dublin?",
+            "What temperature is forecast for Berlin tonight?",
+        ],
+    ),
+    "FinanceTool": (
+        "Stock quotes and market news.",
+        [
+            "What is the Apple stock price?",
+            "Show the Tesla share chart.",
+            "How did the Nasdaq index close?",
+            "Quote the Microsoft stock dividend.",
+            "What are Nvidia shares trading at?",
+            "Compare the Amazon stock earnings.",
+            "How volatile is the bitcoin market?",
+        ],
+    ),
+    "RecipeFinder": (
+        "Recipes and cooking ideas.",
+        [
+            "Find a vegan lasagna recipe.",
+            "How do I bake sourdough bread?",
+            "Suggest a dinner with chickpeas.",
+            "What can I cook with leftover rice?",
+            "Recommend a quick pancake recipe.",
+            "How long should I roast a chicken?",
+            "Which spices suit a curry?",
+        ],
+    ),
+    # Six requests: two asked, four left to learn from, fewer than a smoke run's five.
+    "ChessCoach": (
+        "A chess tutor.",
+        [
+            "Explain the Sicilian opening.",
+            "Analyse my endgame with two rooks.",
+            "Which gambit beats the London system?",
+            "Teach me checkmate patterns with a knight.",
+            "Rate my blitz game as black.",
+            "Solve this chess puzzle: mate in three.",
+        ],
+    ),
+}
+
+
+def _metatool_write(directory: Path) -> None:
+    with (directory / "all_clean_data.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["Query", "Tool"])
+        for tool, (_description, requests) in SKILL_TOOLS.items():
+            writer.writerows([request, tool] for request in requests)
+    descriptions = {tool.lower(): description for tool, (description, _) in SKILL_TOOLS.items()}
+    (directory / "plugin_des.json").write_text(json.dumps(descriptions))
+    merged = {tool: SKILL_TOOLS[tool][0] for tool in ("WeatherTool", "FinanceTool")}
+    (directory / "big_tool_des.json").write_text(json.dumps(merged))
+
+
+def _skill_table(out: str) -> dict[tuple[str, str], dict[str, float]]:
+    """The figures table as printed: (method, half) -> "raw p@1" ... "merged MRR"."""
+    columns = [
+        f"{label} {metric}" for label in ("raw", "merged") for metric in ("p@1", "r@5", "MRR")
+    ]
+    table = {}
+    for method, half, asked, cells in re.findall(
+        rf"^(\w+) +(all|dev|test) +(\d+)((?: +(?:{SCORE})){{6}})$", out, re.MULTILINE
+    ):
+        table[method, half] = dict(zip(columns, map(float, cells.split()), strict=True))
+        table[method, half]["asked"] = int(asked)
+    return table
+
+
+def test_skill_learning_learns_every_session_and_scores_retrieval_beside_the_baselines(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    _metatool_write(tmp_path)
+    json_out = tmp_path / "skills.json"
+
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--json-out", str(json_out)]
+    assert skill_learning.main(argv) == 0
+
+    out = capsys.readouterr().out
+    assert "19 sessions of 4 tools" in out  # 5 + 5 + 5 + 4
+    assert "1 tool(s) with fewer learned from all they had: ChessCoach 4" in out
+    assert "groups of more than one tool: 0 (merged labels = raw labels)" in out
+    assert re.search(
+        r"close statuses \{200: 19\}; POST /learning-runs: "
+        r"(run \d+ for \d+ left over|none left over)",
+        out,
+    )
+    runs = re.search(
+        r"learned: 19 sessions in (\d+) runs \{'succeeded': (\d+)\}, [\d.]+ s from", out
+    )
+    assert runs and runs[1] == runs[2]
+    assert re.search(r"skills: 4 \(4 with exactly one tool; tools covered 4 of 4\)", out)
+    assert re.search(r"asked: 8 test requests, POST /skills/retrieve limit 5, p50 [\d.]+ ms", out)
+    table = _skill_table(out)
+    methods = ["server", "bm25_desc_requests", "minilm_centroid", "bm25_desc", "minilm_desc"]
+    assert set(table) == {(method, half) for method in methods for half in ("all", "dev", "test")}
+    for (_method, half), figures in table.items():
+        assert figures.pop("asked") == {"all": 8, "dev": 4, "test": 4}[half]
+        assert all(0 <= value <= 1 for value in figures.values())
+        # Every merged group here is one tool.
+        for metric in ("p@1", "r@5", "MRR"):
+            assert figures[f"raw {metric}"] == figures[f"merged {metric}"]
+    assert table["bm25_desc_requests", "all"]["raw p@1"] == 1.0
+    assert re.search(r"goal, server p@1 >= 0\.75 at N=5: \d\.\d{3} (met|NOT met)", out)
+    assert SMOKE_NOTE in out
+    [result] = json.loads(json_out.read_text())["results"]
+    assert {row["tool"] for row in result["requests"]} == set(SKILL_TOOLS)
+    assert sorted(tool for skill in result["skills"] for tool in skill["tools"]) == sorted(
+        SKILL_TOOLS
+    )
+    assert not EndUser.objects.filter(user_id__startswith="skillbench-").exists()

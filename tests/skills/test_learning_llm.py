@@ -182,6 +182,9 @@ def test_the_token_cap_ends_a_run_as_budget_exhausted_and_the_pool_joins_the_nex
     assert learning_run_task.apply(args=[run.pk]).get() == "budget_exhausted"
     run.refresh_from_db()
     assert "tokens spent" in run.error and not Skill.objects.exists()
+    shown = org.api.get(f"/learning-runs/{run.pk}").json()
+    assert shown["state"] == "budget_exhausted" and shown["experiences_pooled"] == 5
+    assert shown["experiences_distilled"] == 5 and shown["llm_calls"] == 5
     waiting = Experience.objects.filter(distilled_by=run)
     assert {lesson.status for lesson in waiting} == {"pooled"}
     assert all("next run" in lesson.pool_reason for lesson in waiting)
