@@ -167,3 +167,21 @@ def test_a_session_without_signals_teaches_nothing() -> None:
     session = Session().say("user", "What time is it in Tokyo?").say("assistant", "It is 9 pm.")
     distilled = session_distill(session.turns)
     assert distilled.lessons == [] and distilled.outcome is None
+
+
+def test_a_long_session_is_split_into_parts_that_fit_the_window() -> None:
+    from memory.providers.llm import estimate_tokens
+    from skills.services.runs import transcript_parts
+
+    session = Session().say("user", "Migrate the database.")
+    for index in range(40):
+        session.call("psql", {"step": index}, f"step {index} done " + "ok " * 100)
+    parts = transcript_parts(session.turns, budget=1_000)
+    assert len(parts) >= 5
+    assert all(estimate_tokens(part) <= 1_000 for part in parts)
+    assert parts[0].startswith("user: Migrate the database.")
+    joined = "\n".join(parts)
+    assert all(f"step {index} done" in joined for index in range(40))
+    huge = Session().say("user", "x" * 50_000)
+    [cut] = transcript_parts(huge.turns, budget=1_000)
+    assert estimate_tokens(cut) <= 1_000
