@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -22,6 +23,16 @@ EXPERIENCE_KIND = SearchableKind(
     vector_weight=settings.EXPERIENCE_SEARCH_VECTOR_WEIGHT,
 )
 
+
+def _skill_vectors(skill: Skill, chunk: Callable[[str], list[str]]) -> list[list[str]]:
+    """A skill's vectors: what it says it does (name and description), and the centroid of
+    the task phrasings it was learned from (one vector for all of them: a new task of the kind
+    is nearer their mean than most of them, as the MetaTool baselines measured)."""
+    groups = [[piece] for piece in chunk(f"{skill.name}\n{skill.description}")]
+    phrasings = [piece for trigger in skill.triggers for piece in chunk(trigger)]
+    return [*groups, phrasings] if phrasings else groups
+
+
 # Skills served: candidates and active ones (deprecated and deleted ones are kept, not found).
 SERVED = Q(status__in=[Skill.Status.CANDIDATE, Skill.Status.ACTIVE])
 
@@ -33,6 +44,8 @@ SKILL_KIND = SearchableKind(
     text_fields=("name", "description", "triggers", "instructions"),
     current=SERVED,
     tags_field=None,
+    embedding_groups=_skill_vectors,
+    vector_weight=settings.SKILL_SEARCH_VECTOR_WEIGHT,
     calibration_pairs=Path(__file__).resolve().parent / "calibration" / "skill_pairs.json",
 )
 

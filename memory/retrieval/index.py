@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+import numpy as np
 from django.conf import settings
 from django.db import connection, models, transaction
 
@@ -133,6 +134,15 @@ def _postings_remove(kind: SearchableKind, document_ids: Sequence[int]) -> None:
             cursor.execute(_REMOVE_SQL, {"kind": kind.code, "document_ids": list(document_ids)})
 
 
+def _mean(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """One vector standing for a group: itself when alone, else the normalised mean."""
+    if len(vectors) == 1:
+        return list(vectors[0])
+    mean = np.mean(np.asarray(vectors, dtype=float), axis=0)
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm if norm else mean).tolist()
+
+
 def embeddings_write(
     *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
 ) -> None:
@@ -147,17 +157,20 @@ def _embeddings_write_one(documents: Sequence[Document], embedder: EmbeddingProv
     # dwarfs a few short texts.
     if not documents:
         return
-    chunks: list[tuple[SearchableKind, models.Model, int, str]] = []
+    # One vector per group of texts (a chunk of the row's text, unless its kind groups them):
+    # the group's embeddings averaged and normalised.
+    groups: list[tuple[SearchableKind, models.Model, int, int, int]] = []
+    texts: list[str] = []
     for kind, row in documents:
-        text = kind.text(row)
-        if text.strip():
-            chunks.extend(
-                (kind, row, index, chunk) for index, chunk in enumerate(embedder.chunk(text))
-            )
-    vectors = embedder.embed([text for _kind, _row, _index, text in chunks])
+        for index, group in enumerate(kind.embedded_groups(row, embedder.chunk)):
+            groups.append((kind, row, index, len(texts), len(texts) + len(group)))
+            texts.extend(group)
+    embedded = embedder.embed(texts) if texts else []
+    chunks = [(kind, row, index) for kind, row, index, _start, _end in groups]
+    vectors = [_mean(embedded[start:end]) for _kind, _row, _index, start, end in groups]
     by_kind: dict[str, list[models.Model]] = defaultdict(list)
     kinds: dict[str, SearchableKind] = {}
-    for (kind, row, index, _text), vector in zip(chunks, vectors, strict=True):
+    for (kind, row, index), vector in zip(chunks, vectors, strict=True):
         kinds[kind.name] = kind
         by_kind[kind.name].append(
             kind.embedding_model(

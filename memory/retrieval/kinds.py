@@ -11,6 +11,7 @@ kinds share a name or a code.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +43,11 @@ class SearchableKind:
     - ``vector_weight``: the vector lane's weight in a hybrid search's fusion (None: the
       settings' ``SEARCH_VECTOR_WEIGHT``), for kinds whose texts embed better or worse than
       chat memories do.
+    - ``embedding_groups``: how a row's text becomes its vectors, when not as its text's
+      chunks (None): ``embedding_groups(row, chunk)`` returns groups of texts (``chunk`` cuts a
+      text into the pieces the model reads whole); each group is one vector, the normalised
+      mean of its texts' embeddings (a skill: its description, and the centroid of the task
+      phrasings it was learned from). The vector lane compares a query with a row's nearest.
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
       on them for every model (``memory.retrieval.gate.gate_calibration_ensure``).
@@ -56,6 +62,9 @@ class SearchableKind:
     current: Q = field(default_factory=Q)
     tags_field: str | None = "filter_tags"
     vector_weight: float | None = None
+    embedding_groups: (
+        Callable[[models.Model, Callable[[str], list[str]]], list[list[str]]] | None
+    ) = None
     calibration_pairs: Path | None = None
 
     def __str__(self) -> str:
@@ -113,6 +122,15 @@ class SearchableKind:
             if not any(value.rstrip("…") in other for other in values[index + 1 :])
         ]
         return "\n".join(kept)
+
+    def embedded_groups(
+        self, row: models.Model, chunk: Callable[[str], list[str]]
+    ) -> list[list[str]]:
+        """The groups of texts the row's vectors are made of (see ``embedding_groups``)."""
+        if self.embedding_groups is not None:
+            return [group for group in self.embedding_groups(row, chunk) if group]
+        text = self.text(row)
+        return [[piece] for piece in chunk(text)] if text.strip() else []
 
     def current_where(self, alias: str = "") -> tuple[str, dict[str, Any]]:
         """``current`` as SQL over the kind's table (``alias``: a prefix such as "m."), with
