@@ -80,10 +80,10 @@ def _task_threshold(model: str) -> float | None:
 def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     """Claim the learning run and run it, a slice of ``LEARNING_RUN_SLICE_SECONDS`` at a time
     (a long run gives its claim back and publishes itself again, so no task outlives Celery's
-    time limit). A run held by another worker is tried again once that worker's heartbeat
-    could be stale (it may have died: this is a redelivery after a lost worker); a finished
-    run is left alone. A provider's overload or a database restart puts the run back in the
-    queue and retries with backoff."""
+    time limit). A run held by another worker, or finished, is left alone: a holder that died
+    leaves a stale heartbeat, and the beat (``recover_learning_runs``) publishes the run again.
+    A provider's overload or a database restart puts the run back in the queue and retries
+    with backoff."""
     from memory.providers.llm import LLMTransientError, llm_provider_from_settings
     from skills.services.runs import (
         RunLostError,
@@ -91,13 +91,10 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
         learning_run_claim,
         learning_run_execute,
         learning_run_release,
-        learning_run_waiting,
     )
 
     claim = learning_run_claim(run_id=run_id)
-    if claim is None:
-        if learning_run_waiting(run_id=run_id):
-            raise self.retry(countdown=settings.LEARNING_RUN_STALE_AFTER + 1.0)
+    if claim is None:  # finished, held by a live worker, or another run of the user runs
         return None
     llm = llm_provider_from_settings()
     embedders = write_embedders()

@@ -83,13 +83,15 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     }
     run = _queued_run(owner=owner, trigger=LearningRun.Trigger.THRESHOLD)
     _sessions_attach(run=run, sessions=unlearned)
-    _publish(run)
+    if not waiting:  # a run that waited was sent when it was queued
+        _publish(run)
     return run
 
 
 def _publish(run: LearningRun) -> None:
-    """Send the run to a worker once the transaction that queued it commits (the beat sends it
-    again if this message is lost)."""
+    """Send the run to a worker once the transaction that queued it commits: once per queuing
+    (the beat sends it again if this message is lost, or if a run of the user was running when
+    it came)."""
     from skills.tasks import learning_run_task
 
     run_id = run.pk
@@ -129,7 +131,8 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
         raise LearningRunConflictError("No closed task session of this user is left to learn from.")
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
     _sessions_attach(run=run, sessions=unlearned)
-    _publish(run)
+    if waiting is None:
+        _publish(run)
     return run, waiting is None
 
 
@@ -187,5 +190,6 @@ def learning_run_dream(
         }
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.AUTO_DREAM)
     _sessions_attach(run=run, sessions=chosen)
-    _publish(run)
+    if waiting is None:
+        _publish(run)
     return {**report, "status": "queued", "run_id": str(run.pk)}

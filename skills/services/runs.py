@@ -674,7 +674,10 @@ def _curate(
                 data, skills=skills, lesson_ids=[lesson.id for lesson in batch]
             )
         _beat(claim, steps=1)
-        for operation in operations:
+        for number, operation in enumerate(operations):
+            if number:
+                # What is left of the batch waits: its lessons are still unplaced.
+                _slice_check(deadline)
             warnings += _apply(claim, operation, embedders)
         named = {lesson_id for operation in operations for lesson_id in operation.lesson_ids}
         unplaced = [lesson.id for lesson in batch if lesson.id not in named]
@@ -741,14 +744,6 @@ def learning_run_execute(
     except LLMPermanentError as error:
         return _finish(claim, LearningRun.State.FAILED, f"The model failed: {error}")
     return _finish(claim, LearningRun.State.SUCCEEDED)
-
-
-def learning_run_waiting(*, run_id: int) -> bool:
-    """Whether the run still waits to be run or finished (queued, or running under a claim
-    that may be a dead worker's)."""
-    return LearningRun.objects.filter(
-        pk=run_id, state__in=[LearningRun.State.QUEUED, LearningRun.State.RUNNING]
-    ).exists()
 
 
 def learning_runs_due(*, queued_older_than: timedelta) -> list[int]:

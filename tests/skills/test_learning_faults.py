@@ -1,7 +1,7 @@
 """A worker child SIGKILLed in the middle of a learning run: the run is finished by the next
-child (the delivery Celery sends again once the worker is lost waits for the dead claim to go
-stale, then claims it), and nothing is written twice: one lesson per session, one version per
-operation."""
+child (the beat's recovery job, run here every second, publishes the run again once the dead
+claim's heartbeat is stale), and nothing is written twice: one lesson per session, one version
+per operation."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from skills.models import Experience, LearningRun, Skill, SkillVersion
+from skills.tasks import recover_learning_runs
 from tests import processes
 from tests.factories import tenant_fixture
 from tests.loopback import LoopbackServer, RecordedRequest, Reply, openai_reply
@@ -53,8 +54,9 @@ class StallOnce:
 
 
 def test_a_worker_child_killed_mid_run_has_its_run_finished_once(
-    tmp_path: Path, loopback: LoopbackServer, recovery_time
+    tmp_path: Path, loopback: LoopbackServer, recovery_time, settings
 ) -> None:
+    settings.LEARNING_RUN_STALE_AFTER = 2.0
     stall = StallOnce(loopback)
     alice = tenant_fixture("alice")
     environment = {
@@ -74,10 +76,17 @@ def test_a_worker_child_killed_mid_run_has_its_run_finished_once(
             assert run.state == "running" and run.attempts == 1
             os.kill(child, signal.SIGKILL)
             killed_at = time.monotonic()
+
+            beats = [0.0]
+
+            def finished() -> bool:
+                if time.monotonic() - beats[0] >= 1.0:  # the beat's job (every minute in prod)
+                    beats[0] = time.monotonic()
+                    recover_learning_runs()
+                return LearningRun.objects.filter(pk=run.pk, state="succeeded").exists()
+
             done = wait_until(
-                lambda: LearningRun.objects.filter(pk=run.pk, state="succeeded").exists(),
-                timeout=120,
-                what=f"the killed run to finish\n{worker.log_tail()}",
+                finished, timeout=120, what=f"the killed run to finish\n{worker.log_tail()}"
             )
             recovery_time(
                 "worker child SIGKILLed mid learning run -> run finished", done - killed_at
