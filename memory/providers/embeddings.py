@@ -243,6 +243,14 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             _check_size(vector, self.dimensions, LOCAL_MODEL_NAME)
         return vectors
 
+    def chunk(self, text: str) -> list[str]:
+        # WordPiece never makes more tokens of a text than it has characters: a text no longer
+        # than a chunk is one, without running the tokenizer (a skill's task phrasings, most
+        # turns).
+        if len(text) <= self.max_chunk_tokens:
+            return [text]
+        return super().chunk(text)
+
     def count_tokens(self, text: str) -> int:
         tokenizer = self.model.tokenizer
         with _shared_local_model.use_lock:

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -71,7 +71,10 @@ from skills.services.skills import (
     SkillInputError,
     rewrite_share,
     skill_version_write,
+    skills_embed,
 )
+
+SERVED_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
 
 logger = logging.getLogger(__name__)
 
@@ -500,10 +503,12 @@ def _status_version(
     )
 
 
-def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProvider]) -> list[str]:
+def _apply(claim: Claim, operation: Operation) -> list[str]:
     """Apply one operation in one transaction, consuming the lessons it names that still wait;
     returns warnings. An operation applied before (a run claimed again) finds its version by
-    its key and writes nothing."""
+    its key and writes nothing. Skills are indexed for BM25 here; their vectors are written for
+    the whole batch at once (``_batch_embed``)."""
+    embedders: Sequence[EmbeddingProvider] = []
     warnings: list[str] = []
     with transaction.atomic():
         run = _fenced(claim)
@@ -602,6 +607,25 @@ def _apply(claim: Claim, operation: Operation, embedders: Sequence[EmbeddingProv
     return warnings
 
 
+def _batch_embed(
+    claim: Claim, embedders: Sequence[EmbeddingProvider], *, since: datetime | None
+) -> None:
+    """Embed, in one call per model, the served skills this run wrote versions of since
+    ``since`` (None: ever; a claim taken over embeds what the one before it may not have lived
+    to; embedding a skill again writes the same vectors)."""
+    versions = SkillVersion.objects.filter(run_id=claim.run.pk)
+    if since is not None:
+        versions = versions.filter(created_at__gte=since)
+    skill_ids = list(
+        Skill.objects.filter(
+            pk__in=versions.values("skill_id"), status__in=SERVED_STATUSES
+        ).values_list("pk", flat=True)
+    )
+    if skill_ids and embedders:
+        skills_embed(skill_ids=skill_ids, embedders=embedders)
+    _beat(claim)
+
+
 def _pool(claim: Claim, lessons: Sequence[tuple[int, str]]) -> None:
     with transaction.atomic():
         run = _fenced(claim)
@@ -674,11 +698,13 @@ def _curate(
                 data, skills=skills, lesson_ids=[lesson.id for lesson in batch]
             )
         _beat(claim, steps=1)
+        began = None if position == 0 and claim.attempt > 1 else timezone.now()
         for number, operation in enumerate(operations):
             if number:
                 # What is left of the batch waits: its lessons are still unplaced.
                 _slice_check(deadline)
-            warnings += _apply(claim, operation, embedders)
+            warnings += _apply(claim, operation)
+        _batch_embed(claim, embedders, since=began)
         named = {lesson_id for operation in operations for lesson_id in operation.lesson_ids}
         unplaced = [lesson.id for lesson in batch if lesson.id not in named]
         _pool(
