@@ -208,3 +208,27 @@ def test_a_code_once_given_to_a_kind_is_refused_to_another(db: None) -> None:
             call_command("check", "--database", "default")
     finally:
         kind_unregister(newcomer)
+
+
+def test_a_kind_that_groups_its_texts_gets_one_vector_per_group(org: TenantFixture) -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from memory.providers.embeddings import embedding_provider_from_settings
+    from memory.retrieval.index import embeddings_write
+
+    sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
+    [note] = notes_create(org, sam, NOTES[:1])
+    grouped = dataclasses.replace(
+        NOTE_KIND,
+        embedding_groups=lambda row, chunk: [chunk(row.title), [*chunk(row.body), "boats"]],
+    )
+    embedder = embedding_provider_from_settings()
+    embeddings_write(documents=[(grouped, note)], embedders=[embedder])
+    stored = list(NoteEmbedding.objects.filter(note=note, model=MODEL).order_by("chunk_index"))
+    assert [row.chunk_index for row in stored] == [0, 1]  # the old chunks replaced
+    title, body, boats = embedder.embed([note.title, note.body, "boats"])
+    mean = (np.asarray(body) + np.asarray(boats)) / 2
+    assert np.allclose(stored[0].embedding, title, atol=1e-6)
+    assert np.allclose(stored[1].embedding, mean / np.linalg.norm(mean), atol=1e-6)
