@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skills.models import Outcome
-from skills.transcripts import first_sentence, verdict_read
+from skills.transcripts import clipped, first_sentence, verdict_read
 
 MAX_TITLE_CHARS = 120
+MAX_TASK_CHARS = 500
 MAX_TEXT_CHARS = 2000
 MAX_EVIDENCE_CHARS = 300
 LESSON_TYPES = ("learn", "avoid")
@@ -242,7 +243,8 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
     """The lessons of one task session, read from its structure (no model)."""
     distilled = Distilled()
     requests = [turn for turn in turns if turn.role == "user" and turn.text.strip()]
-    task = first_sentence(requests[0].text, MAX_TITLE_CHARS * 2) if requests else ""
+    # The whole request: its first sentence is often a preamble ("I'm planning a trip.").
+    task = clipped(requests[0].text, MAX_TASK_CHARS) if requests else ""
     calls = _calls(turns)
     distilled.task = task
     distilled.steps = list(dict.fromkeys(call.described for call in calls if not call.failed))

@@ -179,6 +179,9 @@ class RetrieveSerializer(serializers.Serializer):
     task = TextField(max_length=10_000)
     limit = IntegerField(min_value=1, max_value=MAX_RETRIEVE, default=5)
     session_id = TextField(required=False, max_length=255)
+    search_method = TextChoiceField(
+        choices=["hybrid", "bm25", "embedding"], required=False, default="hybrid"
+    )
 
 
 class _SkillApi(TenantAPIView):
@@ -356,6 +359,7 @@ class SkillRetrieveApi(TenantAPIView):
             task=data["task"],
             limit=data["limit"],
             session_id=session.pk if session is not None else None,
+            method=data["search_method"],
         )
         thresholds = found.gate_thresholds.get("skill")
         return Response(

@@ -327,6 +327,7 @@ def skills_retrieve(
     limit: int,
     session_id: int | None = None,
     statuses: tuple[str, ...] | None = None,
+    method: str = "hybrid",
     endpoint: str = "skills/retrieve",
 ) -> SearchOutcome:
     """The skills most relevant to the task (candidates and active ones), through the engine's
@@ -345,6 +346,7 @@ def skills_retrieve(
         request=SearchRequest(
             kinds=(SKILL_KIND,),
             query=task,
+            method=method,
             limit=limit,
             rows=Q(status__in=statuses) if statuses is not None else None,
         ),

@@ -185,3 +185,15 @@ def test_a_long_session_is_split_into_parts_that_fit_the_window() -> None:
     huge = Session().say("user", "x" * 50_000)
     [cut] = transcript_parts(huge.turns, budget=1_000)
     assert estimate_tokens(cut) <= 1_000
+
+
+def test_the_task_is_the_whole_first_request_not_its_first_sentence() -> None:
+    session = (
+        Session()
+        .say("user", "I'm planning a trip.   Can you find\\nflights from Boston to Denver?")
+        .call("flight_search", {"from": "BOS"}, "3 flights found")
+        .say("user", "Thanks, that works.")
+    )
+    session.turns[0].text = "I'm planning a trip.   Can you find\nflights from Boston to Denver?"
+    distilled = session_distill(session.turns)
+    assert distilled.task == "I'm planning a trip. Can you find flights from Boston to Denver?"
