@@ -27,7 +27,10 @@ unless ``--keep``). The server queues a learning run every 5 closed task session
 closed after the last such run are queued with ``POST /learning-runs``. The bench waits until
 every session belongs to a run and no run is queued or running, every run having succeeded
 (``--stall-seconds`` without progress is an error), and reports the wall time from the first
-add to then, per learned session.
+add to then, per learned session. By default the sessions go as one burst, and a run takes every
+session closed while it waited in the queue; ``--max-pending K`` paces the sending instead, as
+sessions that arrive over time: it pauses while K sent sessions are not learned yet (a run then
+holds at most K).
 
 Scoring: every test request is asked as ``POST /skills/retrieve`` (limit 5); a returned skill
 is a hit when the request's tool is among the skill's ``tools`` (raw label), or a tool of its
@@ -52,9 +55,10 @@ Usage, against a server with LLM_PROVIDER=none (the deterministic distiller and 
 rate limit raised, e.g. ``API_RATE_LIMIT=10000000/min LLM_PROVIDER=none make run``:
     .venv/bin/python -m bench.skill_learning [--base-url URL] [--api-key KEY]
         [--data-dir DIR] [--seed 0] [--test-per-tool 10] [--sessions-per-tool 5,20]
-        [--tools K] [--wrong-first 0.3] [--poll-interval 2] [--stall-seconds 600]
+        [--tools K] [--wrong-first 0.3] [--max-pending K] [--warmup 8] [--poll-interval 2]
+        [--stall-seconds 600]
         [--json-out FILE] [--keep] [--smoke]
-``--smoke``: 4 tools, N=5 only, 2 requests asked per tool.
+``--smoke``: 4 tools, N=5 only, 2 requests asked per tool, 2 warm-up retrievals.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ SMOKE = {
     "tools": 4,
     "sessions_per_tool": "5",
     "test_per_tool": 2,
+    "warmup": 2,
     "poll_interval": 0.2,
     "stall_seconds": 120.0,
 }
@@ -315,16 +320,93 @@ def _pages(client: KeepAliveClient, path: str, params: dict[str, Any]) -> list[d
 
 
 @dataclass
+class RunsSeen:
+    """The user's learning runs at one poll."""
+
+    runs: list[dict[str, Any]]
+    states: dict[str, int]
+    taken: int  # sessions of the bench's in a run
+    learned: int  # of them, in a run that succeeded
+    active: bool  # a run is queued or running
+
+
+def runs_read(client: KeepAliveClient, user_id: str, session_ids: set[str]) -> RunsSeen:
+    """The runs; raises when one ended other than succeeded."""
+    runs = _pages(client, "/learning-runs", {"user_id": user_id})
+    states: dict[str, int] = {}
+    for run in runs:
+        states[run["state"]] = states.get(run["state"], 0) + 1
+    stopped = [run for run in runs if run["state"] not in (*RUN_ACTIVE, "succeeded")]
+    if stopped:
+        details = "; ".join(f"run {run['id']} {run['state']}: {run['error']}" for run in stopped)
+        raise BenchError(f"learning runs did not succeed: {details}")
+    return RunsSeen(
+        runs=runs,
+        states=states,
+        taken=len({sid for run in runs for sid in run["session_ids"]} & session_ids),
+        learned=sum(
+            len(set(run["session_ids"]) & session_ids)
+            for run in runs
+            if run["state"] == "succeeded"
+        ),
+        active=any(run["state"] in RUN_ACTIVE for run in runs),
+    )
+
+
+def runs_wait(
+    client: KeepAliveClient,
+    user_id: str,
+    session_ids: set[str],
+    *,
+    until: Callable[[RunsSeen], bool],
+    began: float,
+    poll_interval: float,
+    stall_seconds: float,
+) -> RunsSeen:
+    """Poll the runs until ``until`` holds; raises when no session is learned for
+    ``stall_seconds``."""
+    last_progress, last_note, learned_before = time.monotonic(), time.monotonic(), -1
+    while True:
+        seen = runs_read(client, user_id, session_ids)
+        if until(seen):
+            return seen
+        now = time.monotonic()
+        if seen.learned != learned_before:
+            learned_before, last_progress = seen.learned, now
+        elif now - last_progress > stall_seconds:
+            raise BenchError(
+                f"learning stalled: {seen.learned} of {len(session_ids)} sessions learned, "
+                f"{seen.taken} in a run, runs {seen.states}, nothing moved for "
+                f"{stall_seconds:.0f} s (is a worker consuming the learning queue?)"
+            )
+        if now - last_note > PROGRESS_EVERY_SECONDS:
+            last_note = now
+            print(f"  {now - began:7.1f} s  {seen.learned:,} sessions learned, runs {seen.states}")
+        time.sleep(poll_interval)
+
+
+@dataclass
 class Sent:
     seconds: float
     add_statuses: dict[int, int]
     close_statuses: dict[int, int]
     requested_run: str  # what POST /learning-runs did for the sessions left over
+    paused_seconds: float  # waiting for the runs to catch up (--max-pending)
 
 
-def sessions_send(client: KeepAliveClient, user_id: str, plans: Sequence[SessionPlan]) -> Sent:
-    """Each session as one add and one close, in order; then a run for those left over."""
+def sessions_send(
+    client: KeepAliveClient,
+    user_id: str,
+    plans: Sequence[SessionPlan],
+    *,
+    max_pending: int | None,
+    wait: Callable[[Callable[[RunsSeen], bool]], RunsSeen],
+) -> Sent:
+    """Each session as one add and one close, in order; with ``max_pending``, pausing while
+    that many sent sessions are not learned yet; then a run for those left over."""
     began = last_note = time.monotonic()
+    paused = 0.0
+    learned = 0  # as last seen: the runs are read only when it may be too few
     adds: dict[int, int] = {}
     closes: dict[int, int] = {}
     for number, plan in enumerate(plans, 1):
@@ -341,6 +423,10 @@ def sessions_send(client: KeepAliveClient, user_id: str, plans: Sequence[Session
         status, payload = client.request("POST", path, json.dumps({"user_id": user_id}).encode())
         closes[status] = closes.get(status, 0) + 1
         _check(status, payload, 200, f"POST {path}")
+        if max_pending is not None and number < len(plans) and number - learned >= max_pending:
+            pause_began = time.monotonic()
+            learned = wait(lambda seen, sent=number: sent - seen.learned < max_pending).learned
+            paused += time.monotonic() - pause_began
         if time.monotonic() - last_note > PROGRESS_EVERY_SECONDS:
             last_note = time.monotonic()
             print(f"  {last_note - began:7.1f} s  {number:,} of {len(plans):,} sessions sent")
@@ -349,10 +435,18 @@ def sessions_send(client: KeepAliveClient, user_id: str, plans: Sequence[Session
     status, payload = client.request("POST", "/learning-runs", body)
     if status == 409:
         requested = "none left over"
+    elif status == 201:
+        requested = f"run {payload['id']} queued for the {len(payload['session_ids'])} left over"
     else:
-        run = _check(status, payload, 201 if status == 201 else 200, "POST /learning-runs")
-        requested = f"run {run['id']} for {len(run['session_ids'])} left over"
-    return Sent(seconds, adds, closes, requested)
+        run = _check(status, payload, 200, "POST /learning-runs")
+        requested = f"run {run['id']} already queued, holding {len(run['session_ids'])}"
+    return Sent(seconds, adds, closes, requested, paused)
+
+
+def _seconds_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return math.nan
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
 @dataclass
@@ -360,50 +454,36 @@ class Learned:
     seconds: float  # first add to every run done
     runs: int
     run_states: dict[str, int]
+    largest_run: int  # sessions
+    longest_run: float  # seconds from its start to its end
 
 
-def runs_wait(
-    client: KeepAliveClient,
-    user_id: str,
-    session_ids: set[str],
-    *,
-    began: float,
-    poll_interval: float,
-    stall_seconds: float,
-) -> Learned:
-    """Until every session is in a finished run and none is queued or running."""
-    last_progress, last_note, done_before = time.monotonic(), 0.0, -1
+def learned_of(seen: RunsSeen, *, seconds: float) -> Learned:
+    return Learned(
+        seconds=seconds,
+        runs=len(seen.runs),
+        run_states=seen.states,
+        largest_run=max((len(run["session_ids"]) for run in seen.runs), default=0),
+        longest_run=max(
+            (_seconds_between(run["started_at"], run["finished_at"]) for run in seen.runs),
+            default=math.nan,
+        ),
+    )
+
+
+def lessons_embedded_wait(
+    client: KeepAliveClient, user_id: str, *, poll_interval: float, stall_seconds: float
+) -> float:
+    """Until the worker has embedded the user's lessons (experiences), which it does after the
+    runs: deleting the user under that work fails it (seconds waited)."""
+    began = time.monotonic()
+    path = f"/experiences/stats?{urlencode({'user_id': user_id})}"
     while True:
-        runs = _pages(client, "/learning-runs", {"user_id": user_id})
-        states: dict[str, int] = {}
-        for run in runs:
-            states[run["state"]] = states.get(run["state"], 0) + 1
-        stopped = [run for run in runs if run["state"] not in (*RUN_ACTIVE, "succeeded")]
-        if stopped:
-            details = "; ".join(
-                f"run {run['id']} {run['state']}: {run['error']}" for run in stopped
-            )
-            raise BenchError(f"learning runs did not succeed: {details}")
-        taken = {sid for run in runs for sid in run["session_ids"]} & session_ids
-        done = sum(
-            len(set(run["session_ids"]) & session_ids)
-            for run in runs
-            if run["state"] == "succeeded"
-        )
-        now = time.monotonic()
-        if len(taken) == len(session_ids) and not any(run["state"] in RUN_ACTIVE for run in runs):
-            return Learned(now - began, len(runs), states)
-        if done != done_before:
-            done_before, last_progress = done, now
-        elif now - last_progress > stall_seconds:
-            raise BenchError(
-                f"learning stalled: {done} of {len(session_ids)} sessions learned, "
-                f"{len(taken)} in a run, runs {states}, nothing moved for {stall_seconds:.0f} s "
-                "(is a worker consuming the learning queue?)"
-            )
-        if now - last_note > PROGRESS_EVERY_SECONDS:
-            last_note = now
-            print(f"  {now - began:7.1f} s  {done:,} sessions learned, runs {states}", flush=True)
+        stats = _check(*client.request("GET", path), 200, "GET /experiences/stats")
+        if stats["embedding_pending"] == 0:
+            return time.monotonic() - began
+        if time.monotonic() - began > stall_seconds:
+            raise BenchError(f"{stats['embedding_pending']} lessons still not embedded")
         time.sleep(poll_interval)
 
 
@@ -417,7 +497,16 @@ class Asked:
     elapsed_ms: float
 
 
-def skills_ask(client: KeepAliveClient, user_id: str, split: Split) -> list[Asked]:
+def skills_ask(
+    client: KeepAliveClient, user_id: str, split: Split, *, warmup: Sequence[str]
+) -> list[Asked]:
+    """Every test request, after ``warmup`` unmeasured ones (a web worker loads the embedding
+    model on its first query)."""
+    for request in warmup:
+        body = {"user_id": user_id, "task": request, "limit": RETRIEVE_LIMIT}
+        _check(
+            *client.request("POST", "/skills/retrieve", json.dumps(body).encode()), 200, "warm-up"
+        )
     asked = []
     for tool in split.tools:
         for request in split.test[tool]:
@@ -614,6 +703,7 @@ class Measured:
     asked: list[Asked]
     scored: Scored
     baseline_seconds: float
+    embedded_after: float  # seconds after the questions until every lesson was embedded
 
 
 def measure(
@@ -638,24 +728,40 @@ def measure(
         f"user {user_id}",
         flush=True,
     )
+    session_ids = {plan.session_id for plan in plans}
     began = time.monotonic()
-    sent = sessions_send(client, user_id, plans)
-    print(
-        f"sent in {sent.seconds:.1f} s: POST /memory/add statuses {sent.add_statuses}, close "
-        f"statuses {sent.close_statuses}; POST /learning-runs: {sent.requested_run}",
-        flush=True,
-    )
-    try:
-        learned_runs = runs_wait(
+
+    def wait(until: Callable[[RunsSeen], bool]) -> RunsSeen:
+        return runs_wait(
             client,
             user_id,
-            {plan.session_id for plan in plans},
+            session_ids,
+            until=until,
             began=began,
             poll_interval=arguments.poll_interval,
             stall_seconds=arguments.stall_seconds,
         )
+
+    try:
+        sent = sessions_send(client, user_id, plans, max_pending=arguments.max_pending, wait=wait)
+        print(
+            f"sent in {sent.seconds:.1f} s ({sent.paused_seconds:.1f} s of it paused for "
+            f"--max-pending {arguments.max_pending}): POST /memory/add statuses "
+            f"{sent.add_statuses}, close statuses {sent.close_statuses}; POST /learning-runs: "
+            f"{sent.requested_run}",
+            flush=True,
+        )
+        seen = wait(lambda seen: seen.taken == len(session_ids) and not seen.active)
+        learned_runs = learned_of(seen, seconds=time.monotonic() - began)
         skills = _pages(client, "/skills", {"user_id": user_id})
-        asked = skills_ask(client, user_id, split)
+        warmup = [plan.request for plan in plans[: arguments.warmup]]
+        asked = skills_ask(client, user_id, split, warmup=warmup)
+        embedded_after = lessons_embedded_wait(
+            client,
+            user_id,
+            poll_interval=arguments.poll_interval,
+            stall_seconds=arguments.stall_seconds,
+        )
     finally:
         if not arguments.keep:
             status, payload = client.request("DELETE", f"/users/{quote(user_id)}")
@@ -675,6 +781,7 @@ def measure(
         asked=asked,
         scored=score(dataset, split, asked, rankings),
         baseline_seconds=time.monotonic() - baselines_began,
+        embedded_after=embedded_after,
     )
 
 
@@ -693,15 +800,17 @@ def report(measured: Measured, split: Split) -> list[str]:
         ),
         f"learned: {sessions:,} sessions in {learned.runs} runs {learned.run_states}, "
         f"{learned.seconds:.1f} s from the first add -> {learned.seconds / sessions:.3f} s a "
-        f"learned session",
+        f"learned session (largest run {learned.largest_run} sessions, longest "
+        f"{learned.longest_run:.1f} s)",
         f"skills: {len(measured.skills)} ({one_tool} with exactly one tool; tools covered "
         f"{len(skill_tools & {tool.lower() for tool in split.tools})} of {len(split.tools)})",
         f"asked: {len(measured.asked):,} test requests, POST /skills/retrieve limit "
         f"{RETRIEVE_LIMIT}, p50 {percentile(latencies, 0.5):.1f} ms, p95 "
         f"{percentile(latencies, 0.95):.1f} ms; baselines computed in "
-        f"{measured.baseline_seconds:.1f} s",
+        f"{measured.baseline_seconds:.1f} s; lessons all embedded {measured.embedded_after:.1f} s "
+        "after the last question",
         "",
-        f"{'':34}{'raw':^21}   {'merged':^21}",
+        f"{'':35}{'raw':^19}   {'merged':^19}",
         f"{'method':<20} {'half':<5} {'asked':>6}  "
         + "   ".join("  ".join(f"{metric:>5}" for metric in METRICS) for _ in LABELS),
     ]
@@ -754,6 +863,9 @@ def _document(measured: Measured, split: Split) -> dict[str, Any]:
         "send_seconds": measured.sent.seconds,
         "learn_seconds": measured.learned.seconds,
         "runs": measured.learned.runs,
+        "largest_run": measured.learned.largest_run,
+        "longest_run_seconds": measured.learned.longest_run,
+        "paused_seconds": measured.sent.paused_seconds,
         "figures": measured.scored.figures,
         "skills": [
             {key: skill[key] for key in ("id", "name", "tools", "description", "triggers")}
@@ -807,6 +919,16 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tools", type=int, default=None, help="the first K tools (seeded)")
     parser.add_argument(
         "--wrong-first", type=float, default=0.3, help="share of sessions with a wrong tool first"
+    )
+    parser.add_argument(
+        "--max-pending",
+        type=int,
+        default=None,
+        help="pause the sending while this many sent sessions are not learned yet "
+        "(default: no pause, one burst)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=8, help="unmeasured retrievals first (learned requests)"
     )
     parser.add_argument("--poll-interval", type=float, default=2.0, help="seconds")
     parser.add_argument(

@@ -622,54 +622,55 @@ def test_images_times_inline_and_fetched_images_beside_text_only_adds(
 # --- Skill learning ------------------------------------------------------------------------------
 
 # MetaTool's shape (../shared/bench-data/README.md): requests per tool, a description per tool and
-# the merged tools. No word of one tool's requests and description (stop words aside) is another
-# tool's, so the bench's BM25 over description and learned requests ranks the right tool first.
+# the merged tools. Every request of a tool names its word ("weather", "stock", "recipe", "chess")
+# and no word of a tool's requests and description (stop words aside) is another tool's, so the
+# bench's BM25 over description and learned requests ranks the right tool first.
 SKILL_TOOLS = {
     "WeatherTool": (
         "Provide you with the latest weather information.",
         [
-            "Will it rain in Lisbon tomorrow?",
+            "Will the weather turn rainy in Lisbon tomorrow?",
             "What is the weather forecast for Oslo?",
-            "Is a thunderstorm expected this weekend in Paris?",
-            "How humid will Madrid be on Friday?",
-            "Give the weather forecast for Rome next week.",
-            "Should I bring an umbrella in Dublin?",
-            "What temperature is forecast for Berlin tonight?",
+            "Is stormy weather expected this weekend in Paris?",
+            "How humid will the weather be in Madrid on Friday?",
+            "Give the weather for Rome next week.",
+            "Should I expect cold weather in Dublin?",
+            "What weather is forecast for Berlin tonight?",
         ],
     ),
     "FinanceTool": (
         "Stock quotes and market news.",
         [
             "What is the Apple stock price?",
-            "Show the Tesla share chart.",
-            "How did the Nasdaq index close?",
+            "Show the Tesla stock chart.",
+            "How did the Nasdaq stock index close?",
             "Quote the Microsoft stock dividend.",
-            "What are Nvidia shares trading at?",
+            "What are Nvidia stock shares trading at?",
             "Compare the Amazon stock earnings.",
-            "How volatile is the bitcoin market?",
+            "How volatile is the stock market today?",
         ],
     ),
     "RecipeFinder": (
         "Recipes and cooking ideas.",
         [
             "Find a vegan lasagna recipe.",
-            "How do I bake sourdough bread?",
-            "Suggest a dinner with chickpeas.",
-            "What can I cook with leftover rice?",
+            "A recipe for sourdough bread, please.",
+            "Suggest a recipe with chickpeas.",
+            "What recipe uses leftover rice?",
             "Recommend a quick pancake recipe.",
-            "How long should I roast a chicken?",
-            "Which spices suit a curry?",
+            "A recipe to roast a chicken?",
+            "Which recipe suits a curry night?",
         ],
     ),
     # Six requests: two asked, four left to learn from, fewer than a smoke run's five.
     "ChessCoach": (
         "A chess tutor.",
         [
-            "Explain the Sicilian opening.",
-            "Analyse my endgame with two rooks.",
-            "Which gambit beats the London system?",
-            "Teach me checkmate patterns with a knight.",
-            "Rate my blitz game as black.",
+            "Explain the Sicilian opening in chess.",
+            "Analyse my chess endgame with two rooks.",
+            "Which chess gambit beats the London system?",
+            "Teach me chess checkmate patterns with a knight.",
+            "Rate my chess blitz game as black.",
             "Solve this chess puzzle: mate in three.",
         ],
     ),
@@ -708,8 +709,9 @@ def test_skill_learning_learns_every_session_and_scores_retrieval_beside_the_bas
     _metatool_write(tmp_path)
     json_out = tmp_path / "skills.json"
 
+    # Paced: the sending pauses while 10 sessions are not learned yet.
     argv = [*smoke_argv, "--data-dir", str(tmp_path), "--json-out", str(json_out)]
-    assert skill_learning.main(argv) == 0
+    assert skill_learning.main([*argv, "--max-pending", "10"]) == 0
 
     out = capsys.readouterr().out
     assert "19 sessions of 4 tools" in out  # 5 + 5 + 5 + 4
@@ -717,13 +719,18 @@ def test_skill_learning_learns_every_session_and_scores_retrieval_beside_the_bas
     assert "groups of more than one tool: 0 (merged labels = raw labels)" in out
     assert re.search(
         r"close statuses \{200: 19\}; POST /learning-runs: "
-        r"(run \d+ for \d+ left over|none left over)",
+        r"(run \d+ queued for the \d+ left over|run \d+ already queued, holding \d+"
+        r"|none left over)",
         out,
     )
+    assert re.search(r"sent in [\d.]+ s \([\d.]+ s of it paused for --max-pending 10\)", out)
     runs = re.search(
-        r"learned: 19 sessions in (\d+) runs \{'succeeded': (\d+)\}, [\d.]+ s from", out
+        r"learned: 19 sessions in (\d+) runs \{'succeeded': (\d+)\}, [\d.]+ s from .* "
+        r"\(largest run (\d+) sessions, longest [\d.]+ s\)",
+        out,
     )
     assert runs and runs[1] == runs[2]
+    assert int(runs[3]) <= 10
     assert re.search(r"skills: 4 \(4 with exactly one tool; tools covered 4 of 4\)", out)
     assert re.search(r"asked: 8 test requests, POST /skills/retrieve limit 5, p50 [\d.]+ ms", out)
     table = _skill_table(out)
