@@ -55,7 +55,8 @@ def _find(tenant: Tenant, end_user: EndUser, query: str, limit: int) -> list[dic
         task=query,
         limit=limit,
         statuses=(Skill.Status.ACTIVE,),
-        endpoint="memory/retrieve/procedural",
+        # Part of the conversation's retrieval, which writes the one log row.
+        log=False,
     )
     return [_item(hit) for hit in found.hits]
 

@@ -20,10 +20,13 @@ def retrieval_search(
     endpoint: str,
     request: SearchRequest,
     extra: dict[str, Any] | None = None,
+    log: bool = True,
 ) -> SearchOutcome:
     """Search the rows the tenant may read (of ``end_user``, or of every user when None) and
     log the retrieval under ``endpoint`` (``extra``: what else the log should say of the
-    request). A blank query finds nothing, and is logged as asked."""
+    request). A blank query finds nothing, and is logged as asked. ``log=False``: a search that
+    is part of a retrieval logged on its own (the procedures served with a conversation's
+    memories), so that one retrieval stays one log row."""
     began = time.perf_counter()
     if request.query.strip():
         outcome = search(
@@ -31,6 +34,8 @@ def retrieval_search(
         )
     else:
         outcome = SearchOutcome(hits=[], embedding_model=None)
+    if not log:
+        return outcome
     retrieval_log_write(
         tenant=tenant,
         end_user=end_user,

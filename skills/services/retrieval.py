@@ -329,6 +329,7 @@ def skills_retrieve(
     statuses: tuple[str, ...] | None = None,
     method: str = "hybrid",
     endpoint: str = "skills/retrieve",
+    log: bool = True,
 ) -> SearchOutcome:
     """The skills most relevant to the task (candidates and active ones), through the engine's
     hybrid search and the gate calibrated for skills and the model. Of equal relevance, a
@@ -351,6 +352,7 @@ def skills_retrieve(
             rows=Q(status__in=statuses) if statuses is not None else None,
         ),
         extra={"session_id": session_id},
+        log=log,
     )
     found.hits.sort(
         key=lambda hit: (-round(hit.candidate.score, 9), hit.row.status != Skill.Status.ACTIVE)
