@@ -35,6 +35,12 @@ EXACT_SCAN_MAX_ROWS = 5000
 # quarter of the index (recall@10 0.952 with 3 of 100 queries at 0, against 0.982 and none
 # below 0.5 at 200; bench/RESULTS.md).
 HNSW_EF_SEARCH_MIN = 200
+# On the shared index, for a user past EXACT_SCAN_MAX_ROWS whose own index is not built yet
+# (beat builds it), 200 still left whole queries in the wrong cluster: a user owning 23 % of a
+# 26,000-row clustered index, 4 builds x 200 queries, recall@10 under 0.5 for 5 queries at 200,
+# 1 at 400, none at 800, for about 6 ms more per search (tests/memory/test_vector_lane.py's
+# corpus). The own index at 200: 0.9997, none under 0.5.
+HNSW_SHARED_EF_SEARCH_MIN = 800
 HNSW_MAX_SCAN_TUPLES = 40_000
 
 
@@ -170,7 +176,8 @@ def vector_search(
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
         order = _cosine_distance(dimensions, own=path == "own")
-        scan_settings = {"hnsw.ef_search": str(max(HNSW_EF_SEARCH_MIN, 4 * fetch))}
+        least = HNSW_EF_SEARCH_MIN if path == "own" else HNSW_SHARED_EF_SEARCH_MIN
+        scan_settings = {"hnsw.ef_search": str(max(least, 4 * fetch))}
         if _iterative_scan_supported():
             scan_settings |= {
                 "hnsw.iterative_scan": "relaxed_order",
