@@ -84,11 +84,11 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     run = _queued_run(owner=owner, trigger=LearningRun.Trigger.THRESHOLD)
     _sessions_attach(run=run, sessions=unlearned)
     if not waiting:  # a run that waited was sent when it was queued
-        _publish(run)
+        learning_run_publish(run)
     return run
 
 
-def _publish(run: LearningRun) -> None:
+def learning_run_publish(run: LearningRun) -> None:
     """Send the run to a worker once the transaction that queued it commits: once per queuing
     (the beat sends it again if this message is lost, or if a run of the user was running when
     it came)."""
@@ -132,7 +132,7 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
     _sessions_attach(run=run, sessions=unlearned)
     if waiting is None:
-        _publish(run)
+        learning_run_publish(run)
     return run, waiting is None
 
 
@@ -156,7 +156,7 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
     except IntegrityError:
         raise LearningRunConflictError("A run of this user is queued already.") from None
     run.refresh_from_db()
-    _publish(run)
+    learning_run_publish(run)
     return run
 
 
@@ -191,5 +191,5 @@ def learning_run_dream(
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.AUTO_DREAM)
     _sessions_attach(run=run, sessions=chosen)
     if waiting is None:
-        _publish(run)
+        learning_run_publish(run)
     return {**report, "status": "queued", "run_id": str(run.pk)}

@@ -63,6 +63,7 @@ from skills.models import (
     SkillVersion,
 )
 from skills.services.grouping import action_key
+from skills.services.learning import learning_run_publish
 from skills.services.skills import (
     REWRITE_REVIEW_SHARE,
     Provenance,
@@ -714,11 +715,19 @@ def _curate(
 
 
 def _finish(claim: Claim, state: str, error: str = "") -> LearningRun:
+    """End the run. A run of the user queued meanwhile was sent to a worker that found this
+    one running and left it: it is sent again once this end commits (it waited for the beat,
+    up to a minute and more, before)."""
     with transaction.atomic():
         run = _fenced(claim)
         run.state, run.error = state, error[:2000]
         run.finished_at = run.heartbeat_at = timezone.now()
         run.save(update_fields=["state", "error", "finished_at", "heartbeat_at"])
+        waiting = LearningRun.objects.filter(
+            client_id=run.client_id, end_user_id=run.end_user_id, state=LearningRun.State.QUEUED
+        ).first()
+        if waiting is not None:
+            learning_run_publish(waiting)
     return run
 
 

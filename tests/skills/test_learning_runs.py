@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from django.test import override_settings
 
+from memory.retrieval.spaces import write_embedders
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
+from skills.services.runs import learning_run_claim, learning_run_execute
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture
 from tests.skills.sessions import CSV_TASKS, csv_session, session_send
@@ -90,3 +92,31 @@ def test_a_run_sliced_into_many_tasks_does_the_same_work(
     run.refresh_from_db()
     assert run.skills_created == 1 and run.attempts == 6
     assert Skill.objects.count() == 1 and SkillVersion.objects.count() == 1
+
+
+@override_settings(LLM_PROVIDER="none", SKILL_TRIGGER_SESSION_THRESHOLD=2)
+def test_a_run_queued_while_another_runs_is_sent_again_when_that_one_ends(
+    org: TenantFixture, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(learning_run_task, "delay", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[:2]):
+            session_send(org.api, f"csv-{index}", csv_session(task))
+    first = LearningRun.objects.get()
+    claim = learning_run_claim(run_id=first.pk)
+    assert claim is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[2:4], start=10):
+            session_send(org.api, f"csv-{index}", csv_session(task))
+    second = LearningRun.objects.get(state="queued")
+    assert sent == [first.pk, second.pk]
+    # Its worker finds the first one running and leaves it.
+    assert learning_run_task.apply(args=[second.pk]).get() is None
+    with django_capture_on_commit_callbacks(execute=True):
+        ended = learning_run_execute(
+            claim=claim, llm=None, embedders=write_embedders(), threshold=None
+        )
+    assert ended.state == "succeeded"
+    assert sent == [first.pk, second.pk, second.pk]
+    assert learning_run_task.apply(args=[second.pk]).get() == "succeeded"
