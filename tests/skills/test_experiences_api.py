@@ -3,18 +3,20 @@ id, supersede, delete, stats."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from memory.models import Posting
 from memory.retrieval.spaces import write_embedders
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import Experience
-from skills.services.experiences import experiences_unembedded
+from skills.services.experiences import experiences_embed, experiences_unembedded
 from skills.services.grouping import action_key
-from tests.factories import TenantFixture
+from tests.factories import TenantFixture, tenant_fixture
 from tests.skills.experiences import aged, embed_all, record, record_many
 
 
@@ -414,3 +416,46 @@ def test_the_sweep_takes_what_the_queue_lost_not_what_it_still_holds(org: Tenant
     assert not experiences_unembedded(
         model=write_embedders()[0].model_name, limit=100, older_than=timedelta(0)
     )
+
+
+class _DeletingOneMidEmbed:
+    """The write embedder, but its first call has a DELETE /experiences/{id} commit on another
+    connection before it answers, as one landing while the worker embeds its batch."""
+
+    def __init__(self, embedder: object, owner: TenantFixture, victim: int) -> None:
+        self.embedder, self.owner, self.victim, self.calls = embedder, owner, victim, 0
+        self.deleted: int | None = None  # the DELETE's status
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.embedder, name)
+
+    def _delete(self) -> None:
+        try:
+            response = self.owner.api.delete(f"/experiences/{self.victim}?user_id=ada")
+            self.deleted = response.status_code
+        finally:
+            connection.close()
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.calls == 1:
+            deleting = threading.Thread(target=self._delete)
+            deleting.start()
+            deleting.join(30)
+        return self.embedder.embed(texts)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_experience_deleted_while_its_batch_embeds_leaves_the_others_embedded() -> None:
+    owner = tenant_fixture("alice")
+    made = [
+        record(owner, task=f"Task {n}", action=f"Action {n}", outcome="success") for n in range(3)
+    ]
+    ids = [int(row["id"]) for row in made]
+    embedder = _DeletingOneMidEmbed(write_embedders()[0], owner, victim=ids[1])
+    # The write of the three vectors fails on the deleted row; the two others are written.
+    assert experiences_embed(experience_ids=ids, embedders=[embedder]) == 2
+    assert embedder.deleted == 200
+    assert not Experience.objects.filter(pk=ids[1]).exists()
+    embedded = EXPERIENCE_KIND.embedding_model.objects.values_list("experience_id", flat=True)
+    assert sorted(embedded) == [ids[0], ids[2]]
