@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 from accounts.models import Client, EndUser
 from memory.models import DocumentStats, Posting, TermStats
@@ -150,6 +150,43 @@ def embeddings_write(
     chunk, replacing that model's earlier vectors of those rows."""
     for embedder in embedders:
         _embeddings_write_one(documents, embedder)
+
+
+# Writes tried again when rows vanished under them (each try needs a new deletion to fail).
+WRITE_ATTEMPTS = 3
+
+
+def embeddings_write_committed(
+    *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
+) -> list[Document]:
+    """``embeddings_write`` in a transaction of its own, for a worker holding none (the vectors'
+    foreign keys are checked when it commits). A row deleted while its text was being embedded,
+    or its owner, fails the write: the rows still there are read again and written without it.
+    Returns the documents written."""
+    for _attempt in range(WRITE_ATTEMPTS - 1):
+        try:
+            with transaction.atomic():
+                embeddings_write(documents=documents, embedders=embedders)
+            return list(documents)
+        except IntegrityError:
+            documents = _documents_reread(documents)
+    with transaction.atomic():  # the last try: a third deletion in a row is raised
+        embeddings_write(documents=documents, embedders=embedders)
+    return list(documents)
+
+
+def _documents_reread(documents: Sequence[Document]) -> list[Document]:
+    """The documents whose rows still exist, as they are now."""
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    kinds_by_name: dict[str, SearchableKind] = {}
+    for kind, row in documents:
+        by_kind[kind.name].append(row.pk)
+        kinds_by_name[kind.name] = kind
+    return [
+        (kinds_by_name[name], row)
+        for name, ids in by_kind.items()
+        for row in kinds_by_name[name].model.objects.filter(pk__in=ids).order_by("pk")
+    ]
 
 
 def _embeddings_write_one(documents: Sequence[Document], embedder: EmbeddingProvider) -> None:

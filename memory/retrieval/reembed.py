@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -26,7 +25,7 @@ from memory.providers.embeddings import (
     EmbeddingProvider,
     embedding_provider_from_settings,
 )
-from memory.retrieval.index import embeddings_write
+from memory.retrieval.index import embeddings_write_committed
 from memory.retrieval.kinds import SearchableKind, kinds
 from memory.retrieval.vector_indexes import hnsw_index_create, index_exists, vector_indexes_sync
 from memory.retrieval.vectors import shared_index_name
@@ -103,8 +102,7 @@ def reembed_run(
             rows = list(missing.filter(pk__gt=last_id).order_by("pk")[:batch])
             if not rows:
                 break
-            with transaction.atomic():
-                embeddings_write(documents=[(kind, row) for row in rows], embedders=[target])
+            embeddings_write_committed(documents=[(kind, row) for row in rows], embedders=[target])
             last_id, done, outcome.batches = rows[-1].pk, done + len(rows), outcome.batches + 1
             rate = done / max(time.monotonic() - began, 1e-6)
             progress(

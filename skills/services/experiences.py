@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import EndUser
@@ -25,7 +25,7 @@ from memory.retrieval.index import (
     documents_index,
     documents_reindex,
     documents_unindex,
-    embeddings_write,
+    embeddings_write_committed,
 )
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
@@ -292,10 +292,6 @@ def experience_delete(*, tenant: Tenant, experience: Experience) -> None:
     experience.delete()
 
 
-# Writes of one model's vectors tried again when rows vanished under them.
-EMBED_ATTEMPTS = 3
-
-
 def experiences_embed(
     *, experience_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]
 ) -> int:
@@ -305,28 +301,19 @@ def experiences_embed(
     rows = list(Experience.objects.filter(pk__in=experience_ids).order_by("pk"))
     embedded = 0
     for embedder in embedders:
-        for _attempt in range(EMBED_ATTEMPTS):
-            have = set(
-                EXPERIENCE_KIND.embedding_model.objects.filter(
-                    experience_id__in=[row.pk for row in rows], model=embedder.model_name
-                ).values_list("experience_id", flat=True)
+        have = set(
+            EXPERIENCE_KIND.embedding_model.objects.filter(
+                experience_id__in=[row.pk for row in rows], model=embedder.model_name
+            ).values_list("experience_id", flat=True)
+        )
+        missing = [row for row in rows if row.pk not in have]
+        if missing:
+            written = embeddings_write_committed(
+                documents=[(EXPERIENCE_KIND, row) for row in missing], embedders=[embedder]
             )
-            missing = [row for row in rows if row.pk not in have]
-            if not missing:
-                break
-            try:
-                with transaction.atomic():
-                    embeddings_write(
-                        documents=[(EXPERIENCE_KIND, row) for row in missing],
-                        embedders=[embedder],
-                    )
-            except IntegrityError:
-                # A row was deleted (or its user) while its text was being embedded: the
-                # others are embedded again without it, not left to the beat's sweep.
-                rows = list(Experience.objects.filter(pk__in=[row.pk for row in rows]))
-                continue
-            embedded = max(embedded, len(missing))
-            break
+            gone = {row.pk for row in missing} - {row.pk for _kind, row in written}
+            rows = [row for row in rows if row.pk not in gone]
+            embedded = max(embedded, len(written))
     if embedders and rows:
         action_phrases_assign(experiences=rows, embedder=embedders[0])
     return embedded

@@ -435,11 +435,14 @@ def skill_uses_count(*, session_id: int, outcome: str | None) -> list[Skill]:
 def skills_embed(*, skill_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]) -> int:
     """Embed these skills' current text with each model (a redelivery embeds them again: a
     skill's text may have changed since; it is a few rows)."""
-    from memory.retrieval.index import embeddings_write
+    from memory.retrieval.index import embeddings_write_committed
 
     rows = list(Skill.objects.filter(pk__in=skill_ids))
-    embeddings_write(documents=[(SKILL_KIND, row) for row in rows], embedders=embedders)
-    return len(rows)
+    return len(
+        embeddings_write_committed(
+            documents=[(SKILL_KIND, row) for row in rows], embedders=embedders
+        )
+    )
 
 
 def skill_uses_session_count(*, session_id: int) -> list[Skill]:
