@@ -48,6 +48,13 @@ def _unlearned_sessions(*, client_id: str, end_user_id: int) -> list[Session]:
     )
 
 
+def learning_run_queued(*, client_id: str, end_user_id: int) -> LearningRun | None:
+    """The user's queued run, if there is one (at most one: the partial unique index)."""
+    return LearningRun.objects.filter(
+        client_id=client_id, end_user_id=end_user_id, state=LearningRun.State.QUEUED
+    ).first()
+
+
 def _queued_run(*, owner: dict[str, object], trigger: str) -> LearningRun:
     """The user's queued run, created if there is none (one statement decides, under the
     partial unique index)."""
@@ -55,7 +62,7 @@ def _queued_run(*, owner: dict[str, object], trigger: str) -> LearningRun:
         LearningRun.objects.bulk_create(
             [LearningRun(**owner, trigger=trigger)], ignore_conflicts=True
         )
-        queued = LearningRun.objects.filter(**owner, state=LearningRun.State.QUEUED).first()
+        queued = learning_run_queued(client_id=owner["client_id"], end_user_id=owner["end_user_id"])
         if queued is not None:
             return queued
         # Claimed between the insert and the read: the next insert queues a new one.
@@ -71,9 +78,10 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     if session.tag != Session.Tag.TASK:
         return None
     unlearned = _unlearned_sessions(client_id=session.client_id, end_user_id=session.end_user_id)
-    waiting = LearningRun.objects.filter(
-        client_id=session.client_id, end_user_id=session.end_user_id, state=LearningRun.State.QUEUED
-    ).exists()
+    waiting = (
+        learning_run_queued(client_id=session.client_id, end_user_id=session.end_user_id)
+        is not None
+    )
     if not waiting and len(unlearned) < settings.SKILL_TRIGGER_SESSION_THRESHOLD:
         return None
     owner = {
@@ -89,9 +97,9 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
 
 
 def learning_run_publish(run: LearningRun) -> None:
-    """Send the run to a worker once the transaction that queued it commits: once per queuing
-    (the beat sends it again if this message is lost, or if a run of the user was running when
-    it came)."""
+    """Send the run to a worker once the transaction that queued it commits: once per queuing,
+    and again when a run of the user that was running when it came ends (``runs._finish``);
+    the beat sends it again if a message is lost."""
     from skills.tasks import learning_run_task
 
     run_id = run.pk
@@ -126,7 +134,7 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
         "client_id": tenant.client.pk,
         "end_user_id": end_user.pk,
     }
-    waiting = LearningRun.objects.filter(**owner, state=LearningRun.State.QUEUED).first()
+    waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
     if waiting is None and not unlearned:
         raise LearningRunConflictError("No closed task session of this user is left to learn from.")
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
@@ -174,7 +182,7 @@ def learning_run_dream(
         "client_id": tenant.client.pk,
         "end_user_id": end_user.pk,
     }
-    waiting = LearningRun.objects.filter(**owner, state=LearningRun.State.QUEUED).first()
+    waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
     report: dict[str, object] = {
         "session_ids": [session.session_id for session in chosen],
         "session_count": len(chosen),

@@ -63,7 +63,7 @@ from skills.models import (
     SkillVersion,
 )
 from skills.services.grouping import action_key
-from skills.services.learning import learning_run_publish
+from skills.services.learning import learning_run_publish, learning_run_queued
 from skills.services.skills import (
     REWRITE_REVIEW_SHARE,
     Provenance,
@@ -723,9 +723,7 @@ def _finish(claim: Claim, state: str, error: str = "") -> LearningRun:
         run.state, run.error = state, error[:2000]
         run.finished_at = run.heartbeat_at = timezone.now()
         run.save(update_fields=["state", "error", "finished_at", "heartbeat_at"])
-        waiting = LearningRun.objects.filter(
-            client_id=run.client_id, end_user_id=run.end_user_id, state=LearningRun.State.QUEUED
-        ).first()
+        waiting = learning_run_queued(client_id=run.client_id, end_user_id=run.end_user_id)
         if waiting is not None:
             learning_run_publish(waiting)
     return run
