@@ -31,15 +31,13 @@ logger = logging.getLogger(__name__)
 # Below this many embeddings in scope an exact scan (an index lookup of the owner's rows and
 # a sort) is both exact and faster than an approximate index scan.
 EXACT_SCAN_MAX_ROWS = 5000
-# Below 200 the graph search now and then settles in the wrong cluster for a user owning a
-# quarter of the index (recall@10 0.952 with 3 of 100 queries at 0, against 0.982 and none
-# below 0.5 at 200; bench/RESULTS.md).
-HNSW_EF_SEARCH_MIN = 200
-# On the shared index, for a user past EXACT_SCAN_MAX_ROWS whose own index is not built yet
-# (beat builds it), 200 still left whole queries in the wrong cluster: a user owning 23 % of a
-# 26,000-row clustered index, 4 builds x 200 queries, recall@10 under 0.5 for 5 queries at 200,
-# 1 at 400, none at 800, for about 6 ms more per search (tests/memory/test_vector_lane.py's
-# corpus). The own index at 200: 0.9997, none under 0.5.
+# The fewest candidates an HNSW search keeps (ef_search), by index. A user's own index: 200
+# (recall@10 0.9997, no query under 0.5, for a user of 6,000 rows; bench/RESULTS.md). The
+# shared index serves a user past EXACT_SCAN_MAX_ROWS only until beat builds their own, but
+# there the graph walk now and then settles in the wrong cluster: for a user owning 23 % of a
+# 26,000-row clustered index, 5 queries of 800 under 0.5 at 200 (3 of 100 at 0 below 200 in an
+# earlier bench), 1 at 400, none at 800, for about 6 ms more per search.
+HNSW_OWN_EF_SEARCH_MIN = 200
 HNSW_SHARED_EF_SEARCH_MIN = 800
 HNSW_MAX_SCAN_TUPLES = 40_000
 
@@ -176,7 +174,7 @@ def vector_search(
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
         order = _cosine_distance(dimensions, own=path == "own")
-        least = HNSW_EF_SEARCH_MIN if path == "own" else HNSW_SHARED_EF_SEARCH_MIN
+        least = HNSW_OWN_EF_SEARCH_MIN if path == "own" else HNSW_SHARED_EF_SEARCH_MIN
         scan_settings = {"hnsw.ef_search": str(max(least, 4 * fetch))}
         if _iterative_scan_supported():
             scan_settings |= {
