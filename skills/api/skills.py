@@ -23,7 +23,7 @@ from accounts.api.base import TenantAPIView
 from accounts.api.errors import Conflict, UnprocessableEntity
 from accounts.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
 from accounts.api.schema import error_response
-from accounts.api.serializers import UserIdField
+from accounts.api.serializers import UserIdField, UserQuerySerializer
 from accounts.selectors import end_user_get
 from sessions.models import Session
 from sessions.selectors import session_get
@@ -70,6 +70,7 @@ class SkillSerializer(serializers.Serializer):
             "instructions": instance.instructions,
             "pitfalls": instance.pitfalls,
             "tools": instance.tools,
+            "tool_descriptions": instance.tool_descriptions,
             "status": instance.status,
             "version": instance.version,
             "confidence": skill_confidence(instance),
@@ -392,7 +393,7 @@ def _served(view: TenantAPIView) -> list[Skill]:
 
 class SkillExportApi(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True)],
+        parameters=[UserQuerySerializer],
         responses={(200, "application/zip"): OpenApiResponse(description="the zip")},
         summary="The user's served skills as a zip of <name>/SKILL.md (Agent Skills)",
     )
@@ -405,7 +406,7 @@ class SkillExportApi(TenantAPIView):
 
 class SkillIndexApi(TenantAPIView):
     @extend_schema(
-        parameters=[OpenApiParameter("user_id", str, required=True)],
+        parameters=[UserQuerySerializer],
         responses={200: OpenApiResponse(description="an Agent Skills discovery index")},
         summary="The user's served skills as an Agent Skills discovery index",
     )
