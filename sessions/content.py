@@ -25,6 +25,8 @@ from images.validation import ValidImage
 
 MAX_TOOL_CALLS = 128
 MAX_NAME_CHARS = 255
+MAX_TOOL_DEFINITIONS = 128
+MAX_TOOL_DESCRIPTION_CHARS = 4096
 _IMAGE_ID = re.compile(IMAGE_ID_PATTERN)
 
 
@@ -108,6 +110,50 @@ def _name_check(value: Any, where: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME_CHARS:
         raise ValidationError({where: [f"A string of at most {MAX_NAME_CHARS} characters."]})
     return value
+
+
+def tools_normalize(raw: Any, where: str = "tools") -> dict[str, str]:
+    """The tools a task session's agent declared, name → what the tool does: a list of tool
+    definitions as the chat APIs take them, OpenAI's ``{"type": "function", "function": {name,
+    description, parameters}}`` or Anthropic's and MCP's ``{name, description, input_schema}``.
+    Only the name and the description are kept (skill learning reads what a tool is for)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list) or len(raw) > MAX_TOOL_DEFINITIONS:
+        raise ValidationError(
+            {where: [f"A list of at most {MAX_TOOL_DEFINITIONS} tool definitions."]}
+        )
+    tools: dict[str, str] = {}
+    for index, definition in enumerate(raw):
+        if not isinstance(definition, dict):
+            raise ValidationError({f"{where}.{index}": ["A tool definition must be an object."]})
+        function = definition.get("function")
+        spec, at = (
+            (function, f"{where}.{index}.function")
+            if isinstance(function, dict)
+            else (
+                definition,
+                f"{where}.{index}",
+            )
+        )
+        name = spec.get("name")
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+            raise ValidationError(
+                {f"{at}.name": [f"The tool's name: 1-{MAX_NAME_CHARS} characters."]}
+            )
+        description = spec.get("description")
+        if description is None:
+            description = ""
+        if not isinstance(description, str) or len(description) > MAX_TOOL_DESCRIPTION_CHARS:
+            raise ValidationError(
+                {
+                    f"{at}.description": [
+                        f"A string of at most {MAX_TOOL_DESCRIPTION_CHARS} characters."
+                    ]
+                }
+            )
+        tools[name] = " ".join(description.split())
+    return tools
 
 
 def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> MessageInput:

@@ -36,6 +36,9 @@ class Session(Owned):
     close_reason = models.CharField(max_length=16, choices=CloseReason.choices, blank=True)
     message_count = models.PositiveIntegerField(default=0)
     filter_tags = models.JSONField(default=dict, blank=True)
+    # The tools the caller declared for the session (name → what the tool does): skills
+    # learned from a task session say what their tools do from these.
+    tools = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_activity_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -3,6 +3,7 @@ extraction state of turns changes only here (see ``Message``)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,7 +52,8 @@ class AddedMessages:
 # this, hence SQL (the ORM's select-then-update is two round trips and much query building).
 _RESERVE_SQL = """
 UPDATE conversations_session
-   SET message_count = message_count + %(count)s, last_activity_at = %(now)s
+   SET message_count = message_count + %(count)s, last_activity_at = %(now)s,
+       tools = tools || %(tools)s::jsonb
  WHERE client_id = %(client_id)s AND end_user_id = %(end_user_id)s AND status = 'open'
    AND {session_match}
 RETURNING id, message_count - %(count)s, tag
@@ -61,9 +63,16 @@ _RESERVE_DEFAULT = _RESERVE_SQL.format(session_match="session_id IS NULL")
 
 
 def _positions_reserve(
-    *, tenant: Tenant, end_user: EndUser, session_id: str | None, count: int, now: datetime
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    session_id: str | None,
+    count: int,
+    tools: dict[str, str],
+    now: datetime,
 ) -> tuple[int, int, str] | None:
-    """(session pk, first free position, tag) of the open session, or None if there is none."""
+    """(session pk, first free position, tag) of the open session, or None if there is none;
+    the tools declared join the session's."""
     with connection.cursor() as cursor:
         cursor.execute(
             _RESERVE_DEFAULT if session_id is None else _RESERVE_NAMED,
@@ -73,6 +82,7 @@ def _positions_reserve(
                 "client_id": tenant.client.pk,
                 "end_user_id": end_user.pk,
                 "session_id": session_id,
+                "tools": json.dumps(tools),
             },
         )
         return cursor.fetchone()
@@ -86,6 +96,7 @@ def _session_open(
     tag: str,
     count: int,
     filter_tags: dict[str, object],
+    tools: dict[str, str],
     now: datetime,
 ) -> tuple[int, int, str] | None:
     """Open the session holding the first ``count`` turns; None when a concurrent add opened
@@ -100,6 +111,7 @@ def _session_open(
                 tag=tag,
                 message_count=count,
                 filter_tags=filter_tags,
+                tools=tools,
                 last_activity_at=now,
             )
     except IntegrityError:
@@ -117,17 +129,25 @@ def messages_add(
     messages: list[MessageInput],
     filter_tags: dict[str, object],
     occurred_at: datetime | None,
+    tools: dict[str, str] | None = None,
 ) -> AddedMessages:
     """Store the turns, in the order given, after the session's earlier turns (opening the
     session if new; without a session_id, the user's open default conversation). Task-session
     turns are kept for skill learning and skip memory extraction. Inline images are stored,
     named ones checked, remote ones queued for the worker to fetch once the turns commit.
-    Raises SessionClosedError, SessionTagMismatchError and MessageImageMissingError, having
-    stored nothing."""
+    ``tools`` (name → description, as declared) join the session's, a name declared again
+    replacing its description. Raises SessionClosedError, SessionTagMismatchError and
+    MessageImageMissingError, having stored nothing."""
     now = timezone.now()
     created = False
+    tools = tools or {}
     reserved = _positions_reserve(
-        tenant=tenant, end_user=end_user, session_id=session_id, count=len(messages), now=now
+        tenant=tenant,
+        end_user=end_user,
+        session_id=session_id,
+        count=len(messages),
+        tools=tools,
+        now=now,
     )
     if reserved is None:
         if (
@@ -144,6 +164,7 @@ def messages_add(
             tag=tag or Session.Tag.CHAT,
             count=len(messages),
             filter_tags=filter_tags,
+            tools=tools,
             now=now,
         )
         created = reserved is not None
@@ -153,6 +174,7 @@ def messages_add(
                 end_user=end_user,
                 session_id=session_id,
                 count=len(messages),
+                tools=tools,
                 now=now,
             )
         if reserved is None:

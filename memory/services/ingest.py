@@ -36,6 +36,7 @@ def memory_add(
     filter_tags: dict[str, Any],
     occurred_at: datetime | None,
     meta_agent_id: str | None,
+    tools: dict[str, str] | None = None,
 ) -> IngestResult:
     """Everything is validated before this runs; here the turns are stored in one transaction
     and, for chat turns, an extraction job is queued once it commits (the broker being down
@@ -56,6 +57,7 @@ def memory_add(
         messages=messages,
         filter_tags=filter_tags,
         occurred_at=occurred_at,
+        tools=tools,
     )
     if added.extraction_pending:
         extraction_job_ensure(

@@ -31,6 +31,9 @@ class SessionSerializer(serializers.Serializer):
     close_reason = TextField(allow_blank=True)
     message_count = IntegerField()
     filter_tags = serializers.DictField()
+    tools = serializers.DictField(
+        child=TextField(allow_blank=True), help_text="the tools declared: name → description"
+    )
     created_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
     closed_at = serializers.DateTimeField(allow_null=True)

@@ -160,3 +160,59 @@ def test_a_crafted_cursor_is_422_on_every_list(org: TenantFixture) -> None:
             response = org.api.get(path, {**params, "cursor": _cursor(values)})
             assert response.status_code == 422, (path, values)
             assert response.json()["fields"] == {"cursor": ["Invalid cursor."]}
+
+
+READ_CSV = {
+    "type": "function",
+    "function": {
+        "name": "read_csv",
+        "description": "Read a CSV file into a table.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
+
+
+def test_the_tools_a_session_declares_are_kept_by_name(org: TenantFixture) -> None:
+    add(org, "t", session_tag="task", tools=[READ_CSV])
+    # Anthropic's and MCP's shape; a name declared again takes its new description.
+    later = [
+        {
+            "name": "read_csv",
+            "description": "Read a CSV file,\n  any encoding.",
+            "input_schema": {},
+        },
+        {"name": "plot", "input_schema": {"type": "object"}},
+    ]
+    add(org, "t", session_tag="task", tools=later)
+    add(org, "t", session_tag="task")  # an add without tools keeps them
+    detail = org.api.get("/sessions/t", {"user_id": "sam"}).json()
+    assert detail["tools"] == {"read_csv": "Read a CSV file, any encoding.", "plot": ""}
+    assert Session.objects.get(session_id="t").message_count == 6
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ({"name": "read_csv"}, "tools"),
+        ([READ_CSV] * 129, "tools"),
+        (["read_csv"], "tools.0"),
+        ([{"type": "function", "function": {"description": "no name"}}], "tools.0.function.name"),
+        ([READ_CSV, {"name": " "}], "tools.1.name"),
+        ([{"name": "x", "description": 3}], "tools.0.description"),
+        ([{"name": "x", "description": "d" * 4097}], "tools.0.description"),
+    ],
+)
+def test_bad_tool_definitions_are_422_and_store_nothing(
+    org: TenantFixture, tools: Any, field: str
+) -> None:
+    body = {
+        "user_id": "sam",
+        "session_id": "t",
+        "session_tag": "task",
+        "messages": chat_turns("hi", "hello"),
+        "tools": tools,
+    }
+    response = org.api.post("/memory/add", body, format="json")
+    assert response.status_code == 422, response.content
+    assert list(response.json()["fields"]) == [field]
+    assert not Session.objects.filter(session_id="t").exists()

@@ -31,7 +31,14 @@ from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
 from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
 from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
-from sessions.content import MessageInput, message_normalize
+from sessions.content import (
+    MAX_NAME_CHARS,
+    MAX_TOOL_DEFINITIONS,
+    MAX_TOOL_DESCRIPTION_CHARS,
+    MessageInput,
+    message_normalize,
+    tools_normalize,
+)
 from sessions.models import Session
 from sessions.selectors import message_image_ids
 from sessions.sensitive import MASK
@@ -125,6 +132,44 @@ class SessionFilterTagsField(FilterTagsField):
     it only there)."""
 
 
+_TOOL_SPEC: dict[str, Any] = {
+    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": r"\S"},
+    "description": {"type": "string", "nullable": True, "maxLength": MAX_TOOL_DESCRIPTION_CHARS},
+}
+_TOOL_OPENAI: dict[str, Any] = {
+    "type": "object",
+    "required": ["function"],
+    "properties": {
+        "function": {"type": "object", "required": ["name"], "properties": _TOOL_SPEC},
+    },
+}
+_TOOL_NAMED: dict[str, Any] = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {**_TOOL_SPEC, "function": {"not": {"type": "object"}}},
+}
+TOOLS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "nullable": True,
+    "maxItems": MAX_TOOL_DEFINITIONS,
+    "description": "the tools the session's agent has, as the chat APIs take them "
+    '(OpenAI: {"type": "function", "function": {"name", "description", "parameters"}}; '
+    'Anthropic and MCP: {"name", "description", "input_schema"}); each add may send them, '
+    "later definitions of a name replace earlier ones. Skills learned from the session say "
+    f"what their tools do from these descriptions (at most {MAX_TOOL_DESCRIPTION_CHARS} "
+    "characters each).",
+    "items": {"anyOf": [_TOOL_OPENAI, _TOOL_NAMED]},
+}
+
+
+@extend_schema_field(TOOLS_SCHEMA)
+class ToolsField(serializers.JSONField):
+    """``tools`` of a /memory/add: tool definitions, kept as name → description."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, allow_null=True, **kwargs)
+
+
 class MemoryAddInputSerializer(serializers.Serializer):
     """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
     may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
@@ -145,6 +190,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
     filter_tags = SessionFilterTagsField()
+    tools = ToolsField()
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
     chaining = BooleanField(required=False)
@@ -178,6 +224,10 @@ class MemoryAddInputSerializer(serializers.Serializer):
                 }
             )
         messages = messages_check(attrs["messages"])
+        try:
+            tools = tools_normalize(attrs.get("tools"))
+        except DjangoValidationError as error:
+            raise serializers.ValidationError(error.message_dict) from None
         return {
             "user_id": attrs.get("user_id") or "default",
             "meta_agent_id": attrs.get("meta_agent_id"),
@@ -185,6 +235,7 @@ class MemoryAddInputSerializer(serializers.Serializer):
             "session_id": session_id,
             "session_tag": attrs.get("session_tag"),
             "filter_tags": tags,
+            "tools": tools,
             "occurred_at": attrs.get("occurred_at"),
         }
 
