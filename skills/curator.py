@@ -31,10 +31,12 @@ from skills.services.skills import (
     MAX_TRIGGERS,
     SkillContent,
 )
+from skills.transcripts import clipped
 
 OPERATIONS = ("create", "edit", "merge", "deprecate", "split", "none")
 MAX_STEPS_SHOWN = 12
 MAX_FIXES_SHOWN = 20
+MAX_TOOL_SAID = 400  # characters of a tool's description a skill's description quotes
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class LessonView:
     tools: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
     failed_tools: tuple[str, ...] = ()
+    # What its tools do, as the session declared them (name → description).
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
 
     def prompt_text(self) -> str:
         """The lesson as a batch shows it to a model (and as its tokens are counted)."""
@@ -68,6 +72,7 @@ class LessonView:
                 "signal": self.signal,
                 "outcome": self.outcome,
                 "tools": list(self.tools),
+                **({"tool_descriptions": self.tool_descriptions} if self.tool_descriptions else {}),
             },
             ensure_ascii=False,
         )
@@ -235,11 +240,16 @@ def _instructions(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _description(tools: Sequence[str], triggers: Sequence[str]) -> str:
+def _description(tools: Sequence[str], triggers: Sequence[str], described: dict[str, str]) -> str:
+    """What the skill does (its first tool's description, when the sessions declared it) and
+    when to use it (the requests it was learned from)."""
     examples = "; ".join(f"“{trigger}”" for trigger in triggers[:3])
     using = f" with {', '.join(f'`{tool}`' for tool in tools)}" if tools else ""
-    text = f"Handles requests like {examples}{using}. Use it when a task asks for the same."
-    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
+    does = next((described[tool] for tool in tools if described.get(tool)), "")
+    when = f"Handles requests like {examples}{using}. Use it when a task asks for the same."
+    return clipped(
+        f"{clipped(does, MAX_TOOL_SAID)} {when}" if does else when, MAX_DESCRIPTION_CHARS
+    )
 
 
 def _fixes(lessons: Sequence[LessonView]) -> list[str]:
@@ -267,6 +277,9 @@ def _cluster_content(
         tool for tool, _ in tools_seen.most_common() if not existing or tool not in existing.tools
     )
     steps = [step for case in cases for step in case.first.steps]
+    described = {
+        tool: text for lesson in lessons for tool, text in lesson.tool_descriptions.items()
+    }
     before = existing.content if existing else None
     triggers = _unique(
         [*(before.triggers if before else ()), *(case.first.task for case in cases)],
@@ -282,7 +295,7 @@ def _cluster_content(
     fixes = _unique([*old_fixes, *_fixes(lessons)], MAX_FIXES_SHOWN)
     content = SkillContent(
         name=name,
-        description=_description(tools, triggers),
+        description=_description(tools, triggers, described),
         triggers=tuple(triggers),
         instructions=_instructions(name, tools[:MAX_STEPS_SHOWN], steps, fixes),
         pitfalls=tuple(pitfalls),

@@ -86,11 +86,20 @@ class Distilled:
     steps: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     failed_tools: list[str] = field(default_factory=list)
+    # What the tools that worked do, as the session declared them (name → description).
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
 
     @property
     def context(self) -> dict[str, Any]:
         """What each lesson of the session records as its experience's context."""
-        return {"tools": self.tools, "steps": self.steps, "failed_tools": self.failed_tools}
+        context: dict[str, Any] = {
+            "tools": self.tools,
+            "steps": self.steps,
+            "failed_tools": self.failed_tools,
+        }
+        if self.tool_descriptions:
+            context["tool_descriptions"] = self.tool_descriptions
+        return context
 
 
 # --- The model's answer -------------------------------------------------------------------------

@@ -26,10 +26,13 @@ EXPERIENCE_KIND = SearchableKind(
 
 def _skill_vectors(skill: Skill, chunk: Callable[[str], list[str]]) -> list[list[str]]:
     """A skill's vectors: what it says it does (name and description), and the centroid of
-    the task phrasings it was learned from (one vector for all of them: a new task of the kind
-    is nearer their mean than most of them, as the MetaTool baselines measured)."""
+    the task phrasings it was learned from and of what its tools do (one vector for all of
+    them: a new task of the kind is nearer their mean than most of them, as the MetaTool
+    baselines measured; a tool's own description, one more phrasing, moved that mean toward
+    new requests on the bench's dev half)."""
     groups = [[piece] for piece in chunk(f"{skill.name}\n{skill.description}")]
-    phrasings = [piece for trigger in skill.triggers for piece in chunk(trigger)]
+    said = [text for text in (skill.tool_descriptions or {}).values() if text]
+    phrasings = [piece for text in [*skill.triggers, *said] for piece in chunk(text)]
     return [*groups, phrasings] if phrasings else groups
 
 

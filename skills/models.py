@@ -380,6 +380,9 @@ class Skill(Owned):
     review_reason = models.TextField(blank=True)
     # The clustering key a deterministic curator files the skill under (its tools).
     tools = ArrayField(models.TextField(), default=list, blank=True)
+    # What its tools do (name → description), as the sessions it was learned from declared
+    # them: part of the phrasings its vector is made of, not of its versioned text.
+    tool_descriptions = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -37,7 +37,7 @@ from django.utils import timezone
 from memory.providers.embeddings import EmbeddingProvider
 from memory.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
 from memory.retrieval.index import documents_index
-from sessions.models import Message
+from sessions.models import Message, Session
 from skills.curator import (
     CURATOR_SYSTEM,
     OPERATIONS_SCHEMA,
@@ -328,6 +328,11 @@ def _sessions_distill(
         link = LearningRunSession.objects.get(pk=link_id)
         turns = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
         distilled = _distill(claim, turns, llm, budget)
+        declared = Session.objects.filter(pk=link.session_id).values_list("tools", flat=True)
+        described = next(iter(declared), None) or {}
+        distilled.tool_descriptions = {
+            tool: described[tool] for tool in distilled.tools if described.get(tool)
+        }
         tags = turns[0].filter_tags if turns else {}
         with transaction.atomic():
             run = _fenced(claim)
@@ -364,6 +369,7 @@ def _lesson_view(row: Experience) -> LessonView:
         value = context.get(key)
         return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
+    described = context.get("tool_descriptions")
     return LessonView(
         id=row.pk,
         session_id=row.source_session_id,
@@ -378,6 +384,9 @@ def _lesson_view(row: Experience) -> LessonView:
         tools=listed("tools"),
         steps=listed("steps"),
         failed_tools=listed("failed_tools"),
+        tool_descriptions={str(k): str(v) for k, v in described.items()}
+        if isinstance(described, dict)
+        else {},
     )
 
 
@@ -504,6 +513,19 @@ def _status_version(
     )
 
 
+def _tool_descriptions(operation: Operation) -> dict[str, str]:
+    """What the tools of the operation's lessons do, as their sessions declared it (of the
+    operation's tools when it names them)."""
+    described: dict[str, str] = {}
+    contexts = Experience.objects.filter(pk__in=operation.lesson_ids).order_by("pk")
+    for context in contexts.values_list("context", flat=True):
+        if isinstance(context, dict) and isinstance(context.get("tool_descriptions"), dict):
+            described.update(context["tool_descriptions"])
+    if operation.tools:
+        described = {tool: text for tool, text in described.items() if tool in operation.tools}
+    return described
+
+
 def _apply(claim: Claim, operation: Operation) -> list[str]:
     """Apply one operation in one transaction, consuming the lessons it names that still wait;
     returns warnings. An operation applied before (a run claimed again) finds its version by
@@ -524,6 +546,7 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
             "end_user_id": run.end_user_id,
         }
         by_name = {skill.name: skill for skill in _skills(run)}
+        described = _tool_descriptions(operation)
         counters: dict[str, int] = {}
         key = _operation_key(run, operation)
         target = by_name.get(operation.target) if operation.target else None
@@ -548,7 +571,7 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
                     )
                     if written.created:
                         Skill.objects.filter(pk=written.skill.pk).update(
-                            tools=list(operation.tools)
+                            tools=list(operation.tools), tool_descriptions=described
                         )
                         counters["skills_created"] = 1
                 elif operation.kind in ("edit", "merge") and target and operation.content:
@@ -571,9 +594,11 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
                         embedders=embedders,
                         needs_review=review,
                     )
-                    if written.created and operation.tools:
-                        tools = list(dict.fromkeys([*target.tools, *operation.tools]))
-                        Skill.objects.filter(pk=target.pk).update(tools=tools)
+                    if written.created and (operation.tools or described):
+                        Skill.objects.filter(pk=target.pk).update(
+                            tools=list(dict.fromkeys([*target.tools, *operation.tools])),
+                            tool_descriptions={**target.tool_descriptions, **described},
+                        )
                     counters["skills_edited" if operation.kind == "edit" else "skills_merged"] = 1
                     for position, source in enumerate(operation.sources):
                         if source in by_name:

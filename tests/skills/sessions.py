@@ -70,6 +70,7 @@ def session_send(
     *,
     user_id: str = "agent-user",
     close: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> None:
     response = api.post(
         "/memory/add",
@@ -78,6 +79,7 @@ def session_send(
             "session_id": session_id,
             "session_tag": "task",
             "messages": messages,
+            **({"tools": tools} if tools is not None else {}),
         },
         format="json",
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.test import override_settings
 
 from memory.retrieval.spaces import write_embedders
+from skills.kinds import SKILL_KIND
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
 from skills.services.runs import learning_run_claim, learning_run_execute
 from skills.tasks import learning_run_task
@@ -120,3 +121,51 @@ def test_a_run_queued_while_another_runs_is_sent_again_when_that_one_ends(
     assert ended.state == "succeeded"
     assert sent == [first.pk, second.pk, second.pk]
     assert learning_run_task.apply(args=[second.pk]).get() == "succeeded"
+
+
+CSV_TOOLS = [
+    {"type": "function", "function": {"name": "read_csv", "description": "Read a UTF-8 CSV."}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_csv_latin1",
+            "description": "Read a CSV file written in the latin-1 encoding into a table.",
+        },
+    },
+]
+
+
+@override_settings(LLM_PROVIDER="none")
+def test_the_tools_sessions_declare_say_what_the_skill_does(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[:5]):
+            session_send(org.api, f"csv-{index}", csv_session(task), tools=CSV_TOOLS)
+    run = LearningRun.objects.get()
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    said = "Read a CSV file written in the latin-1 encoding into a table."
+    # The tool that worked, not the one that failed.
+    contexts = Experience.objects.filter(distilled_by=run).values_list("context", flat=True)
+    assert [context["tool_descriptions"] for context in contexts] == [
+        {"read_csv_latin1": said}
+    ] * len(contexts)
+    [skill] = Skill.objects.all()
+    assert skill.tool_descriptions == {"read_csv_latin1": said}
+    assert skill.description.startswith(f"{said} Handles requests like")
+    shown = org.api.get(f"/skills/{skill.pk}", {"user_id": "agent-user"}).json()
+    assert shown["tool_descriptions"] == {"read_csv_latin1": said}
+    # Its phrasings' vector is the centroid of the requests and of what the tool does.
+    [_, phrasings] = SKILL_KIND.embedded_groups(skill, lambda text: [text])
+    assert phrasings == [*skill.triggers, said]
+
+
+@override_settings(LLM_PROVIDER="none")
+def test_a_session_that_declares_no_tools_learns_as_before(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    _learn(org, CSV_TASKS[:5], django_capture_on_commit_callbacks)
+    [skill] = Skill.objects.all()
+    assert skill.tool_descriptions == {}
+    assert skill.description.startswith("Handles requests like")
+    assert SKILL_KIND.embedded_groups(skill, lambda text: [text])[1] == skill.triggers
