@@ -21,10 +21,12 @@ Sessions: each learned request is one task session, as an agent sends it: the re
 seeded 30 % of sessions first a call of a wrong tool (another of the tool's merged group, else a
 random other tool) whose result is an error; the right tool's call (arguments ``{"query":
 <request>}``) and its success; the assistant's answer; the user's thanks. One add per session
-with every turn, then ``POST /sessions/{id}/close``, one session after another in a seeded order
-across tools, as one fresh end user per N (``skillbench-<N>-<UTC time>``, deleted at the end
-unless ``--keep``). The server queues a learning run every 5 closed task sessions; the few
-closed after the last such run are queued with ``POST /learning-runs``. The bench waits until
+with every turn and the definitions of the tools it calls (``tools``, OpenAI's shape, with
+MetaTool's description of each, as an agent declares its tools to its model; not with
+``--no-tool-definitions``), then ``POST /sessions/{id}/close``, one session after another in a
+seeded order across tools, as one fresh end user per N (``skillbench-<N>-<UTC time>``, deleted
+at the end unless ``--keep``). The server queues a learning run every 5 closed task sessions; the
+few closed after the last such run are queued with ``POST /learning-runs``. The bench waits until
 every session belongs to a run and no run is queued or running, every run having succeeded
 (``--stall-seconds`` without progress is an error), and reports the wall time from the first
 add to then, per learned session. By default the sessions go as one burst, and a run takes every
@@ -55,8 +57,8 @@ Usage, against a server with LLM_PROVIDER=none (the deterministic distiller and 
 rate limit raised, e.g. ``API_RATE_LIMIT=10000000/min LLM_PROVIDER=none make run``:
     .venv/bin/python -m bench.skill_learning [--base-url URL] [--api-key KEY]
         [--data-dir DIR] [--seed 0] [--test-per-tool 10] [--sessions-per-tool 5,20]
-        [--tools K] [--wrong-first 0.3] [--max-pending K] [--warmup 8] [--poll-interval 2]
-        [--stall-seconds 600]
+        [--tools K] [--wrong-first 0.3] [--no-tool-definitions] [--max-pending K]
+        [--warmup 8] [--poll-interval 2] [--stall-seconds 600]
         [--json-out FILE] [--keep] [--smoke]
 ``--smoke``: 4 tools, N=5 only, 2 requests asked per tool, 2 warm-up retrievals.
 """
@@ -235,6 +237,7 @@ class SessionPlan:
     request: str
     wrong_tool: str | None
     messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]  # the definitions of the tools it calls, as an agent declares them
 
 
 def _tool_turns(tool: str, request: str, result: str, call_id: str) -> list[dict[str, Any]]:
@@ -271,8 +274,10 @@ def sessions_plan(
     seed: int,
     user_id: str,
     wrong_first: float,
+    tool_definitions: bool = True,
 ) -> list[SessionPlan]:
-    """One session per learned request, in a seeded order across tools."""
+    """One session per learned request, in a seeded order across tools; with
+    ``tool_definitions``, each declares the tools it calls, with MetaTool's descriptions."""
     rng = random.Random(_seeded_key(seed, f"sessions:{sum(map(len, learned.values()))}"))
     all_tools = sorted(dataset.requests)
     pairs = [(tool, request) for tool, requests in learned.items() for request in requests]
@@ -290,9 +295,27 @@ def sessions_plan(
                 request,
                 wrong,
                 session_messages(tool, request, wrong),
+                [
+                    tool_definition(name, dataset.descriptions[name])
+                    for name in (wrong, tool)
+                    if name is not None and tool_definitions
+                ],
             )
         )
     return plans
+
+
+def tool_definition(name: str, description: str) -> dict[str, Any]:
+    """A tool as an agent declares it to its model (OpenAI's shape), the request its one
+    argument."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+    }
 
 
 # --- Through the API -----------------------------------------------------------------------------
@@ -415,6 +438,7 @@ def sessions_send(
             "session_id": plan.session_id,
             "session_tag": "task",
             "messages": plan.messages,
+            **({"tools": plan.tools} if plan.tools else {}),
         }
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
         adds[status] = adds.get(status, 0) + 1
@@ -719,7 +743,12 @@ def measure(
     user_id = f"skillbench-{sessions_per_tool}-{run}"
     learned = split.learned(sessions_per_tool)
     plans = sessions_plan(
-        dataset, learned, seed=arguments.seed, user_id=user_id, wrong_first=arguments.wrong_first
+        dataset,
+        learned,
+        seed=arguments.seed,
+        user_id=user_id,
+        wrong_first=arguments.wrong_first,
+        tool_definitions=not arguments.no_tool_definitions,
     )
     short = split.short(sessions_per_tool)
     print(
@@ -919,6 +948,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tools", type=int, default=None, help="the first K tools (seeded)")
     parser.add_argument(
         "--wrong-first", type=float, default=0.3, help="share of sessions with a wrong tool first"
+    )
+    parser.add_argument(
+        "--no-tool-definitions",
+        action="store_true",
+        help="sessions declare no tools (the skills then know their tools by name only)",
     )
     parser.add_argument(
         "--max-pending",
