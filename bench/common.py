@@ -13,7 +13,10 @@ import argparse
 import http.client
 import json
 import math
+import os
+import shlex
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +52,25 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 def verdict(met: bool) -> str:
     return "met" if met else "NOT met"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a run prints them beside its figures."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def command_line(module: str, argv: Sequence[str]) -> str:
+    """The command as a run prints and keeps it, without the API key's secret."""
+    shown, hide_next = [], False
+    for argument in argv:
+        if hide_next:
+            shown.append("<key>")
+        elif argument.startswith("--api-key="):
+            shown.append("--api-key=<key>")
+        else:
+            shown.append(argument)
+        hide_next = argument == "--api-key"
+    return shlex.join([Path(sys.executable).name, "-m", module, *shown])
 
 
 # --- Options -------------------------------------------------------------------------------------

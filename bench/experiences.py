@@ -89,7 +89,6 @@ import math
 import os
 import random
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -114,6 +113,8 @@ from bench.common import (
     RequestFactory,
     api_key_read,
     arguments_parse,
+    command_line,
+    load_average,
     percentile,
     run_load,
     server_arguments,
@@ -1265,25 +1266,6 @@ def goals_check(ours: dict[str, Any]) -> list[tuple[str, str]]:
 # --- The run --------------------------------------------------------------------------------
 
 
-def _load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-def _redacted(argv: list[str]) -> list[str]:
-    """The command line as printed and kept: without the API key's secret."""
-    shown, hide_next = [], False
-    for argument in argv:
-        if hide_next:
-            shown.append("<key>")
-        elif argument.startswith("--api-key="):
-            shown.append("--api-key=<key>")
-        else:
-            shown.append(argument)
-        hide_next = argument == "--api-key"
-    return shown
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     server_arguments(parser)
@@ -1329,8 +1311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mimir_child(Path(argv[1]), Path(argv[2]))
     arguments = _arguments(argv)
     started_at = datetime.now(UTC)
-    load_at_start = _load_average()
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.experiences", *_redacted(argv)])
+    load_at_start = load_average()
+    command = command_line("bench.experiences", argv)
     print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
     print(f"load average at start (1/5/15 min): {load_at_start}", flush=True)
     run = f"{started_at:%Y%m%d-%H%M%S}"
@@ -1382,7 +1364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data, mimir.pop("recalled_tasks"), mimir.pop("recommended")
         )
     goals = goals_check(ours_document)
-    load_at_end = _load_average()
+    load_at_end = load_average()
     print()
     if mimir is not None:
         bulk = mimir["record_bulk"]

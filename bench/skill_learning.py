@@ -72,7 +72,6 @@ import json
 import math
 import os
 import random
-import shlex
 import statistics
 import sys
 import time
@@ -91,6 +90,8 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
+    command_line,
+    load_average,
     percentile,
     server_arguments,
     verdict,
@@ -919,23 +920,6 @@ def _document(measured: Measured, split: Split) -> dict[str, Any]:
 # --- The run -------------------------------------------------------------------------------------
 
 
-def _redacted(argv: Sequence[str]) -> list[str]:
-    shown, hide_next = [], False
-    for argument in argv:
-        if hide_next:
-            shown.append("<key>")
-        elif argument.startswith("--api-key="):
-            shown.append("--api-key=<key>")
-        else:
-            shown.append(argument)
-        hide_next = argument == "--api-key"
-    return shown
-
-
-def _load_average() -> str:
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     server_arguments(parser)
@@ -986,11 +970,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     arguments = _arguments(argv)
     started_at = datetime.now(UTC)
-    command = shlex.join(
-        [Path(sys.executable).name, "-m", "bench.skill_learning", *_redacted(argv)]
-    )
+    command = command_line("bench.skill_learning", argv)
     print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
-    print(f"load average at start (1/5/15 min): {_load_average()}", flush=True)
+    print(f"load average at start (1/5/15 min): {load_average()}", flush=True)
     run = started_at.strftime("%Y%m%d-%H%M%S-%f")
     try:
         dataset = dataset_load(arguments.data_dir)
@@ -1036,7 +1018,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
         return 1
-    print(f"\nload average at end (1/5/15 min): {_load_average()}")
+    print(f"\nload average at end (1/5/15 min): {load_average()}")
     print(f"wall time {(datetime.now(UTC) - started_at).total_seconds():.0f} s")
     if arguments.json_out is not None:
         document = {
