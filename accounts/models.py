@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.apps import apps
 from django.db import models
@@ -154,6 +155,15 @@ class Owned(models.Model):
 
     class Meta:
         abstract = True
+
+    @property
+    def owner_ids(self) -> dict[str, Any]:
+        """Its owner, as the keyword arguments of another row of the same owner."""
+        return {
+            "organization_id": self.organization_id,
+            "client_id": self.client_id,
+            "end_user_id": self.end_user_id,
+        }
 
 
 def owned_models() -> list[type[Owned]]:

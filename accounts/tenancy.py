@@ -55,6 +55,15 @@ class Tenant:
         scoped = self.client.read_scopes.filter(organization_id=self.organization.pk)
         return frozenset([self.client.pk, *scoped.values_list("pk", flat=True)])
 
+    def owner_ids(self, end_user: EndUser) -> dict[str, Any]:
+        """The owner of a row this tenant writes for ``end_user``, as the row's keyword
+        arguments."""
+        return {
+            "organization_id": self.organization.pk,
+            "client_id": self.client.pk,
+            "end_user_id": end_user.pk,
+        }
+
     def owns(self, row: Any) -> bool:
         """Whether the tenant may change a tenant-owned row it can read: rows its own client
         wrote (``Scope.owned_by`` in queries); rows read through a read scope are read-only."""

@@ -84,11 +84,7 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     )
     if not waiting and len(unlearned) < settings.SKILL_TRIGGER_SESSION_THRESHOLD:
         return None
-    owner = {
-        "organization_id": session.organization_id,
-        "client_id": session.client_id,
-        "end_user_id": session.end_user_id,
-    }
+    owner = session.owner_ids
     run = _queued_run(owner=owner, trigger=LearningRun.Trigger.THRESHOLD)
     _sessions_attach(run=run, sessions=unlearned)
     if not waiting:  # a run that waited was sent when it was queued
@@ -129,11 +125,7 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
     already waiting is returned, with the sessions closed since joined to it. Raises
     LearningRunConflictError when no closed task session is left to learn from."""
     unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
-    owner = {
-        "organization_id": tenant.organization.pk,
-        "client_id": tenant.client.pk,
-        "end_user_id": end_user.pk,
-    }
+    owner = tenant.owner_ids(end_user)
     waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
     if waiting is None and not unlearned:
         raise LearningRunConflictError("No closed task session of this user is left to learn from.")
@@ -177,11 +169,7 @@ def learning_run_dream(
     ``dry_run``: say which sessions and run that would be, and change nothing."""
     unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
     chosen = unlearned[-last_n:]
-    owner = {
-        "organization_id": tenant.organization.pk,
-        "client_id": tenant.client.pk,
-        "end_user_id": end_user.pk,
-    }
+    owner = tenant.owner_ids(end_user)
     waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
     report: dict[str, object] = {
         "session_ids": [session.session_id for session in chosen],

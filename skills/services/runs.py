@@ -497,7 +497,7 @@ def _status_version(
     embedders: Sequence[EmbeddingProvider],
 ) -> None:
     skill_version_write(
-        owner={},
+        owner=skill.owner_ids,
         skill=skill,
         content=SkillContent.of(skill),
         provenance=Provenance(
@@ -540,11 +540,6 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
             .filter(pk__in=operation.lesson_ids, status__in=WAITING)
             .values_list("pk", flat=True)
         )
-        owner = {
-            "organization_id": run.organization_id,
-            "client_id": run.client_id,
-            "end_user_id": run.end_user_id,
-        }
         by_name = {skill.name: skill for skill in _skills(run)}
         described = _tool_descriptions(operation)
         counters: dict[str, int] = {}
@@ -563,7 +558,7 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
             with transaction.atomic():
                 if operation.kind == "create" and operation.content is not None:
                     written = skill_version_write(
-                        owner=owner,
+                        owner=run.owner_ids,
                         skill=None,
                         content=operation.content,
                         provenance=provenance,
@@ -587,7 +582,7 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
                             "flagged for review)".strip(),
                         )
                     written = skill_version_write(
-                        owner=owner,
+                        owner=run.owner_ids,
                         skill=target,
                         content=content,
                         provenance=provenance,

@@ -281,14 +281,6 @@ def _writable(tenant: Tenant, skill: Skill) -> None:
         raise SkillReadOnlyError(skill.pk)
 
 
-def _owner(skill: Skill) -> dict[str, Any]:
-    return {
-        "organization_id": skill.organization_id,
-        "client_id": skill.client_id,
-        "end_user_id": skill.end_user_id,
-    }
-
-
 # What an operator's PATCH may change besides the text: the status (an operator activates or
 # deprecates a skill; deletion is DELETE /memory/procedural/{id}) and the review flag.
 OPERATOR_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE, Skill.Status.DEPRECATED)
@@ -320,7 +312,7 @@ def skill_patch(
         return skill
     skill.save(update_fields=["status", "needs_review", "review_reason", "updated_at"])
     return skill_version_write(
-        owner=_owner(skill),
+        owner=skill.owner_ids,
         skill=skill,
         content=content,
         provenance=Provenance(author=SkillVersion.Author.OPERATOR, operation="edit", note=note),
@@ -337,7 +329,7 @@ def skill_rollback(*, tenant: Tenant, skill: Skill, number: int) -> Written:
     if skill.status == Skill.Status.DELETED:
         raise SkillConflictError("A deleted skill is not rolled back.")
     return skill_version_write(
-        owner=_owner(skill),
+        owner=skill.owner_ids,
         skill=skill,
         content=SkillContent.from_snapshot(target.snapshot),
         provenance=Provenance(
@@ -357,7 +349,7 @@ def skill_delete(*, tenant: Tenant, skill: Skill) -> Skill:
     if skill.status == Skill.Status.DELETED:
         return skill
     written = skill_version_write(
-        owner=_owner(skill),
+        owner=skill.owner_ids,
         skill=skill,
         content=SkillContent.of(skill),
         provenance=Provenance(
@@ -371,7 +363,7 @@ def skill_delete(*, tenant: Tenant, skill: Skill) -> Skill:
 def skill_uses_record(*, skills: Sequence[Skill], session_id: int) -> None:
     """The skills were retrieved for this task session: its outcome will count for them."""
     SkillUse.objects.bulk_create(
-        [SkillUse(**_owner(skill), skill=skill, session_id=session_id) for skill in skills],
+        [SkillUse(**skill.owner_ids, skill=skill, session_id=session_id) for skill in skills],
         ignore_conflicts=True,
     )
 
