@@ -4,6 +4,8 @@ Each validates with a serializer, makes one service or selector call and renders
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.http import HttpResponse
@@ -193,6 +195,19 @@ class _SkillApi(TenantAPIView):
             raise NotFound() from None
 
 
+@contextmanager
+def _change_refusals() -> Iterator[None]:
+    """A skill change's refusals as the API answers them: 403, 422 and 409."""
+    try:
+        yield
+    except SkillReadOnlyError:
+        raise PermissionDenied(READ_ONLY) from None
+    except SkillInputError as error:
+        raise UnprocessableEntity(error.fields) from None
+    except SkillConflictError as error:
+        raise Conflict(str(error), code="skill_conflict") from None
+
+
 def _changed(written: Written | Skill) -> Skill:
     return written.skill if isinstance(written, Written) else written
 
@@ -235,14 +250,8 @@ class SkillDetailApi(_SkillApi):
         body.is_valid(raise_exception=True)
         changes = dict(body.validated_data)
         note = changes.pop("note", "")
-        try:
+        with _change_refusals():
             written = skill_patch(tenant=self.tenant, skill=skill, changes=changes, note=note)
-        except SkillReadOnlyError:
-            raise PermissionDenied(READ_ONLY) from None
-        except SkillInputError as error:
-            raise UnprocessableEntity(error.fields) from None
-        except SkillConflictError as error:
-            raise Conflict(str(error), code="skill_conflict") from None
         return Response(SkillDetailSerializer(self.skill(str(_changed(written).pk))).data)
 
 
@@ -307,14 +316,10 @@ class SkillRollbackApi(_SkillApi):
         skill = self.skill(skill_id)
         body = RollbackSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
+        with _change_refusals():
             written = skill_rollback(
                 tenant=self.tenant, skill=skill, number=body.validated_data["version"]
             )
-        except SkillReadOnlyError:
-            raise PermissionDenied(READ_ONLY) from None
-        except SkillConflictError as error:
-            raise Conflict(str(error), code="skill_conflict") from None
         return Response(SkillDetailSerializer(self.skill(str(written.skill.pk))).data)
 
 
