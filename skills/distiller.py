@@ -38,12 +38,20 @@ SIGNALS = ("tool_error", "user_critique", "user_confirmation", "self_correction"
 # What a tool's result says when the call failed. Words, not substrings: "errors: 0" and
 # "no errors" are successes.
 _TOOL_FAILED = re.compile(
-    r"(?<![\w-])(error|exception|traceback|failed|failure|fatal|not found|no such file|"
-    r"permission denied|access denied|timed out|timeout|refused|cannot|can't|unable to|"
-    r"exit (code|status) [1-9]\d*|status( code)? [45]\d\d)(?![\w-])",
+    r"(?<![\w-])(error|exception|traceback|failed|fails|failure|fatal|not found|no such file|"
+    r"permission denied|access denied|timed out|timeout|refused|rejected|cannot|can't|"
+    r"unable to|unauthorized|forbidden|too many requests|bad request|bad gateway|"
+    r"service unavailable|exit (code|status) [1-9]\d*|status( code)? [45]\d\d)(?![\w-])"
+    # An exception's name ("ParserError: ..."), and a result that starts with an HTTP error
+    # status ("401 Unauthorized", "HTTP/1.1 503").
+    r"|(?-i:\b[A-Z]\w*(Error|Exception)\b)|^\s*(HTTP/[\d.]+\s+)?[45]\d\d\b",
     re.I,
 )
-_NO_ERRORS = re.compile(r"\b(no errors?|0 errors?|errors?: 0|0 failed|without errors?)\b", re.I)
+_NO_ERRORS = re.compile(
+    r"\b((no|0|zero) (errors?|failures?|failed|refused|rejected|exceptions?)|errors?: 0|"
+    r"without errors?)\b",
+    re.I,
+)
 _JSON_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 

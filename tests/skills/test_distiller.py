@@ -134,12 +134,36 @@ def test_a_failure_repeated_unchanged_is_an_avoid_lesson() -> None:
     assert distilled.outcome == "failure"
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        "401 Unauthorized: the access token expired",
+        "HTTP/1.1 503 Service Unavailable",
+        "429 Too Many Requests: retry after 60 s",
+        "! [rejected] main -> main (non-fast-forward)",
+        "Forbidden: the key may not write here",
+        "ParserError: every line still fails to decode",
+        "KeyError: 'amount'",
+    ],
+)
+def test_http_statuses_exception_names_and_rejections_are_failures(result: str) -> None:
+    session = (
+        Session()
+        .say("user", "Fetch the invoices.")
+        .call("call_api", {"path": "/invoices"}, result)
+        .call("refresh_oauth_token", {}, "200 OK: 12 invoices")
+    )
+    [lesson] = session_distill(session.turns).lessons
+    assert lesson.action.startswith("refresh_oauth_token(") and lesson.evidence
+
+
 def test_a_result_saying_no_errors_is_a_success() -> None:
     session = (
         Session()
         .say("user", "Lint the repo.")
         .call("ruff", {}, "Found 0 errors.")
         .call("pytest", {}, "12 passed, no errors")
+        .call("send_batch", {}, "All 1,200 records sent; 0 refused.")
     )
     distilled = session_distill(session.turns)
     assert distilled.lessons == [] and distilled.outcome == "success"
