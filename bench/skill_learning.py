@@ -241,11 +241,14 @@ class SessionPlan:
     tools: list[dict[str, Any]]  # the definitions of the tools it calls, as an agent declares them
 
 
-def _tool_turns(tool: str, request: str, result: str, call_id: str) -> list[dict[str, Any]]:
+def tool_turns(
+    tool: str, arguments: dict[str, Any], result: str, call_id: str
+) -> list[dict[str, Any]]:
+    """One tool call of the assistant and the tool's result, as an agent sends them."""
     call = {
         "id": call_id,
         "type": "function",
-        "function": {"name": tool, "arguments": json.dumps({"query": request})},
+        "function": {"name": tool, "arguments": json.dumps(arguments)},
     }
     return [
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -259,8 +262,10 @@ def session_messages(tool: str, request: str, wrong_tool: str | None) -> list[di
     turns: list[dict[str, Any]] = [{"role": "user", "content": request}]
     if wrong_tool is not None:
         error = f"Error: {wrong_tool} cannot handle this request (400 Bad Request)."
-        turns += _tool_turns(wrong_tool, request, error, "call-1")
-    turns += _tool_turns(tool, request, json.dumps({"status": "ok", "results": 3}), "call-2")
+        turns += tool_turns(wrong_tool, {"query": request}, error, "call-1")
+    turns += tool_turns(
+        tool, {"query": request}, json.dumps({"status": "ok", "results": 3}), "call-2"
+    )
     turns += [
         {"role": "assistant", "content": f"Here is what {tool} returned for your request."},
         {"role": "user", "content": "Thanks, that is what I needed."},
@@ -322,7 +327,7 @@ def tool_definition(name: str, description: str) -> dict[str, Any]:
 # --- Through the API -----------------------------------------------------------------------------
 
 
-def _check(status: int, payload: object, expected: int, where: str) -> Any:
+def answer_check(status: int, payload: object, expected: int, where: str) -> Any:
     if status == 429:
         raise BenchError(RATE_LIMIT_HINT)
     if status != expected:
@@ -336,7 +341,9 @@ def _pages(client: KeepAliveClient, path: str, params: dict[str, Any]) -> list[d
     cursor = None
     while True:
         query = params | {"limit": 1000} | ({"cursor": cursor} if cursor else {})
-        payload = _check(*client.request("GET", f"{path}?{urlencode(query)}"), 200, f"GET {path}")
+        payload = answer_check(
+            *client.request("GET", f"{path}?{urlencode(query)}"), 200, f"GET {path}"
+        )
         rows += payload["results"]
         cursor = payload.get("next_cursor")
         if not cursor:
@@ -443,11 +450,11 @@ def sessions_send(
         }
         status, payload = client.request("POST", "/memory/add", json.dumps(body).encode())
         adds[status] = adds.get(status, 0) + 1
-        _check(status, payload, 202, f"POST /memory/add ({plan.session_id})")
+        answer_check(status, payload, 202, f"POST /memory/add ({plan.session_id})")
         path = f"/sessions/{quote(plan.session_id)}/close"
         status, payload = client.request("POST", path, json.dumps({"user_id": user_id}).encode())
         closes[status] = closes.get(status, 0) + 1
-        _check(status, payload, 200, f"POST {path}")
+        answer_check(status, payload, 200, f"POST {path}")
         if max_pending is not None and number < len(plans) and number - learned >= max_pending:
             pause_began = time.monotonic()
             learned = wait(lambda seen, sent=number: sent - seen.learned < max_pending).learned
@@ -463,7 +470,7 @@ def sessions_send(
     elif status == 201:
         requested = f"run {payload['id']} queued for the {len(payload['session_ids'])} left over"
     else:
-        run = _check(status, payload, 200, "POST /learning-runs")
+        run = answer_check(status, payload, 200, "POST /learning-runs")
         requested = f"run {run['id']} already queued, holding {len(run['session_ids'])}"
     return Sent(seconds, adds, closes, requested, paused)
 
@@ -504,7 +511,7 @@ def lessons_embedded_wait(
     began = time.monotonic()
     path = f"/experiences/stats?{urlencode({'user_id': user_id})}"
     while True:
-        stats = _check(*client.request("GET", path), 200, "GET /experiences/stats")
+        stats = answer_check(*client.request("GET", path), 200, "GET /experiences/stats")
         if stats["embedding_pending"] == 0:
             return time.monotonic() - began
         if time.monotonic() - began > stall_seconds:
@@ -529,7 +536,7 @@ def skills_ask(
     model on its first query)."""
     for request in warmup:
         body = {"user_id": user_id, "task": request, "limit": RETRIEVE_LIMIT}
-        _check(
+        answer_check(
             *client.request("POST", "/skills/retrieve", json.dumps(body).encode()), 200, "warm-up"
         )
     asked = []
@@ -537,7 +544,7 @@ def skills_ask(
         for request in split.test[tool]:
             body = {"user_id": user_id, "task": request, "limit": RETRIEVE_LIMIT}
             reply = client.exchange("POST", "/skills/retrieve", json.dumps(body).encode())
-            payload = _check(reply.status, reply.payload(), 200, "POST /skills/retrieve")
+            payload = answer_check(reply.status, reply.payload(), 200, "POST /skills/retrieve")
             found = [
                 {
                     "id": skill["id"],
@@ -996,7 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         client = KeepAliveClient(arguments.base_url, api_key_read(arguments), timeout=120)
-        _check(*client.request("GET", "/users?limit=1"), 200, "GET /users (the API key)")
+        answer_check(*client.request("GET", "/users?limit=1"), 200, "GET /users (the API key)")
         model = MiniLm()
         results = []
         for sessions_per_tool in arguments.ns:

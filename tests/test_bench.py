@@ -26,6 +26,7 @@ from bench import (
     ingest,
     retrieval_latency,
     retrieval_quality,
+    skill_families,
     skill_learning,
 )
 from bench.common import SMOKE_NOTE
@@ -751,3 +752,22 @@ def test_skill_learning_learns_every_session_and_scores_retrieval_beside_the_bas
         SKILL_TOOLS
     )
     assert not EndUser.objects.filter(user_id__startswith="skillbench-").exists()
+
+
+def test_skill_families_learns_the_fix_and_never_recommends_a_fix_that_only_failed(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    json_out = tmp_path / "families.json"
+    assert skill_families.main([*smoke_argv, "--json-out", str(json_out)]) == 0
+
+    out = capsys.readouterr().out
+    assert "3 families, 9 sessions, 36 held-out requests" in out
+    scores = json.loads(json_out.read_text())
+    assert scores["asked"] == 36
+    # The tempting fixes failed in every session that tried them: no skill is filed under one
+    # and recommend never names one.
+    assert scores["skill_wrong"] == 0 and scores["recommend_failed_fix"] == 0
+    assert scores["recommend_hits"] + scores["recommend_not_found"] <= 36
+    assert re.search(r"POST /skills/retrieve  p@1 \d\.\d{3}  wrong@1 0\.000", out)
+    assert re.search(r"recommended a failed fix 0  not found \d+", out)
+    assert not EndUser.objects.filter(user_id__startswith="skillfamilies-").exists()

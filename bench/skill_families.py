@@ -1,0 +1,497 @@
+"""The avoid side of skill learning: task families where a tempting fix fails and another works,
+learned from task sessions through the real API and worker, then asked in wording never learned.
+
+A family (``FAMILIES``, written for this bench) is a kind of task that fails one way (the first
+tool's error), a fix that works, and two tempting fixes that do not (each named to look right for
+the symptom: "increase_timeout" for a timeout, "retry_request" for a refused call; two of them
+are tempting in more than one family). Requests are generated from templates and slot values:
+``LEARNED_TEMPLATES`` phrasings are learned from, the ``held_out`` ones (other wording: the
+symptom told in the user's words, no template shared) are only asked.
+
+Sessions, one per learned request (``--sessions-per-family``, 6): the request; the first tool's
+call and its error; one tempting fix (seeded) called twice, failing twice (a failing action
+repeated: an ``avoid`` lesson); the fix and its success; the answer; the user's thanks. Each
+add declares its tools (OpenAI's shape, with a description of each). A fresh end user per run.
+
+Scored, for every held-out request:
+- ``POST /skills/retrieve`` (limit 5): p@1 (the first skill's tools hold the family's fix),
+  ``wrong@1`` (the first skill's tools hold a tempting fix: should be none), and whether the
+  first skill's pitfalls name the tempting fix its sessions tried (the avoid side kept);
+- ``GET /experiences/recommend``: accuracy (the action is a call of the fix), ``recommended a
+  failed fix`` (an action of a tempting fix: never, they only failed), not found;
+- beside them, in this process, ``nearest attempt``: BM25 (the retrieval bench's rule) over every
+  call the sessions made, as "request + tool", whatever its result, the first one's tool taken
+  as the advice: how tempting the failed fixes are to a memory that keeps attempts without
+  outcomes.
+
+Usage, against a server with LLM_PROVIDER=none and the rate limit raised:
+    .venv/bin/python -m bench.skill_families [--base-url URL] [--api-key KEY] [--seed 0]
+        [--sessions-per-family 6] [--keep] [--json-out FILE] [--smoke]
+``--smoke``: 3 families, 3 sessions each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from bench.common import (
+    BenchError,
+    KeepAliveClient,
+    api_key_read,
+    arguments_parse,
+    command_line,
+    load_average,
+    server_arguments,
+)
+from bench.skill_learning import (
+    RETRIEVE_LIMIT,
+    Bm25,
+    SessionPlan,
+    answer_check,
+    runs_wait,
+    sessions_send,
+    tool_definition,
+    tool_turns,
+)
+
+SMOKE = {"families": 3, "sessions_per_family": 3}
+LEARNED_TEMPLATES = 4  # the first templates of a family are learned from, the rest only asked
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    first_tool: str
+    error: str
+    fix: str
+    fix_result: str
+    tempting: tuple[tuple[str, str], tuple[str, str]]  # (tool, its error)
+    templates: tuple[str, ...]  # LEARNED_TEMPLATES learned, then the held-out ones
+    slots: tuple[str, ...]
+
+
+FAMILIES = (
+    Family(
+        "csv-encoding",
+        "read_csv",
+        "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xe9 in position 1207",
+        "read_csv_latin1",
+        "Loaded 1,204 rows, 9 columns.",
+        (
+            ("read_csv_skip_bad_lines", "ParserError: every line still fails to decode (0xe9)"),
+            ("strip_non_ascii", "Error: wrote 0 rows; each line held a non-ASCII byte"),
+        ),
+        (
+            "Load {} into a dataframe.",
+            "Read the export {} and count its rows.",
+            "Open {} and list the columns.",
+            "Import {} for the monthly report.",
+            "The file {} won't open because of weird accented characters; get it into a table.",
+            "I need the rows of {}, it was saved by an old Windows program.",
+        ),
+        ("sales.csv", "clients.csv", "stock.csv", "refunds.csv", "payroll.csv", "leads.csv"),
+    ),
+    Family(
+        "expired-token",
+        "call_api",
+        "401 Unauthorized: the access token expired",
+        "refresh_oauth_token",
+        "New token issued; the call returned 200 OK.",
+        (
+            ("retry_request", "401 Unauthorized: the access token expired"),
+            ("increase_timeout", "401 Unauthorized: the access token expired"),
+        ),
+        (
+            "Fetch the latest invoices from the {} API.",
+            "Pull yesterday's orders from {}.",
+            "Sync the contact list with {}.",
+            "Get the open tickets from {}.",
+            "The {} integration says I am not authorized anymore, though it worked last week.",
+            "Calls to {} are rejected since this morning; fix the connection and get the data.",
+        ),
+        ("Stripe", "Zendesk", "HubSpot", "Shopify", "Salesforce", "Jira"),
+    ),
+    Family(
+        "large-upload",
+        "upload_file",
+        "504 Gateway Timeout after 30 s",
+        "multipart_upload",
+        "Uploaded in 48 parts; checksum verified.",
+        (
+            ("increase_timeout", "504 Gateway Timeout after 120 s"),
+            ("retry_request", "504 Gateway Timeout after 30 s"),
+        ),
+        (
+            "Upload the video {} to the media bucket.",
+            "Put the backup archive {} on the storage server.",
+            "Send {} to the shared drive.",
+            "Copy the dump {} to cloud storage.",
+            "Moving the large recording {} to storage times out every single time.",
+            "Help me get the big file {} into the bucket, it never finishes.",
+        ),
+        ("keynote.mp4", "backup.tar", "db.dump", "raw.mov", "scans.zip", "logs.tar.gz"),
+    ),
+    Family(
+        "rate-limit",
+        "call_api",
+        "429 Too Many Requests: retry after 60 s",
+        "batch_requests",
+        "All records sent in 12 batches; 0 refused.",
+        (
+            ("retry_request", "429 Too Many Requests: retry after 60 s"),
+            ("parallel_requests", "429 Too Many Requests: retry after 300 s"),
+        ),
+        (
+            "Look up the shipping status of all {} orders.",
+            "Geocode the {} customer addresses.",
+            "Enrich the {} leads with company data.",
+            "Translate the {} product titles.",
+            "The service keeps throttling me while I process {} records; get them all done.",
+            "Halfway through the {} lookups it stops answering; finish the job.",
+        ),
+        ("2,000", "5,400", "800", "12,000", "3,300", "950"),
+    ),
+    Family(
+        "push-rejected",
+        "git_push",
+        "! [rejected] main -> main (non-fast-forward)",
+        "git_pull_rebase",
+        "Rebased 3 commits onto origin; pushed.",
+        (
+            ("git_push_force", "remote: error: GH006: Protected branch update failed"),
+            ("git_reset_hard", "error: you would lose 3 local commits; aborted"),
+        ),
+        (
+            "Push my changes on {} to the remote.",
+            "Publish the commits of {}.",
+            "Send the {} branch to origin.",
+            "Get my local work on {} onto the server.",
+            "The remote won't take my {} commits, it says something about fast-forward.",
+            "My teammate shared theirs first and now I can't share my {} work.",
+        ),
+        ("main", "release-2.4", "feature/login", "hotfix-17", "docs", "develop"),
+    ),
+    Family(
+        "port-in-use",
+        "docker_run",
+        "Bind for 0.0.0.0:8080 failed: port is already allocated",
+        "docker_run_other_port",
+        "Container started, listening on 0.0.0.0:8081.",
+        (
+            ("docker_restart_daemon", "Bind for 0.0.0.0:8080 failed: port is already allocated"),
+            ("docker_prune_images", "Bind for 0.0.0.0:8080 failed: port is already allocated"),
+        ),
+        (
+            "Start the {} container.",
+            "Run the {} image locally.",
+            "Bring up {} for testing.",
+            "Launch a {} container on my laptop.",
+            "{} refuses to come up; something else already holds its address.",
+            "I can't boot the {} service in docker because 8080 is taken.",
+        ),
+        ("postgres", "grafana", "nginx", "redis", "keycloak", "minio"),
+    ),
+    Family(
+        "locked-migration",
+        "run_migration",
+        "lock timeout: relation is locked by another transaction",
+        "run_migration_concurrently",
+        "Index built concurrently; no lock held on writes.",
+        (
+            ("kill_all_connections", "permission denied to terminate other sessions"),
+            ("increase_lock_timeout", "lock timeout after 600 s: relation is still locked"),
+        ),
+        (
+            "Add an index on {}.email.",
+            "Apply the schema change to {}.",
+            "Migrate the {} table to the new column type.",
+            "Create the index on {}.created_at.",
+            "Changing {} keeps waiting behind the live app's queries.",
+            "The {} migration hangs because production traffic is using the table.",
+        ),
+        ("users", "orders", "events", "payments", "sessions", "invoices"),
+    ),
+    Family(
+        "scanned-pdf",
+        "extract_pdf_text",
+        "Error: no text layer found (0 characters extracted)",
+        "ocr_pdf",
+        "Recognised 14 pages, 22,318 characters.",
+        (
+            ("extract_pdf_text_raw", "Error: no text layer found (0 characters extracted)"),
+            ("convert_pdf_to_docx", "Error: the converted document is empty"),
+        ),
+        (
+            "Extract the text of {}.",
+            "Get the contents of the contract {}.",
+            "Pull the words out of {} for search.",
+            "Read {} and summarise it.",
+            "{} is just photographed pages; I need what it says anyway.",
+            "Copying from {} gives nothing, it's an image of paper; get me the words.",
+        ),
+        ("lease.pdf", "invoice-118.pdf", "minutes.pdf", "deed.pdf", "thesis.pdf", "manual.pdf"),
+    ),
+)
+
+DESCRIPTIONS = {
+    "read_csv": "Read a CSV file into a table (UTF-8).",
+    "read_csv_latin1": "Read a CSV file written in the latin-1 (Windows) encoding into a table.",
+    "read_csv_skip_bad_lines": "Read a CSV file, skipping lines that do not parse.",
+    "strip_non_ascii": "Rewrite a text file keeping only its ASCII characters.",
+    "call_api": "Call a third-party HTTP API with the stored credentials.",
+    "refresh_oauth_token": "Get a new OAuth access token with the refresh token, then call again.",
+    "retry_request": "Send the same HTTP request again.",
+    "increase_timeout": "Send an HTTP request again with a longer timeout.",
+    "upload_file": "Upload a file to object storage in one request.",
+    "multipart_upload": "Upload a large file to object storage in parts, resumably.",
+    "batch_requests": "Send many API calls as batches, paced to the service's rate limit.",
+    "parallel_requests": "Send many API calls at once, in parallel.",
+    "git_push": "Push the local branch to its remote.",
+    "git_pull_rebase": "Fetch the remote branch and replay local commits on top of it.",
+    "git_push_force": "Overwrite the remote branch with the local one.",
+    "git_reset_hard": "Reset the local branch to the remote, dropping local changes.",
+    "docker_run": "Start a container from an image, publishing its port 8080.",
+    "docker_run_other_port": "Start a container publishing its service on a free host port.",
+    "docker_restart_daemon": "Restart the Docker daemon.",
+    "docker_prune_images": "Remove unused Docker images.",
+    "run_migration": "Apply a database schema migration.",
+    "run_migration_concurrently": "Apply a migration without locking writes (CONCURRENTLY).",
+    "kill_all_connections": "Terminate every other session connected to the database.",
+    "increase_lock_timeout": "Apply a migration again, waiting longer for its locks.",
+    "extract_pdf_text": "Extract the text layer of a PDF.",
+    "ocr_pdf": "Recognise the text of scanned PDF pages (OCR).",
+    "extract_pdf_text_raw": "Extract a PDF's text layer without layout analysis.",
+    "convert_pdf_to_docx": "Convert a PDF into a Word document.",
+}
+
+
+def _seeded(seed: int, text: str) -> random.Random:
+    return random.Random(hashlib.sha256(f"{seed}:{text}".encode()).hexdigest())
+
+
+@dataclass(frozen=True)
+class Held:
+    family: Family
+    request: str
+
+
+@dataclass
+class Planned:
+    plans: list[SessionPlan]
+    held: list[Held]
+    tried: dict[str, set[str]]  # family → the tempting fixes its sessions tried
+
+
+def families_plan(
+    families: Sequence[Family], *, sessions_per_family: int, seed: int, user_id: str
+) -> Planned:
+    """The learned sessions (templates cycled, each with its own slot) and the held-out
+    requests (every held-out template with every slot)."""
+    plans: list[SessionPlan] = []
+    held: list[Held] = []
+    tried: dict[str, set[str]] = {}
+    for family in families:
+        rng = _seeded(seed, family.name)
+        learned = family.templates[:LEARNED_TEMPLATES]
+        for number in range(sessions_per_family):
+            slot = family.slots[number % len(family.slots)]
+            request = learned[number % len(learned)].format(slot)
+            tempting, its_error = rng.choice(family.tempting)
+            tried.setdefault(family.name, set()).add(tempting)
+            arguments = {"target": slot}
+            messages = [
+                {"role": "user", "content": request},
+                *tool_turns(family.first_tool, arguments, family.error, "call-1"),
+                *tool_turns(tempting, arguments, its_error, "call-2"),
+                *tool_turns(tempting, arguments, its_error, "call-3"),
+                *tool_turns(family.fix, arguments, family.fix_result, "call-4"),
+                {"role": "assistant", "content": f"Done with {family.fix}."},
+                {"role": "user", "content": "Thanks, that is what I needed."},
+            ]
+            tools = [family.first_tool, tempting, family.fix]
+            plans.append(
+                SessionPlan(
+                    f"{user_id}-{family.name}-{number:03d}",
+                    family.fix,
+                    request,
+                    tempting,
+                    messages,
+                    [tool_definition(tool, DESCRIPTIONS[tool]) for tool in tools],
+                )
+            )
+        held += [
+            Held(family, template.format(slot))
+            for template in family.templates[LEARNED_TEMPLATES:]
+            for slot in family.slots
+        ]
+    _seeded(seed, "order").shuffle(plans)
+    return Planned(plans, held, tried)
+
+
+@dataclass
+class Scores:
+    asked: int = 0
+    skill_hits: int = 0
+    skill_wrong: int = 0
+    pitfalls_named: int = 0
+    recommend_hits: int = 0
+    recommend_failed_fix: int = 0
+    recommend_not_found: int = 0
+    nearest_fix: int = 0
+    nearest_tempting: int = 0
+
+    def lines(self) -> list[str]:
+        n = max(self.asked, 1)
+        return [
+            f"held-out requests asked: {self.asked}",
+            f"POST /skills/retrieve  p@1 {self.skill_hits / n:.3f}  wrong@1 "
+            f"{self.skill_wrong / n:.3f}  first skill's pitfalls name the tempting fix "
+            f"{self.pitfalls_named / n:.3f}",
+            f"GET /experiences/recommend  accuracy {self.recommend_hits / n:.3f}  recommended a "
+            f"failed fix {self.recommend_failed_fix}  not found {self.recommend_not_found}",
+            f"baseline nearest attempt (BM25 over every call, results ignored): the fix "
+            f"{self.nearest_fix / n:.3f}, a tempting fix {self.nearest_tempting / n:.3f}",
+        ]
+
+
+def _tool_of(action: str) -> str:
+    return action.split("(", 1)[0].strip()
+
+
+def score(client: KeepAliveClient, user_id: str, planned: Planned) -> Scores:
+    scores = Scores()
+    attempts: dict[str, str] = {}
+    for plan in planned.plans:
+        for turn in plan.messages:
+            for call in turn.get("tool_calls") or []:
+                name = call["function"]["name"]
+                attempts[f"{plan.session_id}:{name}"] = f"{plan.request} {name.replace('_', ' ')}"
+    nearest = Bm25(attempts)
+    for held in planned.held:
+        family = held.family
+        tempting = {tool for tool, _ in family.tempting}
+        scores.asked += 1
+        body = {"user_id": user_id, "task": held.request, "limit": RETRIEVE_LIMIT}
+        found = answer_check(
+            *client.request("POST", "/skills/retrieve", json.dumps(body).encode()),
+            200,
+            "POST /skills/retrieve",
+        )["skills"]
+        if found:
+            first = found[0]
+            scores.skill_hits += family.fix in first["tools"]
+            scores.skill_wrong += bool(tempting & set(first["tools"]))
+            pitfalls = " ".join(first.get("pitfalls") or [])
+            scores.pitfalls_named += all(
+                tool in pitfalls for tool in planned.tried.get(family.name, ())
+            )
+        query = urlencode({"user_id": user_id, "task": held.request})
+        advice = answer_check(
+            *client.request("GET", f"/experiences/recommend?{query}"),
+            200,
+            "GET /experiences/recommend",
+        )
+        if not advice["found"]:
+            scores.recommend_not_found += 1
+        else:
+            tool = _tool_of(advice["action"])
+            scores.recommend_hits += tool == family.fix
+            scores.recommend_failed_fix += tool in tempting
+        top = nearest.ranked(held.request)[0].split(":", 1)[1]
+        scores.nearest_fix += top == family.fix
+        scores.nearest_tempting += top in tempting
+    return scores
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    server_arguments(parser)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--families", type=int, default=len(FAMILIES))
+    parser.add_argument("--sessions-per-family", type=int, default=6)
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--stall-seconds", type=float, default=300.0)
+    parser.add_argument("--keep", action="store_true", help="keep the bench's user")
+    parser.add_argument("--json-out", type=Path, default=None)
+    arguments = arguments_parse(parser, argv, smoke=SMOKE)
+    if not 1 <= arguments.families <= len(FAMILIES) or arguments.sessions_per_family < 1:
+        parser.error(f"--families is 1-{len(FAMILIES)}; --sessions-per-family at least 1")
+    return arguments
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    arguments = _arguments(argv)
+    started_at = datetime.now(UTC)
+    command = command_line("bench.skill_families", argv)
+    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
+    print(f"load average at start (1/5/15 min): {load_average()}", flush=True)
+    user_id = f"skillfamilies-{started_at:%Y%m%d-%H%M%S-%f}"
+    families = FAMILIES[: arguments.families]
+    planned = families_plan(
+        families,
+        sessions_per_family=arguments.sessions_per_family,
+        seed=arguments.seed,
+        user_id=user_id,
+    )
+    print(
+        f"{len(families)} families, {len(planned.plans)} sessions, {len(planned.held)} held-out "
+        f"requests; user {user_id}",
+        flush=True,
+    )
+    try:
+        client = KeepAliveClient(arguments.base_url, api_key_read(arguments), timeout=120)
+        answer_check(*client.request("GET", "/users?limit=1"), 200, "GET /users (the API key)")
+        session_ids = {plan.session_id for plan in planned.plans}
+        began = time.monotonic()
+
+        def wait(until: Any) -> Any:
+            return runs_wait(
+                client,
+                user_id,
+                session_ids,
+                until=until,
+                began=began,
+                poll_interval=arguments.poll_interval,
+                stall_seconds=arguments.stall_seconds,
+            )
+
+        try:
+            sent = sessions_send(client, user_id, planned.plans, max_pending=None, wait=wait)
+            print(f"sent in {sent.seconds:.1f} s; POST /learning-runs: {sent.requested_run}")
+            wait(lambda seen: seen.taken == len(session_ids) and not seen.active)
+            print(f"learned in {time.monotonic() - began:.1f} s from the first add", flush=True)
+            scores = score(client, user_id, planned)
+        finally:
+            if not arguments.keep:
+                status, payload = client.request("DELETE", f"/users/{quote(user_id)}")
+                if status != 200:
+                    print(f"note: could not delete {user_id}: {status} {payload}", file=sys.stderr)
+    except BenchError as error:
+        print(f"skill_families: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
+        return 1
+    for line in scores.lines():
+        print(line)
+    print(f"load average at end (1/5/15 min): {load_average()}")
+    if arguments.json_out is not None:
+        document = {"date": started_at.isoformat(), "command": command, **vars(scores)}
+        arguments.json_out.write_text(json.dumps(document, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
