@@ -281,13 +281,16 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
             continue
         taught.add((call.described, fix.described))
         error = _excerpt(call.result)
+        # The action is what changed: another tool (its arguments are the task's), or the
+        # same tool called otherwise.
+        action = fix.tool if fix.tool != call.tool else fix.described
         distilled.lessons.append(
             Lesson(
                 lesson_type="learn",
                 title=first_sentence(f"When {call.tool} fails, use {fix.tool}", MAX_TITLE_CHARS),
                 content=f"{call.described} failed with: {error}\nWhat worked: {fix.described}",
                 task=task,
-                action=fix.described,
+                action=action,
                 evidence=error,
                 signal="tool_error",
                 importance=0.7,
@@ -303,6 +306,7 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
     for described, failures in repeated.items():
         if len(failures) < 2:
             continue
+        tool = failures[0].tool
         distilled.lessons.append(
             Lesson(
                 lesson_type="avoid",
@@ -310,7 +314,8 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
                 content=f"{described} failed {len(failures)} times alike: "
                 f"{_excerpt(failures[-1].result)}",
                 task=task,
-                action=described,
+                # The tool failed, unless it worked in the session called otherwise.
+                action=described if tool in distilled.tools else tool,
                 evidence=_excerpt(failures[-1].result),
                 signal="tool_error",
                 importance=min(1.0, 0.5 + 0.1 * len(failures)),
@@ -319,22 +324,31 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
                 source_message_ids=tuple(pk for f in failures for pk in f.message_ids),
             )
         )
-    _verdicts(turns, task, distilled)
+    _verdicts(turns, task, distilled, calls)
     if distilled.outcome is None and calls:
         distilled.outcome = Outcome.FAILURE if calls[-1].failed else Outcome.SUCCESS
     return distilled
 
 
-def _verdicts(turns: Sequence[Turn], task: str, distilled: Distilled) -> None:
-    """User turns after the first that judge the work: a lesson about the assistant's last
-    answer before each, and the session's outcome from the last."""
+def _verdicts(
+    turns: Sequence[Turn], task: str, distilled: Distilled, calls: Sequence[_Call]
+) -> None:
+    """User turns after the first that judge the work: a lesson about the work since the
+    previous user turn (the tools that worked, else the assistant's last answer), and the
+    session's outcome from the last."""
+    by_result = {call.message_ids[-1]: call for call in calls}
     seen_request = False
     answer: Turn | None = None
+    worked: list[str] = []
     for turn in turns:
         if turn.role == "assistant" and (turn.text.strip() or turn.tool_calls):
             answer = turn
+        call = by_result.get(turn.pk) if turn.role == "tool" else None
+        if call is not None and not call.failed:
+            worked.append(call.tool)
         if turn.role != "user" or not turn.text.strip():
             continue
+        judged, worked = worked, []
         if not seen_request:
             seen_request = True
             continue
@@ -343,8 +357,11 @@ def _verdicts(turns: Sequence[Turn], task: str, distilled: Distilled) -> None:
             continue
         distilled.outcome = verdict
         confirmed = verdict == Outcome.SUCCESS
-        action = first_sentence(answer.text, MAX_TEXT_CHARS) or ", ".join(
-            str((call.get("function") or {}).get("name")) for call in answer.tool_calls or []
+        action = ", ".join(dict.fromkeys(judged)) or (
+            first_sentence(answer.text, MAX_TEXT_CHARS)
+            or ", ".join(
+                str((call.get("function") or {}).get("name")) for call in answer.tool_calls or []
+            )
         )
         distilled.lessons.append(
             Lesson(

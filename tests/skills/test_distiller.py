@@ -117,10 +117,29 @@ def test_a_tool_error_then_a_fix_is_a_learn_lesson() -> None:
     [lesson] = distilled.lessons
     assert lesson.lesson_type == "learn" and lesson.signal == "tool_error"
     assert lesson.task == "Deploy the service to staging."
-    assert lesson.action.startswith("docker_push(")
+    assert lesson.action == "docker_push"  # another tool: its arguments are the task's
     assert "ImagePullBackOff" in lesson.evidence
     assert set(lesson.source_message_ids) == {2, 3, 4, 5}
     assert distilled.outcome == "success"
+
+
+def test_the_same_tool_called_otherwise_is_the_action_with_its_arguments() -> None:
+    session = (
+        Session()
+        .say("user", "Load sales.csv.")
+        .call("read_csv", {"path": "sales.csv"}, "UnicodeDecodeError: byte 0xe9")
+        .call("read_csv", {"path": "sales.csv"}, "UnicodeDecodeError: byte 0xe9")
+        .call("read_csv", {"path": "sales.csv", "encoding": "latin-1"}, "Loaded 120 rows.")
+        .say("assistant", "Read it as latin-1.")
+        .say("user", "Thanks, that works.")
+    )
+    learn, avoid, confirmation = session_distill(session.turns).lessons
+    called_otherwise = 'read_csv({"path": "sales.csv", "encoding": "latin-1"})'
+    assert (learn.lesson_type, learn.action) == ("learn", called_otherwise)
+    # The tool worked called otherwise: what failed is the call, not the tool.
+    assert (avoid.lesson_type, avoid.action) == ("avoid", 'read_csv({"path": "sales.csv"})')
+    # The user confirms the work since the request: the tools that worked.
+    assert (confirmation.signal, confirmation.action) == ("user_confirmation", "read_csv")
 
 
 def test_a_failure_repeated_unchanged_is_an_avoid_lesson() -> None:
@@ -130,6 +149,7 @@ def test_a_failure_repeated_unchanged_is_an_avoid_lesson() -> None:
     distilled = session_distill(session.turns)
     [lesson] = distilled.lessons
     assert lesson.lesson_type == "avoid" and "3 times" in lesson.content
+    assert lesson.action == "migrate"  # it never worked: the tool is what failed
     assert lesson.outcome == "failure"
     assert distilled.outcome == "failure"
 
@@ -154,7 +174,7 @@ def test_http_statuses_exception_names_and_rejections_are_failures(result: str) 
         .call("refresh_oauth_token", {}, "200 OK: 12 invoices")
     )
     [lesson] = session_distill(session.turns).lessons
-    assert lesson.action.startswith("refresh_oauth_token(") and lesson.evidence
+    assert lesson.action == "refresh_oauth_token" and lesson.evidence
 
 
 def test_a_result_saying_no_errors_is_a_success() -> None:
