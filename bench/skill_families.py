@@ -19,10 +19,9 @@ Scored, for every held-out request:
   first skill's pitfalls name the tempting fix its sessions tried (the avoid side kept);
 - ``GET /experiences/recommend``: accuracy (the action is a call of the fix), ``recommended a
   failed fix`` (an action of a tempting fix: never, they only failed), not found;
-- beside them, in this process, ``nearest attempt``: BM25 (the retrieval bench's rule) over every
-  call the sessions made, as "request + tool", whatever its result, the first one's tool taken
-  as the advice: how tempting the failed fixes are to a memory that keeps attempts without
-  outcomes.
+- beside them, in this process, what a memory of attempts without outcomes would advise: the
+  nearest learned session by BM25 (the retrieval bench's rule) over the requests, and the remedy
+  it tried most after the first error (the tempting fix was tried twice, the fix once).
 
 Usage, against a server with LLM_PROVIDER=none and the rate limit raised:
     .venv/bin/python -m bench.skill_families [--base-url URL] [--api-key KEY] [--seed 0]
@@ -38,6 +37,7 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -360,8 +360,9 @@ class Scores:
             f"{self.pitfalls_named / n:.3f}",
             f"GET /experiences/recommend  accuracy {self.recommend_hits / n:.3f}  recommended a "
             f"failed fix {self.recommend_failed_fix}  not found {self.recommend_not_found}",
-            f"baseline nearest attempt (BM25 over every call, results ignored): the fix "
-            f"{self.nearest_fix / n:.3f}, a tempting fix {self.nearest_tempting / n:.3f}",
+            f"baseline most-tried remedy of the nearest session (BM25 over the learned "
+            f"requests, results ignored): the fix {self.nearest_fix / n:.3f}, a tempting fix "
+            f"{self.nearest_tempting / n:.3f}",
         ]
 
 
@@ -371,13 +372,8 @@ def _tool_of(action: str) -> str:
 
 def score(client: KeepAliveClient, user_id: str, planned: Planned) -> Scores:
     scores = Scores()
-    attempts: dict[str, str] = {}
-    for plan in planned.plans:
-        for turn in plan.messages:
-            for call in turn.get("tool_calls") or []:
-                name = call["function"]["name"]
-                attempts[f"{plan.session_id}:{name}"] = f"{plan.request} {name.replace('_', ' ')}"
-    nearest = Bm25(attempts)
+    by_session = {plan.session_id: plan for plan in planned.plans}
+    nearest = Bm25({plan.session_id: plan.request for plan in planned.plans})
     for held in planned.held:
         family = held.family
         tempting = {tool for tool, _ in family.tempting}
@@ -408,9 +404,14 @@ def score(client: KeepAliveClient, user_id: str, planned: Planned) -> Scores:
             tool = _tool_of(advice["action"])
             scores.recommend_hits += tool == family.fix
             scores.recommend_failed_fix += tool in tempting
-        top = nearest.ranked(held.request)[0].split(":", 1)[1]
-        scores.nearest_fix += top == family.fix
-        scores.nearest_tempting += top in tempting
+        remedies = Counter(
+            call["function"]["name"]
+            for turn in by_session[nearest.ranked(held.request)[0]].messages[3:]
+            for call in turn.get("tool_calls") or []
+        )
+        most_tried = remedies.most_common(1)[0][0]
+        scores.nearest_fix += most_tried == family.fix
+        scores.nearest_tempting += most_tried in tempting
     return scores
 
 
