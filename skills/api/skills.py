@@ -55,6 +55,12 @@ from skills.services.skills import (
 READ_ONLY = "Another client's skill: readable with this key, not changeable."
 SKILL_ID = OpenApiParameter("skill_id", str, OpenApiParameter.PATH, description="the skill's id")
 MAX_RETRIEVE = 50
+# A retrieval reads, and a read-only key may ask; naming a session_id also links the skills
+# found to the session, whose outcome then counts as their evidence: a write.
+LINK_NEEDS_WRITE = (
+    "A read-only key may retrieve skills but not link them to a task session (session_id): "
+    "the session's outcome would count for them."
+)
 
 
 class SkillSerializer(serializers.Serializer):
@@ -342,6 +348,7 @@ class SkillRetrieveApi(TenantAPIView):
                     "count": IntegerField(),
                 },
             ),
+            403: error_response(LINK_NEEDS_WRITE),
             404: error_response("No such user, or session_id names no session of the user."),
         },
         summary="The skills for a task, ranked, each with its confidence and why it passed",
@@ -353,6 +360,8 @@ class SkillRetrieveApi(TenantAPIView):
         end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         session = None
         if data.get("session_id"):
+            if self.tenant.read_only:
+                raise PermissionDenied(LINK_NEEDS_WRITE, code="read_only_key")
             try:
                 session = session_get(
                     tenant=self.tenant, end_user=end_user, session_id=data["session_id"]

@@ -5,7 +5,7 @@ succeed raise it and make the candidate active."""
 from __future__ import annotations
 
 from skills.models import Skill, SkillUse
-from tests.factories import TenantFixture
+from tests.factories import TenantFixture, api_client_with
 from tests.skills.sessions import NEW_TASK, session_send, tool_turns
 
 
@@ -75,3 +75,17 @@ def test_a_session_counts_once(
     assert closed.status_code == 200
     learned.refresh_from_db()
     assert learned.successes == 1
+
+
+def test_a_read_only_key_retrieves_but_does_not_link_a_session(
+    org: TenantFixture, learned: Skill
+) -> None:
+    session_send(org.api, "later-0", [{"role": "user", "content": NEW_TASK}], close=False)
+    _, key = org.new_key(read_only=True)
+    reader = api_client_with(key)
+    asked = {"user_id": "agent-user", "task": NEW_TASK}
+    assert reader.post("/skills/retrieve", asked, format="json").json()["count"] >= 1
+    linked = reader.post("/skills/retrieve", {**asked, "session_id": "later-0"}, format="json")
+    assert linked.status_code == 403 and linked.json()["code"] == "read_only_key"
+    assert "session_id" in linked.json()["detail"]
+    assert not SkillUse.objects.exists()
