@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirix_site.text import clipped
 from skills.services.skills import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
@@ -31,7 +32,6 @@ from skills.services.skills import (
     MAX_TRIGGERS,
     SkillContent,
 )
-from skills.transcripts import clipped
 
 OPERATIONS = ("create", "edit", "merge", "deprecate", "split", "none")
 MAX_STEPS_SHOWN = 12

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mirix_site.text import clipped
 from skills.models import Outcome
-from skills.transcripts import clipped, first_sentence, verdict_read
+from skills.transcripts import first_sentence, verdict_read
 
 MAX_TITLE_CHARS = 120
 MAX_TASK_CHARS = 500

@@ -53,12 +53,6 @@ def first_sentence(text: str, limit: int) -> str:
     return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
 
 
-def clipped(text: str, limit: int) -> str:
-    """The whole text on one line, cut to ``limit`` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
 def verdict_read(text: str) -> str | None:
     """The outcome a user's turn states (partly / rejected / confirmed), or None."""
     if _PARTIAL.search(text):

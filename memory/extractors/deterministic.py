@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from memory.extractors.proposals import REDACTED, ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, spoken_text, transcript_line
+from mirix_site.text import clipped
 from sessions.models import Message
 from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
 
@@ -24,8 +25,7 @@ CONTEXT_CHARS = 200
 
 
 def _shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clipped(text, limit)
 
 
 # --- What the deterministic extractor recognizes -----------------------------------------------
