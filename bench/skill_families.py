@@ -1,12 +1,13 @@
 """The avoid side of skill learning: task families where a tempting fix fails and another works,
 learned from task sessions through the real API and worker, then asked in wording never learned.
 
-A family (``FAMILIES``, written for this bench) is a kind of task that fails one way (the first
-tool's error), a fix that works, and two tempting fixes that do not (each named to look right for
-the symptom: "increase_timeout" for a timeout, "retry_request" for a refused call; two of them
-are tempting in more than one family). Requests are generated from templates and slot values:
-``LEARNED_TEMPLATES`` phrasings are learned from, the ``held_out`` ones (other wording: the
-symptom told in the user's words, no template shared) are only asked.
+A family (``FAMILIES``, written for this bench; 8 ``dev`` ones, whose failures were read to mend
+the distiller, and 6 ``test`` ones written after, to check those rules) is a kind of task that
+fails one way (the first tool's error), a fix that works, and two tempting fixes that do not
+(each named to look right for the symptom: "increase_timeout" for a timeout, "retry_request"
+for a refused call; some are tempting in more than one family). Requests are generated from
+templates and slot values: the first ``LEARNED_TEMPLATES`` phrasings are learned from, the
+others (other wording: the symptom told in the user's words, no template shared) only asked.
 
 Sessions, one per learned request (``--sessions-per-family``, 6): the request; the first tool's
 call and its error; one tempting fix (seeded) called twice, failing twice (a failing action
@@ -26,7 +27,7 @@ Scored, for every held-out request:
 Usage, against a server with LLM_PROVIDER=none and the rate limit raised:
     .venv/bin/python -m bench.skill_families [--base-url URL] [--api-key KEY] [--seed 0]
         [--sessions-per-family 6] [--keep] [--json-out FILE] [--smoke]
-``--smoke``: 3 families, 3 sessions each.
+Figures are printed over all families and per half. ``--smoke``: 3 families, 3 sessions each.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Family:
     tempting: tuple[tuple[str, str], tuple[str, str]]  # (tool, its error)
     templates: tuple[str, ...]  # LEARNED_TEMPLATES learned, then the held-out ones
     slots: tuple[str, ...]
+    half: str = "dev"
 
 
 FAMILIES = (
@@ -242,6 +244,151 @@ FAMILIES = (
         ),
         ("lease.pdf", "invoice-118.pdf", "minutes.pdf", "deed.pdf", "thesis.pdf", "manual.pdf"),
     ),
+    # The test half: written after the rules above were found on the dev families, to check
+    # that they hold on families nobody read the failures of.
+    Family(
+        "peer-dependencies",
+        "npm_install",
+        "npm ERR! ERESOLVE unable to resolve dependency tree",
+        "npm_install_legacy_peer_deps",
+        "added 1,284 packages in 41s",
+        (
+            ("npm_cache_clean", "npm ERR! ERESOLVE unable to resolve dependency tree"),
+            ("delete_node_modules", "npm ERR! ERESOLVE unable to resolve dependency tree"),
+        ),
+        (
+            "Install the dependencies of {}.",
+            "Set up {} on a fresh checkout.",
+            "Add the charting package to {}.",
+            "Get {} building on the CI image.",
+            "{} won't install, npm complains that two packages want different React versions.",
+            "Something about conflicting peers stops me from setting up {}; sort it out.",
+        ),
+        ("the dashboard", "web-shop", "admin-ui", "docs-site", "the mobile app", "widgets"),
+        half="test",
+    ),
+    Family(
+        "corporate-ca",
+        "http_get",
+        "SSLError: certificate verify failed: unable to get local issuer certificate",
+        "use_corporate_ca_bundle",
+        "200 OK (verified against the company CA bundle)",
+        (
+            ("disable_ssl_verify", "Blocked by policy: TLS verification may not be disabled"),
+            ("retry_request", "SSLError: certificate verify failed"),
+        ),
+        (
+            "Download the report from {}.",
+            "Query the status page of {}.",
+            "Fetch the JSON feed at {}.",
+            "Check that {} answers.",
+            "Python refuses to talk to {} and says it can't check who issued its certificate.",
+            "Our internal site {} gives a trust error from scripts but opens in the browser.",
+        ),
+        (
+            "wiki.corp.local",
+            "jira.intra",
+            "git.corp.local",
+            "grafana.intra",
+            "hr.corp.local",
+            "ci.intra",
+        ),
+        half="test",
+    ),
+    Family(
+        "out-of-memory",
+        "load_table",
+        "MemoryError: unable to allocate 12.4 GiB for an array",
+        "load_table_in_chunks",
+        "Processed 48 chunks of 1,000,000 rows.",
+        (
+            ("increase_swap", "swapon: permission denied"),
+            ("restart_kernel", "MemoryError: unable to allocate 12.4 GiB for an array"),
+        ),
+        (
+            "Compute the monthly totals from {}.",
+            "Deduplicate the rows of {}.",
+            "Join {} with the customer table.",
+            "Aggregate {} by region.",
+            "My laptop runs out of RAM whenever I touch {}; I still need the numbers.",
+            "{} is far bigger than my machine's memory, work through it anyway.",
+        ),
+        ("clicks_2025", "transactions", "sensor_log", "page_views", "call_records", "telemetry"),
+        half="test",
+    ),
+    Family(
+        "attachment-too-large",
+        "send_email",
+        "552 5.3.4 Message size exceeds fixed limit",
+        "share_attachment_link",
+        "Sent with a download link (expires in 7 days).",
+        (
+            ("compress_attachment", "552 5.3.4 Message size exceeds fixed limit"),
+            ("retry_send", "552 5.3.4 Message size exceeds fixed limit"),
+        ),
+        (
+            "Email {} to the auditors.",
+            "Send {} to the client.",
+            "Mail {} to the whole team.",
+            "Forward {} to legal.",
+            "The mail server bounces my message with {} because it is too heavy.",
+            "I can't get {} to the recipients, the mail comes back saying it's over the size.",
+        ),
+        (
+            "the 80 MB deck",
+            "the raw footage",
+            "the scan bundle",
+            "the export archive",
+            "the design files",
+            "the audio masters",
+        ),
+        half="test",
+    ),
+    Family(
+        "missing-env-var",
+        "kubectl_rollout",
+        "Back-off restarting failed container: KeyError: 'DATABASE_URL'",
+        "set_deployment_env",
+        "Rollout complete: 3 of 3 pods ready.",
+        (
+            (
+                "kubectl_delete_pod",
+                "Back-off restarting failed container: KeyError: 'DATABASE_URL'",
+            ),
+            ("increase_memory_limit", "Back-off restarting failed container: KeyError"),
+        ),
+        (
+            "Deploy the new version of {}.",
+            "Roll out {} to staging.",
+            "Ship the {} release to the cluster.",
+            "Update {} on production.",
+            "The {} pods keep crashing right after start and restart forever.",
+            "{} dies on boot in the cluster, complaining about a setting it can't find.",
+        ),
+        ("billing", "search-api", "notifier", "auth", "checkout", "reports"),
+        half="test",
+    ),
+    Family(
+        "excel-dates",
+        "read_excel",
+        "ValueError: could not convert '45123' to a date",
+        "read_excel_with_date_serials",
+        "Read 3,120 rows; dates parsed from Excel serials.",
+        (
+            ("cast_to_string", "ValueError: the date column is required as dates"),
+            ("read_csv", "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xd0"),
+        ),
+        (
+            "Load the workbook {} into a table.",
+            "Read the sheet {} and sort it by date.",
+            "Import {} for the quarterly report.",
+            "Chart the dates in {}.",
+            "In {} every date shows up as a five-digit number; I need real dates.",
+            "The dates of {} come out as numbers like 45123, turn them into days.",
+        ),
+        ("budget.xlsx", "shifts.xlsx", "orders.xlsx", "leave.xlsx", "assets.xlsx", "grants.xlsx"),
+        half="test",
+    ),
 )
 
 DESCRIPTIONS = {
@@ -273,6 +420,28 @@ DESCRIPTIONS = {
     "ocr_pdf": "Recognise the text of scanned PDF pages (OCR).",
     "extract_pdf_text_raw": "Extract a PDF's text layer without layout analysis.",
     "convert_pdf_to_docx": "Convert a PDF into a Word document.",
+    "npm_install": "Install a JavaScript project's dependencies with npm.",
+    "npm_install_legacy_peer_deps": "Install dependencies, accepting peer version conflicts.",
+    "npm_cache_clean": "Empty npm's package cache.",
+    "delete_node_modules": "Delete the project's installed packages.",
+    "http_get": "Fetch a URL over HTTPS.",
+    "use_corporate_ca_bundle": "Fetch a URL trusting the company's certificate authority.",
+    "disable_ssl_verify": "Fetch a URL without checking its TLS certificate.",
+    "load_table": "Load a whole table into memory.",
+    "load_table_in_chunks": "Process a table in chunks that fit in memory.",
+    "increase_swap": "Add swap space to the machine.",
+    "restart_kernel": "Restart the notebook's kernel.",
+    "send_email": "Send an e-mail with attachments.",
+    "share_attachment_link": "Upload the attachment and send a download link instead.",
+    "compress_attachment": "Zip the attachment before sending.",
+    "retry_send": "Send the same e-mail again.",
+    "kubectl_rollout": "Roll out a new version of a Kubernetes deployment.",
+    "set_deployment_env": "Set a deployment's environment variables and roll it out again.",
+    "kubectl_delete_pod": "Delete a pod so that it is recreated.",
+    "increase_memory_limit": "Raise a deployment's memory limit.",
+    "read_excel": "Read an Excel sheet into a table.",
+    "read_excel_with_date_serials": "Read an Excel sheet, converting date serial numbers.",
+    "cast_to_string": "Read every column of a sheet as text.",
 }
 
 
@@ -351,6 +520,10 @@ class Scores:
     nearest_fix: int = 0
     nearest_tempting: int = 0
 
+    def add(self, other: Scores) -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def lines(self) -> list[str]:
         n = max(self.asked, 1)
         return [
@@ -370,49 +543,66 @@ def _tool_of(action: str) -> str:
     return action.split("(", 1)[0].strip()
 
 
-def score(client: KeepAliveClient, user_id: str, planned: Planned) -> Scores:
-    scores = Scores()
+def _asked(
+    client: KeepAliveClient,
+    user_id: str,
+    planned: Planned,
+    held: Held,
+    *,
+    nearest: Bm25,
+    by_session: dict[str, SessionPlan],
+) -> Scores:
+    """One held-out request's scores."""
+    family = held.family
+    tempting = {tool for tool, _ in family.tempting}
+    scores = Scores(asked=1)
+    body = {"user_id": user_id, "task": held.request, "limit": RETRIEVE_LIMIT}
+    found = answer_check(
+        *client.request("POST", "/skills/retrieve", json.dumps(body).encode()),
+        200,
+        "POST /skills/retrieve",
+    )["skills"]
+    if found:
+        first = found[0]
+        scores.skill_hits = int(family.fix in first["tools"])
+        scores.skill_wrong = int(bool(tempting & set(first["tools"])))
+        pitfalls = " ".join(first.get("pitfalls") or [])
+        scores.pitfalls_named = int(
+            all(tool in pitfalls for tool in planned.tried.get(family.name, ()))
+        )
+    query = urlencode({"user_id": user_id, "task": held.request})
+    advice = answer_check(
+        *client.request("GET", f"/experiences/recommend?{query}"),
+        200,
+        "GET /experiences/recommend",
+    )
+    if not advice["found"]:
+        scores.recommend_not_found = 1
+    else:
+        tool = _tool_of(advice["action"])
+        scores.recommend_hits = int(tool == family.fix)
+        scores.recommend_failed_fix = int(tool in tempting)
+    remedies = Counter(
+        call["function"]["name"]
+        for turn in by_session[nearest.ranked(held.request)[0]].messages[3:]
+        for call in turn.get("tool_calls") or []
+    )
+    most_tried = remedies.most_common(1)[0][0]
+    scores.nearest_fix = int(most_tried == family.fix)
+    scores.nearest_tempting = int(most_tried in tempting)
+    return scores
+
+
+def score(client: KeepAliveClient, user_id: str, planned: Planned) -> dict[str, Scores]:
+    """The scores of every held-out request, over all families and per half."""
     by_session = {plan.session_id: plan for plan in planned.plans}
     nearest = Bm25({plan.session_id: plan.request for plan in planned.plans})
+    halves = {"all": Scores()}
     for held in planned.held:
-        family = held.family
-        tempting = {tool for tool, _ in family.tempting}
-        scores.asked += 1
-        body = {"user_id": user_id, "task": held.request, "limit": RETRIEVE_LIMIT}
-        found = answer_check(
-            *client.request("POST", "/skills/retrieve", json.dumps(body).encode()),
-            200,
-            "POST /skills/retrieve",
-        )["skills"]
-        if found:
-            first = found[0]
-            scores.skill_hits += family.fix in first["tools"]
-            scores.skill_wrong += bool(tempting & set(first["tools"]))
-            pitfalls = " ".join(first.get("pitfalls") or [])
-            scores.pitfalls_named += all(
-                tool in pitfalls for tool in planned.tried.get(family.name, ())
-            )
-        query = urlencode({"user_id": user_id, "task": held.request})
-        advice = answer_check(
-            *client.request("GET", f"/experiences/recommend?{query}"),
-            200,
-            "GET /experiences/recommend",
-        )
-        if not advice["found"]:
-            scores.recommend_not_found += 1
-        else:
-            tool = _tool_of(advice["action"])
-            scores.recommend_hits += tool == family.fix
-            scores.recommend_failed_fix += tool in tempting
-        remedies = Counter(
-            call["function"]["name"]
-            for turn in by_session[nearest.ranked(held.request)[0]].messages[3:]
-            for call in turn.get("tool_calls") or []
-        )
-        most_tried = remedies.most_common(1)[0][0]
-        scores.nearest_fix += most_tried == family.fix
-        scores.nearest_tempting += most_tried in tempting
-    return scores
+        one = _asked(client, user_id, planned, held, nearest=nearest, by_session=by_session)
+        for half in ("all", held.family.half):
+            halves.setdefault(half, Scores()).add(one)
+    return halves
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -485,11 +675,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print(f"{arguments.base_url}: {error} (is the server running?)", file=sys.stderr)
         return 1
-    for line in scores.lines():
-        print(line)
-    print(f"load average at end (1/5/15 min): {load_average()}")
+    for half, figures in scores.items():
+        print(f"\n== {half}" + (" families" if half == "all" else " half"))
+        for line in figures.lines():
+            print(line)
+    print(f"\nload average at end (1/5/15 min): {load_average()}")
     if arguments.json_out is not None:
-        document = {"date": started_at.isoformat(), "command": command, **vars(scores)}
+        document = {
+            "date": started_at.isoformat(),
+            "command": command,
+            "halves": {half: vars(figures) for half, figures in scores.items()},
+        }
         arguments.json_out.write_text(json.dumps(document, indent=1) + "\n")
     return 0
 
