@@ -40,7 +40,7 @@ SIGNALS = ("tool_error", "user_critique", "user_confirmation", "self_correction"
 # "no errors" are successes.
 _TOOL_FAILED = re.compile(
     r"(?<![\w-])(error|exception|traceback|failed|fails|failure|fatal|not found|no such file|"
-    r"permission denied|access denied|timed out|timeout|refused|rejected|cannot|can't|"
+    r"denied|blocked|not allowed|not permitted|timed out|timeout|refused|rejected|cannot|can't|"
     r"unable to|unauthorized|forbidden|too many requests|bad request|bad gateway|"
     r"service unavailable|exit (code|status) [1-9]\d*|status( code)? [45]\d\d)(?![\w-])"
     # An exception's name ("ParserError: ..."), and a result that starts with an HTTP error

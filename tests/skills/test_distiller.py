@@ -164,6 +164,8 @@ def test_a_failure_repeated_unchanged_is_an_avoid_lesson() -> None:
         "Forbidden: the key may not write here",
         "ParserError: every line still fails to decode",
         "KeyError: 'amount'",
+        "Blocked by policy: TLS verification may not be disabled",
+        "Request denied.",
     ],
 )
 def test_http_statuses_exception_names_and_rejections_are_failures(result: str) -> None:
