@@ -141,7 +141,8 @@ def messages_add(
     now = timezone.now()
     created = False
     tools = tools or {}
-    reserved = _positions_reserve(
+    reserve = partial(
+        _positions_reserve,
         tenant=tenant,
         end_user=end_user,
         session_id=session_id,
@@ -149,6 +150,7 @@ def messages_add(
         tools=tools,
         now=now,
     )
+    reserved = reserve()
     if reserved is None:
         if (
             session_id is not None
@@ -169,14 +171,7 @@ def messages_add(
         )
         created = reserved is not None
         if reserved is None:
-            reserved = _positions_reserve(
-                tenant=tenant,
-                end_user=end_user,
-                session_id=session_id,
-                count=len(messages),
-                tools=tools,
-                now=now,
-            )
+            reserved = reserve()
         if reserved is None:
             raise SessionClosedError(session_id)  # opened and closed again meanwhile
     session_pk, first_position, session_tag = reserved
