@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlencode
 
 from bench.common import (
@@ -60,7 +59,7 @@ from bench.skill_learning import (
     Bm25,
     SessionPlan,
     answer_check,
-    runs_wait,
+    runs_waiter,
     sessions_send,
     tool_definition,
     tool_turns,
@@ -647,17 +646,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         session_ids = {plan.session_id for plan in planned.plans}
         began = time.monotonic()
 
-        def wait(until: Any) -> Any:
-            return runs_wait(
-                client,
-                user_id,
-                session_ids,
-                until=until,
-                began=began,
-                poll_interval=arguments.poll_interval,
-                stall_seconds=arguments.stall_seconds,
-            )
-
+        wait = runs_waiter(
+            client,
+            user_id,
+            session_ids,
+            began=began,
+            poll_interval=arguments.poll_interval,
+            stall_seconds=arguments.stall_seconds,
+        )
         try:
             sent = sessions_send(client, user_id, planned.plans, max_pending=None, wait=wait)
             print(f"sent in {sent.seconds:.1f} s; POST /learning-runs: {sent.requested_run}")

@@ -384,6 +384,31 @@ def runs_read(client: KeepAliveClient, user_id: str, session_ids: set[str]) -> R
     )
 
 
+def runs_waiter(
+    client: KeepAliveClient,
+    user_id: str,
+    session_ids: set[str],
+    *,
+    began: float,
+    poll_interval: float,
+    stall_seconds: float,
+) -> Callable[[Callable[[RunsSeen], bool]], RunsSeen]:
+    """``runs_wait`` for these sessions, given only the condition."""
+
+    def wait(until: Callable[[RunsSeen], bool]) -> RunsSeen:
+        return runs_wait(
+            client,
+            user_id,
+            session_ids,
+            until=until,
+            began=began,
+            poll_interval=poll_interval,
+            stall_seconds=stall_seconds,
+        )
+
+    return wait
+
+
 def runs_wait(
     client: KeepAliveClient,
     user_id: str,
@@ -768,17 +793,14 @@ def measure(
     session_ids = {plan.session_id for plan in plans}
     began = time.monotonic()
 
-    def wait(until: Callable[[RunsSeen], bool]) -> RunsSeen:
-        return runs_wait(
-            client,
-            user_id,
-            session_ids,
-            until=until,
-            began=began,
-            poll_interval=arguments.poll_interval,
-            stall_seconds=arguments.stall_seconds,
-        )
-
+    wait = runs_waiter(
+        client,
+        user_id,
+        session_ids,
+        began=began,
+        poll_interval=arguments.poll_interval,
+        stall_seconds=arguments.stall_seconds,
+    )
     try:
         sent = sessions_send(client, user_id, plans, max_pending=arguments.max_pending, wait=wait)
         print(
