@@ -4,6 +4,7 @@ any batch pooled with the reason, the pool consumed by the next run, and the tok
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -285,3 +286,22 @@ def test_a_merge_deprecates_its_sources_and_a_rewrite_is_flagged_for_review(
         "/skills/retrieve", {"user_id": "agent-user", "task": "read a TSV file"}, format="json"
     ).json()
     assert "read-tsv" not in [skill["name"] for skill in served["skills"]]
+
+
+def test_the_curator_is_shown_what_the_declared_tools_do_and_the_skill_keeps_it(
+    org: TenantFixture, llm: LoopbackServer, django_capture_on_commit_callbacks
+) -> None:
+    llm.respond(Model([LESSON]))
+    said = "Read a CSV file written in the latin-1 encoding into a table."
+    tools = [{"name": "read_csv_latin1", "description": said, "input_schema": {}}]
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[:5]):
+            session_send(org.api, f"csv-{index}", csv_session(task), tools=tools)
+    run = LearningRun.objects.get(state="queued")
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    [curator_call] = [r for r in llm.requests if _schema(r) == "skill_operations"]
+    assert json.dumps({"read_csv_latin1": said}) in _prompt(curator_call)
+    # The model's skill keeps them for its vector, whatever its own description says.
+    skill = Skill.objects.get()
+    assert skill.description.startswith("Reads CSV files that are not UTF-8")
+    assert skill.tool_descriptions == {"read_csv_latin1": said}
