@@ -127,15 +127,10 @@ def tools_normalize(raw: Any, where: str = "tools") -> dict[str, str]:
     for index, definition in enumerate(raw):
         if not isinstance(definition, dict):
             raise ValidationError({f"{where}.{index}": ["A tool definition must be an object."]})
-        function = definition.get("function")
-        spec, at = (
-            (function, f"{where}.{index}.function")
-            if isinstance(function, dict)
-            else (
-                definition,
-                f"{where}.{index}",
-            )
-        )
+        # OpenAI's definition holds the tool in "function"; the others are the tool.
+        spec, at = definition, f"{where}.{index}"
+        if isinstance(definition.get("function"), dict):
+            spec, at = definition["function"], f"{at}.function"
         name = spec.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
             raise ValidationError(

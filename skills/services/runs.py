@@ -328,10 +328,11 @@ def _sessions_distill(
         link = LearningRunSession.objects.get(pk=link_id)
         turns = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
         distilled = _distill(claim, turns, llm, budget)
-        declared = Session.objects.filter(pk=link.session_id).values_list("tools", flat=True)
-        described = next(iter(declared), None) or {}
+        declared = (
+            Session.objects.filter(pk=link.session_id).values_list("tools", flat=True).first() or {}
+        )
         distilled.tool_descriptions = {
-            tool: described[tool] for tool in distilled.tools if described.get(tool)
+            tool: declared[tool] for tool in distilled.tools if declared.get(tool)
         }
         tags = turns[0].filter_tags if turns else {}
         with transaction.atomic():
@@ -370,6 +371,8 @@ def _lesson_view(row: Experience) -> LessonView:
         return tuple(str(item) for item in value) if isinstance(value, list) else ()
 
     described = context.get("tool_descriptions")
+    if not isinstance(described, dict):
+        described = {}
     return LessonView(
         id=row.pk,
         session_id=row.source_session_id,
@@ -384,9 +387,7 @@ def _lesson_view(row: Experience) -> LessonView:
         tools=listed("tools"),
         steps=listed("steps"),
         failed_tools=listed("failed_tools"),
-        tool_descriptions={str(k): str(v) for k, v in described.items()}
-        if isinstance(described, dict)
-        else {},
+        tool_descriptions={str(tool): str(text) for tool, text in described.items()},
     )
 
 
