@@ -11,9 +11,14 @@ if TYPE_CHECKING:
     from rest_framework.views import APIView
 
 
-def view_writes(view: APIView, method: str) -> bool:
+def view_writes(view: APIView, method: str, request: Request | None = None) -> bool:
     """Whether calling ``view`` with ``method`` changes state. Views whose POST only reads
-    (retrieval with a body) declare ``writes = False``. The OpenAPI schema reads it too."""
+    (retrieval with a body) declare ``writes = False``; one whose read writes for some bodies
+    also says which with ``writes_for(request)`` (and why in ``read_only_message``). The
+    OpenAPI schema reads it too, without a request."""
+    writes_for = getattr(view, "writes_for", None)
+    if request is not None and writes_for is not None and writes_for(request):
+        return True
     declared = getattr(view, "writes", None)
     if declared is not None:
         return bool(declared)
@@ -26,6 +31,7 @@ class KeyMayWrite(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         api_key = request.auth
-        if api_key is None or not view_writes(view, request.method):
+        if api_key is None or not view_writes(view, request.method, request):
             return True
+        self.message = getattr(view, "read_only_message", self.message)
         return not api_key.read_only

@@ -55,8 +55,8 @@ from skills.services.skills import (
 READ_ONLY = "Another client's skill: readable with this key, not changeable."
 SKILL_ID = OpenApiParameter("skill_id", str, OpenApiParameter.PATH, description="the skill's id")
 MAX_RETRIEVE = 50
-# A retrieval reads, and a read-only key may ask; naming a session_id also links the skills
-# found to the session, whose outcome then counts as their evidence: a write.
+# Naming a session_id links the skills found to the session, whose outcome then counts as
+# their evidence: a write (accounts.api.permissions.KeyMayWrite refuses it to a read-only key).
 LINK_NEEDS_WRITE = (
     "A read-only key may retrieve skills but not link them to a task session (session_id): "
     "the session's outcome would count for them."
@@ -330,9 +330,12 @@ class SkillRollbackApi(_SkillApi):
 
 
 class SkillRetrieveApi(TenantAPIView):
-    # A search: a read-only key may retrieve (the session link it may write is evidence, not
-    # a change of the user's data).
+    # A search: a read-only key may retrieve; naming a session_id writes (the link).
     writes = False
+    read_only_message = LINK_NEEDS_WRITE
+
+    def writes_for(self, request: Request) -> bool:
+        return isinstance(request.data, dict) and bool(request.data.get("session_id"))
 
     @extend_schema(
         request=RetrieveSerializer,
@@ -360,8 +363,6 @@ class SkillRetrieveApi(TenantAPIView):
         end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         session = None
         if data.get("session_id"):
-            if self.tenant.read_only:
-                raise PermissionDenied(LINK_NEEDS_WRITE, code="read_only_key")
             try:
                 session = session_get(
                     tenant=self.tenant, end_user=end_user, session_id=data["session_id"]
