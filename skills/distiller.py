@@ -101,14 +101,12 @@ class Distilled:
     @property
     def context(self) -> dict[str, Any]:
         """What each lesson of the session records as its experience's context."""
-        context: dict[str, Any] = {
+        return {
             "tools": self.tools,
             "steps": self.steps,
             "failed_tools": self.failed_tools,
+            "tool_descriptions": self.tool_descriptions,
         }
-        if self.tool_descriptions:
-            context["tool_descriptions"] = self.tool_descriptions
-        return context
 
 
 # --- The model's answer -------------------------------------------------------------------------

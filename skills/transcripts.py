@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mirix_site.text import clipped
 from sessions.content import MessageInput
 from skills.models import Outcome
 
@@ -49,8 +50,7 @@ class TranscriptError(ValueError):
 
 def first_sentence(text: str, limit: int) -> str:
     """The text's first sentence (or line), cut to ``limit`` characters."""
-    head = _SENTENCE_END.split(text.strip(), maxsplit=1)[0].strip()
-    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+    return clipped(_SENTENCE_END.split(text.strip(), maxsplit=1)[0], limit)
 
 
 def verdict_read(text: str) -> str | None:

@@ -24,10 +24,6 @@ SUMMARY_CHARS = 300
 CONTEXT_CHARS = 200
 
 
-def _shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
-    return clipped(text, limit)
-
-
 # --- What the deterministic extractor recognizes -----------------------------------------------
 
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", re.IGNORECASE)
@@ -40,7 +36,7 @@ _FILE = re.compile(
 
 
 def _redact(text: str) -> str:
-    # Only before cutting text short (_shorten, _sentence_around), which could leave part of a
+    # Only before cutting text short (clipped, _sentence_around), which could leave part of a
     # value that is no longer recognized; whole fields are redacted with the rest of the
     # proposal, whichever extractor made it (``proposal_redacted``).
     return sensitive_redacted(text, REDACTED)
@@ -49,11 +45,11 @@ def _redact(text: str) -> str:
 def _sentence_around(text: str, needle: str) -> str:
     start = text.find(needle)
     if start < 0:
-        return _shorten(text)
+        return clipped(text, SUMMARY_CHARS)
     left = max(text.rfind(".", 0, start), text.rfind("\n", 0, start)) + 1
     right_candidates = [i for i in (text.find(". ", start), text.find("\n", start)) if i >= 0]
     right = min(right_candidates) + 1 if right_candidates else len(text)
-    return _shorten(text[left:right].strip())
+    return clipped(text[left:right].strip(), SUMMARY_CHARS)
 
 
 @dataclass(frozen=True)
@@ -205,8 +201,9 @@ def _episodic(
         fields={
             "event_type": "conversation",
             # Redacted before shortening: a value cut in half would no longer be recognized.
-            "summary": _shorten(
-                _redact(f"{speaker(summary_source)}: {spoken_text(summary_source)}")
+            "summary": clipped(
+                _redact(f"{speaker(summary_source)}: {spoken_text(summary_source)}"),
+                SUMMARY_CHARS,
             ),
             "details": "\n".join(lines),
             "actor": speaker(opener),
@@ -230,7 +227,7 @@ def _resources(message: Message) -> list[Proposal]:
             Proposal(
                 memory_type="resource",
                 fields={
-                    "title": _shorten(f"{parts.netloc}{parts.path}", 200),
+                    "title": clipped(f"{parts.netloc}{parts.path}", 200),
                     "summary": _sentence_around(_redact(message.text), url),
                     "content": message.text,
                     "resource_type": "link",
@@ -272,9 +269,10 @@ def _resources(message: Message) -> list[Proposal]:
             Proposal(
                 memory_type="resource",
                 fields={
-                    "title": _shorten(url, 200) if remote else f"image {image_id[:12] or 'inline'}",
-                    "summary": _shorten(
-                        _redact(f"Image shared by {speaker(message)}. {message.text}")
+                    "title": clipped(url, 200) if remote else f"image {image_id[:12] or 'inline'}",
+                    "summary": clipped(
+                        _redact(f"Image shared by {speaker(message)}. {message.text}"),
+                        SUMMARY_CHARS,
                     ),
                     "content": message.text,
                     "resource_type": "image",
