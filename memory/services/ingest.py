@@ -60,11 +60,7 @@ def memory_add(
         tools=tools,
     )
     if added.extraction_pending:
-        extraction_job_ensure(
-            organization_id=tenant.organization.pk,
-            client_id=tenant.client.pk,
-            end_user_id=end_user.pk,
-        )
+        extraction_job_ensure(**tenant.owner_ids(end_user))
     return IngestResult(
         session_id=added.session_id,
         messages=added.messages,
