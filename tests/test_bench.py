@@ -18,6 +18,7 @@ from django.db import connections
 from accounts.models import EndUser
 from bench import (
     auth,
+    embedding_runtime,
     experience_quality,
     experiences,
     fairness,
@@ -777,3 +778,27 @@ def test_skill_families_learns_the_fix_and_never_recommends_a_fix_that_only_fail
     assert re.search(r"POST /skills/retrieve  p@1 1\.000  wrong@1 0\.000", out)
     assert re.search(r"accuracy 1\.000  recommended a failed fix 0  not found 0", out)
     assert not EndUser.objects.filter(user_id__startswith="skillfamilies-").exists()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_embedding_runtime_times_both_runtimes_on_turns_and_finds_their_vectors_alike(
+    settings, tmp_path, capsys
+) -> None:
+    haystack = [
+        [{"role": "user", "content": f"Turn {n} of the talk about the lake."}] for n in range(8)
+    ]
+    data = tmp_path / "haystack.json.gz"
+    with gzip.open(data, "wt") as file:
+        json.dump([{"haystack_sessions": haystack}], file)
+
+    argv = ["--smoke", "--data", str(data), "--model-dir", str(settings.LOCAL_MODEL_DIR)]
+    assert embedding_runtime.main(argv) == 0
+
+    out = capsys.readouterr().out
+    assert SMOKE_NOTE in out
+    [apart] = re.findall(r"largest difference between the runtimes' vectors: (\S+)", out)
+    assert float(apart) < 1e-4
+    rows = re.findall(
+        r"^\| (onnxruntime|sentence-transformers) \| [\d.]+ ms \| [\d.]+ ms \|", out, re.M
+    )
+    assert rows == ["onnxruntime", "sentence-transformers"]
