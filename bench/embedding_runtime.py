@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data", type=Path, default=BENCH_DATA / "longmemeval_s_cleaned_sample60.json.gz"
     )
     parser.add_argument("--smoke", action="store_true", help="a few texts: the shape, not figures")
+    argv = sys.argv[1:] if argv is None else list(argv)
     arguments = parser.parse_args(argv)
     if arguments.smoke:
         arguments.queries, arguments.turns = 12, 6
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = SentenceTransformer(str(local_model_weights()), device="cpu")
     texts = turns_read(arguments.data, arguments.turns)
 
-    print(f"command: {command_line('bench.embedding_runtime', argv or [])}")
+    print(f"command: {command_line('bench.embedding_runtime', argv)}")
     print(f"load average before: {load_average()}")
     print(f"turns: {len(texts)}, mean {sum(map(len, texts)) / len(texts):.0f} characters")
 
