@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 from django.conf import settings
@@ -22,6 +23,7 @@ from accounts.models import Client, EndUser
 from memory.models import DocumentStats, Posting, TermStats
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.kinds import SearchableKind
+from memory.retrieval.vector_indexes import own_indexes_request
 
 _TABLES = {
     "postings": Posting._meta.db_table,
@@ -147,9 +149,15 @@ def embeddings_write(
     *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
 ) -> None:
     """Embed each row's text with each model (in chunks that fit it) and store one vector per
-    chunk, replacing that model's earlier vectors of those rows."""
+    chunk, replacing that model's earlier vectors of those rows. Once that commits, a user it
+    took past the exact scan's line gets an index of their own queued."""
+    written: dict[tuple[SearchableKind, str], set[int]] = defaultdict(set)
     for embedder in embedders:
         _embeddings_write_one(documents, embedder)
+        for kind, row in documents:
+            written[kind, embedder.model_name].add(row.end_user_id)
+    if written:
+        transaction.on_commit(partial(own_indexes_request, dict(written)))
 
 
 # Writes tried again when rows vanished under them (each try needs a new deletion to fail).

@@ -459,3 +459,53 @@ def test_an_experience_deleted_while_its_batch_embeds_leaves_the_others_embedded
     assert not Experience.objects.filter(pk=ids[1]).exists()
     embedded = EXPERIENCE_KIND.embedding_model.objects.values_list("experience_id", flat=True)
     assert sorted(embedded) == [ids[0], ids[2]]
+
+
+def test_a_user_the_worker_takes_past_the_exact_scan_gets_an_index_at_once(
+    worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not at beat's next sync (ten minutes): the embedding write that crosses the line
+    queues one, once per debounce window, and the index is there when the worker is done."""
+    from memory.retrieval import vectors
+    from memory.retrieval.vector_indexes import (
+        REQUEST_MARKER,
+        index_exists,
+        own_indexes_request,
+        own_indexes_wanted,
+    )
+    from memory.retrieval.vectors import own_index_name
+    from mirix_site.redis import redis_client
+
+    monkeypatch.setattr(vectors, "EXACT_SCAN_MAX_ROWS", 3)
+    redis_client().delete(REQUEST_MARKER)
+    owner = tenant_fixture("alice")
+    record(owner, user_id="small", task="Task small", action="Action", outcome="success")
+    response = owner.api.post(
+        "/experiences",
+        {
+            "user_id": "large",
+            "experiences": [
+                {"task": f"Task {n}", "action": f"Action {n}", "outcome": "success"}
+                for n in range(5)
+            ],
+        },
+        format="json",
+    )
+    assert response.status_code == 201
+    large = Experience.objects.filter(end_user__user_id="large").first().end_user_id
+    small = Experience.objects.filter(end_user__user_id="small").first().end_user_id
+    model = write_embedders()[0].model_name
+    name = own_index_name(EXPERIENCE_KIND, model, large)
+    deadline = timezone.now() + timedelta(seconds=60)
+    while not index_exists(name) and timezone.now() < deadline:
+        threading.Event().wait(0.2)
+    assert index_exists(name)
+    assert own_indexes_wanted(EXPERIENCE_KIND, model, [large, small]) == []
+    # Within the window a second crossing queues nothing; the marker was set by the first.
+    assert redis_client().exists(REQUEST_MARKER)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX {name}")
+    assert own_indexes_wanted(EXPERIENCE_KIND, model, [large]) == [large]
+    assert own_indexes_request({(EXPERIENCE_KIND, model): {large}}) is False
+    redis_client().delete(REQUEST_MARKER)
+    assert own_indexes_request({(EXPERIENCE_KIND, model): {small}}) is False  # 1 row: not due
