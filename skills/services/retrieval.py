@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -181,7 +180,6 @@ def _summary(record: ActionRecord, confidence: float, rank: float) -> dict[str, 
     }
 
 
-@transaction.atomic
 def experience_recommend(
     *,
     tenant: Tenant,
@@ -194,7 +192,10 @@ def experience_recommend(
     half_life_days: float | None = None,
 ) -> Recommended:
     """The best-supported action for the task among the user's relevant experiences (see the
-    module's docstring), recorded as a Recommendation whose id an outcome can cite."""
+    module's docstring), recorded as a Recommendation whose id an outcome can cite. Not one
+    transaction: inside one, the search's lanes could not run beside each other (their
+    connections would not see its rows), and what it writes are two independent rows (the
+    retrieval log, the recommendation)."""
     mode = "explore" if explore else "exploit"
     found = retrieval_search(
         tenant=tenant,
