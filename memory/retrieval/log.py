@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
@@ -63,20 +63,26 @@ def retrieval_log_write(
         }
     if extra:
         gate["request"] = extra
+    row = RetrievalLog(
+        organization=tenant.organization,
+        client=tenant.client,
+        end_user=end_user,
+        endpoint=endpoint,
+        query=query[:10000],
+        method=method,
+        kinds=kinds,
+        results=results,
+        gate=gate,
+        latency_ms=latency_ms,
+    )
     try:
-        # Its own savepoint: a failed insert must not poison the request's transaction.
-        with transaction.atomic():
-            RetrievalLog.objects.create(
-                organization=tenant.organization,
-                client=tenant.client,
-                end_user=end_user,
-                endpoint=endpoint,
-                query=query[:10000],
-                method=method,
-                kinds=kinds,
-                results=results,
-                gate=gate,
-                latency_ms=latency_ms,
-            )
+        if connection.in_atomic_block:
+            # Its own savepoint: a failed insert must not poison the caller's transaction.
+            with transaction.atomic():
+                row.save(force_insert=True)
+        else:
+            # One statement in autocommit is its own transaction: no BEGIN and COMMIT round
+            # trips around it (two of a recall's fourteen statements).
+            row.save(force_insert=True)
     except (DatabaseError, ValueError, TypeError):
         logger.exception("retrieval log not written")
