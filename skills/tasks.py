@@ -24,17 +24,23 @@ SWEEP_BATCH = 2000
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
-def experiences_embed_task(self, experience_ids: list[int]) -> int:  # noqa: ANN001
-    """Embed newly recorded experiences and group their actions' phrasings. Idempotent: a
-    redelivery embeds only what still lacks an embedding. A provider's overload or a database
-    restart is retried with backoff; after the last retry the beat sweep takes the rows."""
+def experiences_embed_drain_task(self) -> int:  # noqa: ANN001
+    """Embed the experiences queued for it (skills/embedding_queue.py) and group their actions'
+    phrasings, publishing itself again while more wait. Idempotent: a redelivery embeds only
+    what still lacks an embedding. A provider's overload or a database restart is retried with
+    backoff; after the last retry the beat sweep takes the rows."""
+    from skills.embedding_queue import experiences_embed_drain
+
     try:
-        return experiences_embed(experience_ids=experience_ids, embedders=write_embedders())
+        embedded, more = experiences_embed_drain(embedders=write_embedders())
     except Exception as error:
         if not isinstance(error, EmbeddingTransientError) and not database_unreachable(error):
             raise
         countdown = random.uniform(0.5, 1.0) * min(900.0, 2.0 * 2**self.request.retries)  # noqa: S311
         raise self.retry(countdown=countdown, exc=error) from error
+    if more:
+        experiences_embed_drain_task.delay()
+    return embedded
 
 
 @shared_task

@@ -11,6 +11,8 @@ from django.core.servers.basehttp import WSGIRequestHandler
 from images import fetch as image_fetch_module
 from memory.retrieval.lanes import lanes_close
 from mirix_site.celery import app as celery_app
+from mirix_site.redis import redis_client
+from skills import embedding_queue
 from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)
 
@@ -68,7 +70,9 @@ def other_org(db: None) -> TenantFixture:
 
 @pytest.fixture
 def worker(transactional_db: None) -> Iterator[None]:
-    """A real Celery worker in this process, on the test database and Redis."""
+    """A real Celery worker in this process, on the test database and Redis. A drain flag an
+    earlier test left (its task never ran) would keep this one's records from starting one."""
+    redis_client().delete(embedding_queue.QUEUE, embedding_queue.DRAINING)
     with start_worker(
         celery_app,
         pool="solo",

@@ -365,7 +365,7 @@ CELERY_TASK_ROUTES = {
     "memory.tasks.purge_retrieval_logs": {"queue": "maintenance"},
     "memory.tasks.sync_vector_indexes": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
-    "skills.tasks.experiences_embed_task": {"queue": "ingest"},
+    "skills.tasks.experiences_embed_drain_task": {"queue": "ingest"},
     "skills.tasks.embed_pending_experiences": {"queue": "maintenance"},
     # A queue of their own, taken in turn with ingest's: a burst's fetches do not wait behind
     # its extraction runs (bench/images.py: 3 of 1,000 stored while the adds arrived).

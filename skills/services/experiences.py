@@ -167,11 +167,11 @@ def _row(tenant: Tenant, end_user: EndUser, item: ExperienceInput, now: datetime
 
 
 def _embed_later(experiences: Sequence[Experience]) -> None:
-    from skills.tasks import experiences_embed_task
+    from skills.embedding_queue import experiences_embed_soon
 
     ids = [experience.pk for experience in experiences]
     if ids:
-        transaction.on_commit(lambda: experiences_embed_task.delay(ids))
+        transaction.on_commit(lambda: experiences_embed_soon(ids))
 
 
 @transaction.atomic

@@ -351,9 +351,9 @@ def _sessions_distill(
             )
             ids = [row.pk for row in rows]
             if ids:
-                from skills.tasks import experiences_embed_task
+                from skills.embedding_queue import experiences_embed_soon
 
-                transaction.on_commit(lambda ids=ids: experiences_embed_task.delay(ids))
+                transaction.on_commit(lambda ids=ids: experiences_embed_soon(ids))
             recorded += ids
         _warn(claim, [f"session {link.session_id}: {warning}" for warning in distilled.warnings])
         _slice_check(deadline)  # after the work: every slice does some

@@ -1,0 +1,154 @@
+"""The experience embedding queue: commits push ids, one drain task per burst embeds them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+import redis
+from django.utils import timezone
+
+from memory.providers.embeddings import EmbeddingTransientError
+from memory.retrieval.spaces import write_embedders
+from mirix_site.redis import redis_client
+from skills import embedding_queue, tasks
+from skills.embedding_queue import DRAINING, QUEUE, experiences_embed_drain
+from skills.kinds import EXPERIENCE_KIND
+from skills.models import Experience
+from tests.factories import TenantFixture, tenant_fixture
+from tests.skills.experiences import record
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    """An empty queue, and the drain tasks published instead counted."""
+    redis_client().delete(QUEUE, DRAINING)
+    calls: list[None] = []
+    monkeypatch.setattr(tasks.experiences_embed_drain_task, "delay", lambda: calls.append(None))
+    yield calls
+    redis_client().delete(QUEUE, DRAINING)
+
+
+def _queued() -> list[int]:
+    return [int(value) for value in redis_client().lrange(QUEUE, 0, -1)]
+
+
+def _embedded() -> set[int]:
+    return set(EXPERIENCE_KIND.embedding_model.objects.values_list("experience_id", flat=True))
+
+
+def test_a_burst_of_records_publishes_one_drain_that_embeds_them_all(
+    org: TenantFixture,
+    published: list[None],
+    django_capture_on_commit_callbacks: Callable,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        singles = [
+            record(org, task=f"Task {n}", action="Retry", outcome="success") for n in range(5)
+        ]
+        response = org.api.post(
+            "/experiences",
+            {
+                "user_id": "ada",
+                "experiences": [
+                    {"task": f"Batch {n}", "action": "Restart", "outcome": "failure"}
+                    for n in range(3)
+                ],
+            },
+            format="json",
+        )
+    assert response.status_code == 201
+    ids = [int(row["id"]) for row in singles] + [
+        int(row["id"]) for row in response.json()["experiences"]
+    ]
+    assert _queued() == ids
+    assert len(published) == 1
+    assert experiences_embed_drain(embedders=write_embedders()) == (8, False)
+    assert _embedded() == set(ids)
+    assert _queued() == [] and not redis_client().exists(DRAINING)
+    # The drain is over: the next record starts another.
+    with django_capture_on_commit_callbacks(execute=True):
+        record(org, task="Later", action="Retry", outcome="success")
+    assert len(published) == 2
+
+
+def test_a_long_queue_is_drained_a_task_at_a_time(
+    org: TenantFixture, published: list[None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedding_queue, "BATCH", 2)
+    monkeypatch.setattr(embedding_queue, "BATCHES_PER_TASK", 2)
+    ids = [
+        int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
+        for n in range(5)
+    ]
+    redis_client().rpush(QUEUE, *ids)
+    redis_client().set(DRAINING, 1)
+    # Two batches of two, then the rest is left for the next task, the flag kept for it.
+    assert experiences_embed_drain(embedders=write_embedders()) == (4, True)
+    assert _queued() == ids[4:] and redis_client().exists(DRAINING)
+    assert experiences_embed_drain(embedders=write_embedders()) == (1, False)
+    assert _embedded() == set(ids)
+
+
+class _Overloaded:
+    def __init__(self, embedder: object) -> None:
+        self.embedder = embedder
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.embedder, name)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise EmbeddingTransientError("429 from the provider")
+
+
+def test_a_batch_whose_embedding_fails_goes_back_to_the_queue(
+    org: TenantFixture, published: list[None]
+) -> None:
+    ids = [
+        int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
+        for n in range(3)
+    ]
+    redis_client().rpush(QUEUE, *ids[2:])
+    redis_client().lpush(QUEUE, *reversed(ids[:2]))
+    with pytest.raises(EmbeddingTransientError):
+        experiences_embed_drain(embedders=[_Overloaded(write_embedders()[0])])
+    assert sorted(_queued()) == ids
+    assert _embedded() == set()
+
+
+def test_with_redis_unreachable_a_record_is_stored_and_the_sweep_embeds_it(
+    org: TenantFixture,
+    published: list[None],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    unreachable = redis.Redis(port=1, socket_connect_timeout=0.5)
+    monkeypatch.setattr(embedding_queue, "redis_client", lambda: unreachable)
+    with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
+        made = record(org, task="Fix the login timeout", action="Add a cache", outcome="success")
+    assert "not queued for embedding" in caplog.text
+    assert published == []
+    row = Experience.objects.get(pk=int(made["id"]))
+    Experience.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    assert tasks.embed_pending_experiences() == 1
+    assert _embedded() == {row.pk}
+
+
+def test_the_worker_embeds_records_through_the_queue(worker: None) -> None:
+    owner = tenant_fixture("alice")
+    ids = [
+        int(record(owner, task=f"Fix timeout {n}", action="Add a cache", outcome="success")["id"])
+        for n in range(12)
+    ]
+    deadline = timezone.now() + timedelta(seconds=60)
+    while (_embedded() != set(ids) or redis_client().exists(DRAINING)) and (
+        timezone.now() < deadline
+    ):
+        threading.Event().wait(0.1)
+    # All embedded, and the drain ended itself with the queue empty.
+    assert _embedded() == set(ids)
+    assert _queued() == [] and not redis_client().exists(DRAINING)
