@@ -24,7 +24,7 @@ SWEEP_BATCH = 2000
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
-def experiences_embed_drain_task(self) -> int:  # noqa: ANN001
+def experiences_embed_drain_task(self, slot: int = 0) -> int:  # noqa: ANN001
     """Embed the experiences queued for it (skills/embedding_queue.py) and group their actions'
     phrasings, publishing itself again while more wait. Idempotent: a redelivery embeds only
     what still lacks an embedding. A provider's overload or a database restart is retried with
@@ -32,14 +32,14 @@ def experiences_embed_drain_task(self) -> int:  # noqa: ANN001
     from skills.embedding_queue import experiences_embed_drain
 
     try:
-        embedded, more = experiences_embed_drain(embedders=write_embedders())
+        embedded, more = experiences_embed_drain(embedders=write_embedders(), slot=slot)
     except Exception as error:
         if not isinstance(error, EmbeddingTransientError) and not database_unreachable(error):
             raise
         countdown = random.uniform(0.5, 1.0) * min(900.0, 2.0 * 2**self.request.retries)  # noqa: S311
         raise self.retry(countdown=countdown, exc=error) from error
     if more:
-        experiences_embed_drain_task.delay()
+        experiences_embed_drain_task.delay(slot)
     return embedded
 
 

@@ -72,7 +72,8 @@ def other_org(db: None) -> TenantFixture:
 def worker(transactional_db: None) -> Iterator[None]:
     """A real Celery worker in this process, on the test database and Redis. A drain flag an
     earlier test left (its task never ran) would keep this one's records from starting one."""
-    redis_client().delete(embedding_queue.QUEUE, embedding_queue.DRAINING)
+    flags = [embedding_queue.DRAINING.format(slot=slot) for slot in range(8)]
+    redis_client().delete(embedding_queue.QUEUE, *flags)
     with start_worker(
         celery_app,
         pool="solo",

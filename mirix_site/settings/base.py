@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -291,6 +292,9 @@ EXTRACTION_JOBS_PER_RUN = env_int("EXTRACTION_JOBS_PER_RUN", 20, minimum=1)
 # Threads torch may use per process for the local embedding model. One per process: workers
 # and web processes are already one per core, and small batches gain little from more.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=1)
+# Drains of the experience embedding queue (skills/embedding_queue.py) that may run at once: as
+# many as the worker has processes (Celery's default, one per core), each embedding on its own.
+EXPERIENCE_EMBED_DRAINS = env_int("EXPERIENCE_EMBED_DRAINS", os.cpu_count() or 1, minimum=1)
 # Where the local model's ONNX export is written, once, by the first process that needs it
 # (memory.providers.local_model).
 LOCAL_MODEL_DIR = Path(env_str("LOCAL_MODEL_DIR", str(MIRIX_DATA_DIR / "models"))).resolve()

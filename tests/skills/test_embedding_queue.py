@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
 import redis
+from django.conf import settings
 from django.utils import timezone
 
 from memory.providers.embeddings import EmbeddingTransientError
@@ -21,15 +22,17 @@ from skills.models import Experience
 from tests.factories import TenantFixture, tenant_fixture
 from tests.skills.experiences import record
 
+FLAGS = [DRAINING.format(slot=slot) for slot in range(4)]
+
 
 @pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[None]:
-    """An empty queue, and the drain tasks published instead counted."""
-    redis_client().delete(QUEUE, DRAINING)
-    calls: list[None] = []
-    monkeypatch.setattr(tasks.experiences_embed_drain_task, "delay", lambda: calls.append(None))
+def published(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """An empty queue, and the slots of the drain tasks published, instead of publishing them."""
+    redis_client().delete(QUEUE, *FLAGS)
+    calls: list[int] = []
+    monkeypatch.setattr(tasks.experiences_embed_drain_task, "delay", calls.append)
     yield calls
-    redis_client().delete(QUEUE, DRAINING)
+    redis_client().delete(QUEUE, *FLAGS)
 
 
 def _queued() -> list[int]:
@@ -42,7 +45,7 @@ def _embedded() -> set[int]:
 
 def test_a_burst_of_records_publishes_one_drain_that_embeds_them_all(
     org: TenantFixture,
-    published: list[None],
+    published: list[int],
     django_capture_on_commit_callbacks: Callable,
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
@@ -65,32 +68,41 @@ def test_a_burst_of_records_publishes_one_drain_that_embeds_them_all(
         int(row["id"]) for row in response.json()["experiences"]
     ]
     assert _queued() == ids
-    assert len(published) == 1
+    assert published == [0]
     assert experiences_embed_drain(embedders=write_embedders()) == (8, False)
     assert _embedded() == set(ids)
-    assert _queued() == [] and not redis_client().exists(DRAINING)
+    assert _queued() == [] and not redis_client().exists(*FLAGS)
     # The drain is over: the next record starts another.
     with django_capture_on_commit_callbacks(execute=True):
         record(org, task="Later", action="Retry", outcome="success")
-    assert len(published) == 2
+    assert published == [0, 0]
 
 
-def test_a_long_queue_is_drained_a_task_at_a_time(
-    org: TenantFixture, published: list[None], monkeypatch: pytest.MonkeyPatch
+def test_a_long_queue_is_drained_a_task_at_a_time_with_helpers_beside(
+    org: TenantFixture, published: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(embedding_queue, "BATCH", 2)
     monkeypatch.setattr(embedding_queue, "BATCHES_PER_TASK", 2)
+    monkeypatch.setattr(settings, "EXPERIENCE_EMBED_DRAINS", 2)
     ids = [
         int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
-        for n in range(5)
+        for n in range(7)
     ]
     redis_client().rpush(QUEUE, *ids)
-    redis_client().set(DRAINING, 1)
-    # Two batches of two, then the rest is left for the next task, the flag kept for it.
-    assert experiences_embed_drain(embedders=write_embedders()) == (4, True)
-    assert _queued() == ids[4:] and redis_client().exists(DRAINING)
-    assert experiences_embed_drain(embedders=write_embedders()) == (1, False)
+    redis_client().set(FLAGS[0], 1)
+    # A full batch with more behind it starts the drain of slot 1, once; after two batches of
+    # two the rest is left for the slot's next task, its flag kept for it.
+    assert experiences_embed_drain(embedders=write_embedders(), slot=0) == (4, True)
+    assert published == [1]
+    assert _queued() == ids[4:] and redis_client().exists(FLAGS[0], FLAGS[1]) == 2
+    # Slot 1 takes the other three in its two batches; its next task finds the queue empty.
+    assert experiences_embed_drain(embedders=write_embedders(), slot=1) == (3, True)
+    assert published == [1]  # slot 0 still held: no other drain
     assert _embedded() == set(ids)
+    assert experiences_embed_drain(embedders=write_embedders(), slot=1) == (0, False)
+    assert not redis_client().exists(FLAGS[1]) and redis_client().exists(FLAGS[0])
+    assert experiences_embed_drain(embedders=write_embedders(), slot=0) == (0, False)
+    assert not redis_client().exists(*FLAGS)
 
 
 class _Overloaded:
@@ -105,7 +117,7 @@ class _Overloaded:
 
 
 def test_a_batch_whose_embedding_fails_goes_back_to_the_queue(
-    org: TenantFixture, published: list[None]
+    org: TenantFixture, published: list[int]
 ) -> None:
     ids = [
         int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
@@ -121,7 +133,7 @@ def test_a_batch_whose_embedding_fails_goes_back_to_the_queue(
 
 def test_with_redis_unreachable_a_record_is_stored_and_the_sweep_embeds_it(
     org: TenantFixture,
-    published: list[None],
+    published: list[int],
     monkeypatch: pytest.MonkeyPatch,
     django_capture_on_commit_callbacks: Callable,
     caplog: pytest.LogCaptureFixture,
@@ -145,10 +157,10 @@ def test_the_worker_embeds_records_through_the_queue(worker: None) -> None:
         for n in range(12)
     ]
     deadline = timezone.now() + timedelta(seconds=60)
-    while (_embedded() != set(ids) or redis_client().exists(DRAINING)) and (
+    while (_embedded() != set(ids) or redis_client().exists(*FLAGS)) and (
         timezone.now() < deadline
     ):
         threading.Event().wait(0.1)
     # All embedded, and the drain ended itself with the queue empty.
     assert _embedded() == set(ids)
-    assert _queued() == [] and not redis_client().exists(DRAINING)
+    assert _queued() == [] and not redis_client().exists(*FLAGS)
