@@ -4,7 +4,10 @@ torch (the runtime before it, and the reference for the vectors).
 
 For each: p50 / p95 of one query (what every recall, recommend and search waits for), and texts
 per second over LongMemEval-S turns (what ingest waits for) at several batch sizes; and how far
-the two runtimes' vectors are apart. One thread each (the server's EMBEDDING_THREADS).
+the two runtimes' vectors are apart. One thread each (the server's EMBEDDING_THREADS). Then
+the server's batching, texts per forward pass bounded by a token budget once padded
+(``LocalEmbeddingProvider._BATCH_TOKENS``), over the same turns and over short texts, the task
+and action of ``bench/experiences.py``'s experiences, at several budgets.
 
     python -m bench.embedding_runtime [--queries 200] [--turns 192] [--smoke]
 
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import PROJECT_DIR, SMOKE_NOTE, command_line, load_average, percentile
+from bench.experiences import data_generate
 
 BENCH_DATA = PROJECT_DIR.parent / "shared" / "bench-data" / "longmemeval"
 QUERIES = (
@@ -37,6 +41,7 @@ QUERIES = (
     "Why did the nightly import fail last Tuesday?",
 )
 BATCH_SIZES = (1, 2, 4, 16, 64)
+BATCH_TOKENS = (128, 256, 512, 1024)
 
 
 def turns_read(path: Path, count: int) -> list[str]:
@@ -113,6 +118,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {percentile(seconds, 0.95) * 1000:.1f} ms | "
             + " | ".join(f"{value:.1f} texts/s" for value in rates)
         )
+    experiences = data_generate(
+        experiences=arguments.turns, queries=1, warmup=0, seed=7, query_seed="runtime"
+    ).experiences
+    short = [f"{row['task']}\n{row['action']}" for row in experiences]
+    print(
+        "| onnxruntime, texts | one at a time | " + " | ".join(f"{b} tokens" for b in BATCH_TOKENS)
+    )
+    for name, batch in (("LongMemEval turns", texts), ("experiences", short)):
+        counts = sorted(exported.count_tokens(text) for text in batch)
+        tokens = f"{percentile(counts, 0.5):.0f} / {percentile(counts, 0.9):.0f} tokens p50 / p90"
+        rates = [rate(onnx(1), batch)] + [
+            rate(
+                lambda chunk, b=budget: exported.embed(chunk, batch_size=64, batch_tokens=b), batch
+            )
+            for budget in BATCH_TOKENS
+        ]
+        print(f"| {name} ({tokens}) | " + " | ".join(f"{value:.1f} texts/s" for value in rates))
     print(f"load average after: {load_average()}")
     if arguments.smoke:
         print(SMOKE_NOTE)

@@ -169,11 +169,16 @@ _shared_local_model = _SharedLocalModel()
 class LocalEmbeddingProvider(EmbeddingProvider):
     """all-MiniLM-L6-v2 on the CPU, offline (``memory.providers.local_model``)."""
 
-    # Texts per forward pass. On these 2 cores one thread embedded LongMemEval's turns at 27.5
-    # texts/s one at a time, 25.3 by 4, 21.4 by 16 and 11.2 by 64 (torch at its old setting, 64:
-    # 14.4): padding and attention over a batch cost more than batching saves
-    # (bench/embedding_runtime, RESULTS.md).
-    _BATCH_SIZE = 1
+    # Texts per forward pass: as many as fit _BATCH_TOKENS tokens once padded to the batch's
+    # longest, at most _BATCH_SIZE. A fixed count lost on long texts: one thread on these 2
+    # cores embedded LongMemEval's turns at 27.5 texts/s one at a time, 25.3 by 4, 21.4 by 16
+    # and 11.2 by 64 (bench/embedding_runtime, RESULTS.md): padding and attention cost more
+    # than batching saves. A budget keeps long texts alone and batches short ones: experiences
+    # (task and action, ~20 tokens) 95/s one at a time, 150/s with 128 tokens, 160 with 256,
+    # 166 with 512; LongMemEval's turns (84 tokens p50, 602 p90) 25/s with every budget from
+    # 128 to 1,024 (bench/embedding_runtime, 2026-12-03).
+    _BATCH_SIZE = 64
+    _BATCH_TOKENS = 256
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         if settings.model != LOCAL_MODEL_NAME:
@@ -205,7 +210,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         if not texts:
             return []
         vectors: list[list[float]] = self.model.embed(
-            list(texts), batch_size=self._BATCH_SIZE
+            list(texts), batch_size=self._BATCH_SIZE, batch_tokens=self._BATCH_TOKENS
         ).tolist()
         for vector in vectors:
             _check_size(vector, self.dimensions, LOCAL_MODEL_NAME)

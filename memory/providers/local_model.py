@@ -27,7 +27,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import onnxruntime
-    from tokenizers import Tokenizer
+    from tokenizers import Encoding, Tokenizer
 
 __all__ = [
     "LocalModel",
@@ -86,7 +86,7 @@ class LocalModel:
         self._counting.no_truncation()
         self._reading: Tokenizer = Tokenizer.from_file(str(weights / "tokenizer.json"))
         self._reading.enable_truncation(self.max_seq_length)
-        self._reading.enable_padding()  # to the longest text of each batch
+        self._reading.no_padding()  # each batch is padded to its longest text when it is run
         self.special_tokens = len(self._counting.encode("", add_special_tokens=True).ids)
 
         options = onnxruntime.SessionOptions()
@@ -101,20 +101,36 @@ class LocalModel:
         """The tokens of ``text``, whole (no truncation), without [CLS] and [SEP]."""
         return len(self._counting.encode(text, add_special_tokens=False).ids)
 
-    def embed(self, texts: list[str], *, batch_size: int) -> np.ndarray:
-        """Unit vectors, one row per text in order; texts go through the graph ``batch_size``
-        at a time, shortest first (so a batch pads little)."""
-        order = sorted(range(len(texts)), key=lambda index: len(texts[index]))
+    def embed(
+        self, texts: list[str], *, batch_size: int, batch_tokens: int | None = None
+    ) -> np.ndarray:
+        """Unit vectors, one row per text in order. Texts go through the graph shortest first,
+        up to ``batch_size`` at a time and, with ``batch_tokens``, only as many as fit that
+        many tokens once padded to the batch's longest (a long text goes alone)."""
+        encodings = self._reading.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda index: len(encodings[index].ids))
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            vectors[batch] = self._pooled([texts[index] for index in batch])
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and end - start < batch_size:
+                # Shortest first: the text joining a batch is its longest.
+                padded = (end - start + 1) * len(encodings[order[end]].ids)
+                if batch_tokens is not None and padded > batch_tokens:
+                    break
+                end += 1
+            batch = order[start:end]
+            vectors[batch] = self._pooled([encodings[index] for index in batch])
+            start = end
         return vectors
 
-    def _pooled(self, texts: list[str]) -> np.ndarray:
-        encodings = self._reading.encode_batch(texts)
-        ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
-        mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
+    def _pooled(self, encodings: list[Encoding]) -> np.ndarray:
+        width = max(len(encoding.ids) for encoding in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
         [hidden] = self._session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         )

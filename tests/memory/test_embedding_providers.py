@@ -104,13 +104,40 @@ def test_local_vectors_are_the_models_whether_batched_and_padded_or_not(
         texts, normalize_embeddings=True
     )
 
-    one_at_a_time = local.embed(texts)
+    by_budget = local.embed(texts)  # the long text alone, the two others padded together
+    monkeypatch.setattr(LocalEmbeddingProvider, "_BATCH_TOKENS", None)
     monkeypatch.setattr(LocalEmbeddingProvider, "_BATCH_SIZE", 3)
     padded = local.embed(texts)
+    monkeypatch.setattr(LocalEmbeddingProvider, "_BATCH_SIZE", 1)
+    one_at_a_time = local.embed(texts)
 
-    for vectors in (one_at_a_time, padded):
+    for vectors in (by_budget, one_at_a_time, padded):
         for vector, expected in zip(vectors, reference.tolist(), strict=True):
             assert vector == pytest.approx(expected, abs=1e-5)
+
+
+def test_local_batches_hold_at_most_their_token_budget_once_padded(
+    local: LocalEmbeddingProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = local.model
+    texts = [" ".join(["word"] * count) for count in (3, 40, 5, 120, 8, 60, 2, 250, 30, 9)]
+    widths: list[tuple[int, int]] = []
+    pooled = model._pooled
+
+    def recording(encodings: list) -> object:
+        widths.append((len(encodings), max(len(encoding.ids) for encoding in encodings)))
+        return pooled(encodings)
+
+    monkeypatch.setattr(model, "_pooled", recording)
+    batched = model.embed(texts, batch_size=4, batch_tokens=128)
+    assert sum(count for count, _ in widths) == len(texts)
+    # Shortest first, each batch as full as the budget and the count allow; a text longer
+    # than the budget alone.
+    assert all(count * width <= 128 or count == 1 for count, width in widths)
+    assert all(count <= 4 for count, _ in widths)
+    assert widths[0] == (4, 10) and widths[-1][0] == 1 and len(widths) < len(texts)
+    alone = model.embed(texts, batch_size=1)
+    assert abs(batched - alone).max() < 1e-5
 
 
 def test_local_model_is_exported_once_and_then_read(tmp_path) -> None:
