@@ -7,7 +7,8 @@ push that sets it publishes a drain task, which embeds the list a batch at a tim
 is empty, so a burst of a thousand single records is one task and a few model runs. A drain
 that finds more than a batch waiting starts others beside it, up to ``EXPERIENCE_EMBED_DRAINS``
 (the worker's processes): the model runs on one core a process, and one drain alone embedded
-10,000 experiences at 59/s where a task per record had both processes at 78-92/s.
+10,000 experiences at 59/s where a task per record had both processes at 78-92/s. Drains yield
+to a burst of records (``RECORDING``): embedding waits for the writes to pause.
 
 Nothing here raises for an unreachable Redis or broker: the beat sweep
 (``embed_pending_experiences``) embeds whatever waited longer than two minutes, as it does
@@ -17,6 +18,7 @@ for a drain that died with a batch in hand.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import redis
@@ -39,6 +41,16 @@ DRAINING_SECONDS = 60
 # (the worker takes extraction jobs in between): about 10 s of model time.
 BATCH = 200
 BATCHES_PER_TASK = 5
+# Set by every push for a second: records are arriving. A drain waits for a second without
+# one before each batch, up to YIELD_SECONDS, so a burst of writes is not slowed by embedding
+# beside it: the worker is niced, but its database session, writing vectors into the HNSW
+# indexes, is not. With embedding held off the bench's 2,000 single records went at 215/s,
+# beside it at 112/s (bench/experiences.py, 2026-12-03). The cap keeps a sustained burst
+# from starving embedding: a batch every YIELD_SECONDS at the least.
+RECORDING = "mirix:experiences-recording"
+RECORDING_MILLISECONDS = 1000
+YIELD_SECONDS = 10.0
+_YIELD_POLL_SECONDS = 0.1
 
 
 def _start(client: redis.Redis, slot: int) -> None:
@@ -61,7 +73,8 @@ def experiences_embed_soon(experience_ids: Sequence[int]) -> None:
         pipeline = client.pipeline(transaction=False)
         pipeline.rpush(QUEUE, *experience_ids)
         pipeline.set(DRAINING.format(slot=0), 1, nx=True, ex=DRAINING_SECONDS)
-        _, started = pipeline.execute()
+        pipeline.set(RECORDING, 1, px=RECORDING_MILLISECONDS)
+        _, started, _ = pipeline.execute()
         if started:
             _start(client, 0)
     except (redis.RedisError, OperationalError) as error:
@@ -81,11 +94,20 @@ def _helpers_start(client: redis.Redis, slot: int) -> None:
             _start(client, other)
 
 
+def _writes_yielded_to(client: redis.Redis, flag: str) -> None:
+    """Wait while records are arriving, ``YIELD_SECONDS`` at most, holding the drain's slot."""
+    deadline = time.monotonic() + YIELD_SECONDS
+    while client.exists(RECORDING) and time.monotonic() < deadline:
+        client.expire(flag, DRAINING_SECONDS)
+        time.sleep(_YIELD_POLL_SECONDS)
+
+
 def experiences_embed_drain(
     *, embedders: Sequence[EmbeddingProvider], slot: int = 0
 ) -> tuple[int, bool]:
     """Embed queued experiences, ``BATCH`` at a time, until the queue is empty or
-    ``BATCHES_PER_TASK`` ran, as the drain holding ``slot``. Returns how many were embedded
+    ``BATCHES_PER_TASK`` ran, as the drain holding ``slot``, each batch after records stop
+    arriving (or ``YIELD_SECONDS``). Returns how many were embedded
     and whether more wait (the caller publishes the next drain of the slot; its flag stays
     set for it). A batch whose embedding fails goes back to the head of the queue before the
     error propagates."""
@@ -93,6 +115,7 @@ def experiences_embed_drain(
     flag = DRAINING.format(slot=slot)
     embedded = 0
     for _ in range(BATCHES_PER_TASK):
+        _writes_yielded_to(client, flag)
         client.expire(flag, DRAINING_SECONDS)
         popped = client.lpop(QUEUE, BATCH)
         if not popped:

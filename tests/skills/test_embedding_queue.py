@@ -16,7 +16,7 @@ from memory.providers.embeddings import EmbeddingTransientError
 from memory.retrieval.spaces import write_embedders
 from mirix_site.redis import redis_client
 from skills import embedding_queue, tasks
-from skills.embedding_queue import DRAINING, QUEUE, experiences_embed_drain
+from skills.embedding_queue import DRAINING, QUEUE, RECORDING, experiences_embed_drain
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import Experience
 from tests.factories import TenantFixture, tenant_fixture
@@ -28,7 +28,7 @@ FLAGS = [DRAINING.format(slot=slot) for slot in range(4)]
 @pytest.fixture
 def published(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """An empty queue, and the slots of the drain tasks published, instead of publishing them."""
-    redis_client().delete(QUEUE, *FLAGS)
+    redis_client().delete(QUEUE, RECORDING, *FLAGS)
     calls: list[int] = []
     monkeypatch.setattr(tasks.experiences_embed_drain_task, "delay", calls.append)
     yield calls
@@ -103,6 +103,34 @@ def test_a_long_queue_is_drained_a_task_at_a_time_with_helpers_beside(
     assert not redis_client().exists(FLAGS[1]) and redis_client().exists(FLAGS[0])
     assert experiences_embed_drain(embedders=write_embedders(), slot=0) == (0, False)
     assert not redis_client().exists(*FLAGS)
+
+
+def test_a_drain_waits_for_records_to_stop_arriving_but_not_for_ever(
+    org: TenantFixture, published: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [
+        int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
+        for n in range(2)
+    ]
+    embedded_while_recording: list[bool] = []
+    embed = embedding_queue.experiences_embed
+
+    def embedding(**arguments: object) -> int:
+        embedded_while_recording.append(bool(redis_client().exists(RECORDING)))
+        return embed(**arguments)
+
+    monkeypatch.setattr(embedding_queue, "experiences_embed", embedding)
+    redis_client().rpush(QUEUE, ids[0])
+    redis_client().set(RECORDING, 1, px=400)  # a record a moment ago
+    assert experiences_embed_drain(embedders=write_embedders()) == (1, False)
+    assert embedded_while_recording == [False]
+    # Records that never stop arriving hold a batch back YIELD_SECONDS, then it is embedded.
+    monkeypatch.setattr(embedding_queue, "YIELD_SECONDS", 0.3)
+    redis_client().rpush(QUEUE, ids[1])
+    redis_client().set(RECORDING, 1)
+    assert experiences_embed_drain(embedders=write_embedders()) == (1, False)
+    assert embedded_while_recording == [False, True]
+    assert _embedded() == set(ids)
 
 
 class _Overloaded:
