@@ -114,11 +114,24 @@ def test_scores_and_order_match_okapi_bm25(org: TenantFixture) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-# 0: every pruned term's postings read whole; 1: looked up by id; the default: either, by df.
-@pytest.mark.parametrize("probe_fraction", [0.0, 1.0, bm25.PROBE_FRACTION])
+@pytest.mark.parametrize(
+    ("single_statement_postings", "probe_fraction"),
+    [
+        (10**9, bm25.PROBE_FRACTION),  # one statement scores every posting
+        # Term by term: every pruned term's postings read whole; looked up by id; either, by df.
+        (0, 0.0),
+        (0, 1.0),
+        (0, bm25.PROBE_FRACTION),
+    ],
+)
 def test_pruned_top_k_equals_exhaustive_scoring(
-    org: TenantFixture, seed: int, probe_fraction: float, monkeypatch: pytest.MonkeyPatch
+    org: TenantFixture,
+    seed: int,
+    single_statement_postings: int,
+    probe_fraction: float,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(bm25, "SINGLE_STATEMENT_POSTINGS", single_statement_postings)
     monkeypatch.setattr(bm25, "PROBE_FRACTION", probe_fraction)
     generator = random.Random(seed)
     texts = [" ".join(generator.choices(WORDS, k=generator.randint(3, 25))) for _ in range(400)]
