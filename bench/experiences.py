@@ -38,20 +38,20 @@ Mimir's side (``--mimir-python``: the python of a virtualenv with ``mimir-learn=
 for hybrid recall, its ``embeddings`` extra): this file runs under that python as a child
 process (``--mimir-child``), given the same data as JSON in a temporary directory, and stores
 into a SQLite file there (Mimir's default store: WAL, one commit per write). With
-``--mimir-embeddings model`` (the default when sentence-transformers imports there) Mimir
-embeds with the same local all-MiniLM-L6-v2 the server uses, offline, with
-``--torch-threads`` (1, the server's EMBEDDING_THREADS); ``none`` leaves Mimir keyword-only
-(FTS5). Its vector search runs on sqlite-vec when its ``vector`` extra is installed and that
-python's sqlite3 loads extensions (pyenv's 3.11.7 here does not, Debian's /usr/bin/python3.11
-does), else as a Python cosine scan of every row (2 s a recall at 10,000 here); the output
-says which. Mimir has no batch write: record single is ``record()`` from ``--threads``
-threads (Mimir serialises writes with a lock; its reads use a connection per thread), and its
-bulk path, the fastest it offers, is ``write()`` of pre-built experiences whose embeddings were
-computed in one batched model call (counted in its time). Each Mimir write also deletes its id
-from the FTS5 table, where the id is UNINDEXED: a scan of the table, so writes slow down as the
-store grows (the bulk part, written second, pays more per row). Then the same warm-up,
-recall(k=5) and recommend() of every query, timed in-process. Mimir embeds before a write
-returns, our server after it answers: "write to recallable" compares the two.
+``--mimir-embeddings model`` (the default when sentence-transformers imports there) Mimir embeds
+with the same local all-MiniLM-L6-v2 the server uses, offline, with ``--torch-threads`` (2, as
+many as a web process of the server gives its model: EMBEDDING_THREADS); ``none`` leaves Mimir
+keyword-only (FTS5). Its vector search runs on sqlite-vec when its ``vector`` extra is installed
+and that python's sqlite3 loads extensions (pyenv's 3.11.7 here does not, Debian's
+/usr/bin/python3.11 does), else as a Python cosine scan of every row (2 s a recall at 10,000
+here); the output says which. Mimir has no batch write: record single is ``record()`` from
+``--threads`` threads (Mimir serialises writes with a lock; its reads use a connection per
+thread), and its bulk path, the fastest it offers, is ``write()`` of pre-built experiences whose
+embeddings were computed in one batched model call (counted in its time). Each Mimir write also
+deletes its id from the FTS5 table, where the id is UNINDEXED: a scan of the table, so writes
+slow down as the store grows (the bulk part, written second, pays more per row). Then the same
+warm-up, recall(k=5) and recommend() of every query, timed in-process. Mimir embeds before a
+write returns, our server after it answers: "write to recallable" compares the two.
 
 Both sides also score what they answered, as a sanity check (figures are not the point):
 ``same task@5`` is the share of recall's top 5 whose task is the query's (subject, symptom)
@@ -71,7 +71,7 @@ line and the load average at start and end are printed (RESULTS.md wants what ra
     .venv/bin/python -m bench.experiences --mimir-python /work/mimir-venv/bin/python
         [--base-url URL] [--api-key KEY] [--experiences 10000] [--single 2000]
         [--batch-size 500] [--threads 4] [--queries 300] [--warmup 20] [--seed 7]
-        [--mimir-embeddings auto|model|none] [--torch-threads 1] [--keep]
+        [--mimir-embeddings auto|model|none] [--torch-threads 2] [--keep]
         [--json-out FILE] [--smoke]
 
 ``--smoke``: 200 experiences (40 single, 4 batches of 40), 8 queries, 2 warm-up; Mimir only if
@@ -1286,7 +1286,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         help="model: Mimir embeds with the local all-MiniLM-L6-v2 (needs sentence-transformers "
         "in its virtualenv); none: keyword only; auto: model when it imports",
     )
-    parser.add_argument("--torch-threads", type=int, default=1, help="Mimir's model threads")
+    parser.add_argument("--torch-threads", type=int, default=2, help="Mimir's model threads")
     parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds")
     parser.add_argument("--stall-seconds", type=float, default=300.0)
     parser.add_argument("--keep", action="store_true", help="keep the bench's user")

@@ -260,8 +260,7 @@ def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: P
 def django_setup(arguments: argparse.Namespace) -> str:
     """The server's settings against its database, unless this process has set Django up
     already (a test): then its setup and database are the bench's. Returns which database.
-    The local model keeps the server's one torch thread (EMBEDDING_THREADS): with a second
-    thread it ran 2.7 times slower here as soon as anything else wanted the other core."""
+    The local model runs as in a web process (EMBEDDING_THREADS)."""
     import django
     from django.apps import apps
 

@@ -389,6 +389,8 @@ def command_run() -> int:
                 "nice",
                 "-n",
                 os.environ.get("WORKER_NICE", "10"),
+                "env",
+                f"EMBEDDING_THREADS={os.environ.get('WORKER_EMBEDDING_THREADS', '1')}",
                 str(bin_dir / "celery"),
                 "-A",
                 "mirix_site",
