@@ -25,7 +25,8 @@ import redis
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-from memory.providers.embeddings import EmbeddingProvider
+from memory.providers.embeddings import EmbeddingProvider, EmbeddingTransientError
+from mirix_site.database import database_unreachable
 from mirix_site.redis import redis_client
 from skills.services.experiences import experiences_embed
 
@@ -109,8 +110,9 @@ def experiences_embed_drain(
     ``BATCHES_PER_TASK`` ran, as the drain holding ``slot``, each batch after records stop
     arriving (or ``YIELD_SECONDS``). Returns how many were embedded
     and whether more wait (the caller publishes the next drain of the slot; its flag stays
-    set for it). A batch whose embedding fails goes back to the head of the queue before the
-    error propagates."""
+    set for it). A batch whose embedding fails for a passing reason (a provider's overload, a
+    database restart) goes back to the head of the queue before the error propagates; any other
+    failure is logged and the batch left to the beat sweep, so it cannot hold up the rest."""
     client = redis_client()
     flag = DRAINING.format(slot=slot)
     embedded = 0
@@ -130,7 +132,12 @@ def experiences_embed_drain(
         ids = sorted({int(value) for value in popped})
         try:
             embedded += experiences_embed(experience_ids=ids, embedders=embedders)
-        except Exception:
-            client.lpush(QUEUE, *ids)
-            raise
+        except Exception as error:
+            if isinstance(error, EmbeddingTransientError) or database_unreachable(error):
+                client.lpush(QUEUE, *ids)  # the task's retry takes them first
+                raise
+            # Not a passing fault: not put back, as the batch would fail every later drain too.
+            logger.exception(
+                "embedding %s queued experiences failed; the sweep tries them again", len(ids)
+            )
     return embedded, True

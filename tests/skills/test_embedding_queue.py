@@ -159,6 +159,33 @@ def test_a_batch_whose_embedding_fails_goes_back_to_the_queue(
     assert _embedded() == set()
 
 
+class _Broken(_Overloaded):
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise ValueError("the provider answered 3 vectors for 2 texts")
+
+
+def test_a_batch_that_fails_for_good_is_left_to_the_sweep_and_the_rest_embedded(
+    org: TenantFixture, published: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedding_queue, "BATCH", 2)
+    ids = [
+        int(record(org, task=f"Task {n}", action="Retry", outcome="success")["id"])
+        for n in range(4)
+    ]
+    redis_client().rpush(QUEUE, *ids)
+    embedder = write_embedders()[0]
+    calls = iter([_Broken(embedder), embedder])
+    real = embedding_queue.experiences_embed
+
+    def embedding(*, experience_ids: list[int], embedders: list) -> int:
+        return real(experience_ids=experience_ids, embedders=[next(calls)])
+
+    monkeypatch.setattr(embedding_queue, "experiences_embed", embedding)
+    assert experiences_embed_drain(embedders=[embedder]) == (2, False)
+    assert _queued() == []
+    assert _embedded() == set(ids[2:])  # the first batch waits for the sweep
+
+
 def test_with_redis_unreachable_a_record_is_stored_and_the_sweep_embeds_it(
     org: TenantFixture,
     published: list[int],
