@@ -107,6 +107,14 @@ def term_weight(tf: int, doc_length: int, average_length: float) -> float:
     return tf * (K1 + 1) / (tf + K1 * (1 - B + B * doc_length / average_length))
 
 
+def _ids_restriction(params: dict[str, object], column: str, ids: Collection[int] | None) -> str:
+    """``AND column = ANY(ids)``, its parameter added to ``params``; nothing for None."""
+    if ids is None:
+        return ""
+    params["only"] = list(ids)
+    return f"AND {column} = ANY(%(only)s::bigint[])"
+
+
 def _postings(
     scope: Scope,
     kind: SearchableKind,
@@ -118,10 +126,7 @@ def _postings(
     ids."""
     where, params = scope.where()
     params |= {"kind": kind.code, "lexeme": lexeme}
-    restriction = ""
-    if only is not None:
-        restriction = "AND document_id = ANY(%(only)s::bigint[])"
-        params["only"] = list(only)
+    restriction = _ids_restriction(params, "document_id", only)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT document_id, tf, doc_length FROM {_POSTINGS} "  # noqa: S608
@@ -187,10 +192,7 @@ def _scored_in_one_statement(
         "average": average,
         "limit": limit,
     }
-    restriction = ""
-    if allowed_ids is not None:
-        restriction = "AND p.document_id = ANY(%(allowed)s::bigint[])"
-        params["allowed"] = list(allowed_ids)
+    restriction = _ids_restriction(params, "p.document_id", allowed_ids)
     with connection.cursor() as cursor:
         cursor.execute(
             # Summed in the terms' order, as the other path does: equal scores stay equal.
