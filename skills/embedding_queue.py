@@ -25,10 +25,10 @@ import redis
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-from memory.providers.embeddings import EmbeddingProvider, EmbeddingTransientError
-from mirix_site.database import database_unreachable
+from memory.providers.embeddings import EmbeddingProvider
 from mirix_site.redis import redis_client
 from skills.services.experiences import experiences_embed
+from skills.tasks import embedding_fault_passing, experiences_embed_drain_task
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ _YIELD_POLL_SECONDS = 0.1
 
 def _start(client: redis.Redis, slot: int) -> None:
     """Publish a drain for ``slot``, whose flag the caller has just set."""
-    from skills.tasks import experiences_embed_drain_task
-
     try:
         experiences_embed_drain_task.delay(slot)
     except OperationalError:
@@ -133,7 +131,7 @@ def experiences_embed_drain(
         try:
             embedded += experiences_embed(experience_ids=ids, embedders=embedders)
         except Exception as error:
-            if isinstance(error, EmbeddingTransientError) or database_unreachable(error):
+            if embedding_fault_passing(error):
                 client.lpush(QUEUE, *ids)  # the task's retry takes them first
                 raise
             # Not a passing fault: not put back, as the batch would fail every later drain too.

@@ -23,6 +23,12 @@ MAX_RETRIES = 5
 SWEEP_BATCH = 2000
 
 
+def embedding_fault_passing(error: BaseException) -> bool:
+    """Whether an embedding job that raised this is worth retrying as it is: the provider's
+    overload or the database out of reach, not a bug or bad data."""
+    return isinstance(error, EmbeddingTransientError) or database_unreachable(error)
+
+
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def experiences_embed_drain_task(self, slot: int = 0) -> int:  # noqa: ANN001
     """Embed the experiences queued for it (skills/embedding_queue.py) and group their actions'
@@ -34,7 +40,7 @@ def experiences_embed_drain_task(self, slot: int = 0) -> int:  # noqa: ANN001
     try:
         embedded, more = experiences_embed_drain(embedders=write_embedders(), slot=slot)
     except Exception as error:
-        if not isinstance(error, EmbeddingTransientError) and not database_unreachable(error):
+        if not embedding_fault_passing(error):
             raise
         countdown = random.uniform(0.5, 1.0) * min(900.0, 2.0 * 2**self.request.retries)  # noqa: S311
         raise self.retry(countdown=countdown, exc=error) from error
@@ -66,7 +72,7 @@ def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
     try:
         return skills_embed(skill_ids=skill_ids, embedders=write_embedders())
     except Exception as error:
-        if not isinstance(error, EmbeddingTransientError) and not database_unreachable(error):
+        if not embedding_fault_passing(error):
             raise
         countdown = random.uniform(0.5, 1.0) * min(900.0, 2.0 * 2**self.request.retries)  # noqa: S311
         raise self.retry(countdown=countdown, exc=error) from error
