@@ -73,8 +73,10 @@ class SearchOutcome:
     # Per kind searched: its gate's thresholds (None: the gate was off).
     gate_thresholds: dict[str, Thresholds | None] = field(default_factory=dict)
     gate_counts: dict[str, int] = field(default_factory=dict)
-    embed_ms: float = 0.0  # the query's embedding (0 when cached or not needed)
-    search_ms: float = 0.0  # lanes, fusion, gate and rows
+    embed_ms: float = 0.0  # the query's embedding (~0 when cached, 0 when not needed)
+    # Lanes, fusion, gate and rows: the wall time beyond the embedding's (the first BM25 lane
+    # runs beside the embedding, so this is what the search added to it).
+    search_ms: float = 0.0
     # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
 
@@ -239,7 +241,7 @@ def _search_kind(
     scope: Scope,
     *,
     embedder: EmbeddingProvider | None,
-    vector: list[float] | None,
+    vector: Callable[[], list[float] | None],
     gate: Callable[[], dict[str, Thresholds | None]],
     lane_ms: dict[str, float],
 ) -> list[Candidate]:
@@ -249,22 +251,31 @@ def _search_kind(
     fused_lanes = request.method == "hybrid" or spoken is not None
     fetch = request.limit * OVERFETCH if fused_lanes else request.limit
     hybrid = request.method == "hybrid"
-    nearest_in: Callable[..., list[tuple[int, float]]] | None = None
+    model = embedder.model_name if embedder is not None else None
+
+    def nearest_in(allowed_ids: set[int] | None, lane: str) -> list[tuple[int, float]]:
+        query = vector()  # the lane waits for the embedding; its time starts after
+        if query is None or model is None:
+            return []
+        return _timed(
+            lane_ms,
+            lane,
+            partial(
+                vector_search,
+                scope=scope,
+                kind=kind,
+                vector=query,
+                model=model,
+                limit=fetch,
+                max_distance=request.similarity_threshold,
+                allowed_ids=allowed_ids,
+            ),
+        )()
+
     nearest: Lane[list[tuple[int, float]]] | None = None
-    if request.method in ("embedding", "hybrid") and vector is not None and embedder is not None:
-        nearest_in = partial(
-            vector_search,
-            scope=scope,
-            kind=kind,
-            vector=vector,
-            model=embedder.model_name,
-            limit=fetch,
-            max_distance=request.similarity_threshold,
-        )
+    if request.method in ("embedding", "hybrid") and model is not None:
         # Started first: in a hybrid search it runs on its own connection beside BM25.
-        nearest = Lane(
-            _timed(lane_ms, "vector", partial(nearest_in, allowed_ids=allowed)), beside=hybrid
-        )
+        nearest = Lane(partial(nearest_in, allowed, "vector"), beside=hybrid)
     # Read now, while the vector lane runs beside, rather than after it.
     thresholds = gate().get(kind.name)
     keywords = partial(_keyword_lane, kind, request, scope, limit=fetch)
@@ -276,16 +287,15 @@ def _search_kind(
     distances: dict[int, float] = {}
     if spoken is not None and request.method in ("bm25", "hybrid"):
         time_lane = _timed(lane_ms, "time", partial(keywords, allowed=spoken))()
-    elif spoken is not None and nearest_in is not None:
-        time_lane = _timed(lane_ms, "time", partial(nearest_in, allowed_ids=spoken))()
+    elif spoken is not None and nearest is not None:
+        time_lane = nearest_in(spoken, "time")
         distances = dict(time_lane)  # a vector lane: its rows come with their distances
     keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
-    if thresholds is not None and nearest is not None and keyword_ids:
+    query = vector() if thresholds is not None and nearest is not None and keyword_ids else None
+    if query is not None:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
         # whose distances are read here, while the vector lane may still run.
-        distances = distances_of(
-            kind=kind, vector=vector, model=embedder.model_name, document_ids=keyword_ids
-        )
+        distances = distances_of(kind=kind, vector=query, model=model, document_ids=keyword_ids)
     nearest_rows = nearest.result() if nearest is not None else []
     if not fused_lanes and request.method == "bm25":
         return [
@@ -332,10 +342,21 @@ def search(
         raise ValueError(request.method)
     began = time.perf_counter()
     wants_vectors = request.method in ("embedding", "hybrid") and embedder is not None
-    vector = (
-        query_vector(request.query, embedder) if wants_vectors and request.query.strip() else None
-    )
-    embedded = time.perf_counter()
+    embed_ms = 0.0
+
+    def embed() -> list[float] | None:
+        nonlocal embed_ms
+        if not wants_vectors or not request.query.strip():
+            return None
+        started = time.perf_counter()
+        try:
+            return query_vector(request.query, embedder)
+        finally:
+            embed_ms = (time.perf_counter() - started) * 1000
+
+    # In a hybrid search the query is embedded in the lane pool while the first kind's BM25
+    # lane runs here: the two take about as long, and neither needs the other.
+    vector = cache(Lane(embed, beside=request.method == "hybrid").result)
     # The gate's thresholds, read once, at the first point a search can wait for them.
     gate = cache(
         lambda: (
@@ -370,7 +391,8 @@ def search(
         embedding_model=embedder.model_name if embedder is not None else None,
         gate_thresholds=gate(),
         gate_counts=gate_counts,
-        embed_ms=(embedded - began) * 1000,
-        search_ms=(time.perf_counter() - embedded) * 1000,
+        embed_ms=embed_ms,
+        # What the search added to the embedding's time (their sum is the wall time).
+        search_ms=max((time.perf_counter() - began) * 1000 - embed_ms, 0.0),
         lane_ms=lane_ms,
     )
