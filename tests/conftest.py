@@ -10,6 +10,7 @@ from django.core.servers.basehttp import WSGIRequestHandler
 
 from images import fetch as image_fetch_module
 from memory.retrieval.lanes import lanes_close
+from memory.retrieval.vectors import own_index_seen_forget
 from mirix_site.celery import app as celery_app
 from mirix_site.redis import redis_client
 from skills import embedding_queue
@@ -28,6 +29,13 @@ def _lane_connections_closed(django_db_setup: None) -> Iterator[None]:
     gone before the test database is dropped."""
     yield
     lanes_close()
+
+
+@pytest.fixture(autouse=True)
+def _own_indexes_asked_afresh() -> None:
+    """A test's users, their indexes built or dropped, are asked about from its first search
+    (the vector lane remembers usable own indexes for a minute)."""
+    own_index_seen_forget()
 
 
 @pytest.fixture(scope="session", autouse=True)

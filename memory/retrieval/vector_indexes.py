@@ -172,6 +172,8 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
+    if outcome.dropped:
+        vectors.own_index_seen_forget()  # this process's searches stop taking them now
     if outcome.built or outcome.dropped:
         logger.info("vector indexes: built %s, dropped %s", outcome.built, outcome.dropped)
     return outcome

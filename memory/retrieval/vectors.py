@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Collection
 from functools import cache
 
@@ -110,6 +111,19 @@ VALID_INDEX_SQL = (
 )
 
 
+# Own indexes seen usable, by name, with when: a search of their user takes them without asking
+# again for this long. Asking is a second round trip on every search of a large user (a third of
+# recall's vector lane under load). Safe to be stale: a dropped index's user holds at most half
+# EXACT_SCAN_MAX_ROWS, and the own-ordered query without its index scans them exactly.
+OWN_INDEX_SEEN_SECONDS = 60.0
+_own_seen: dict[str, float] = {}
+
+
+def own_index_seen_forget() -> None:
+    """Ask the database again on the next search of every user (tests that drop indexes)."""
+    _own_seen.clear()
+
+
 def _path(scope: Scope, kind: SearchableKind, model: str) -> str:
     """Which path a search takes: "own" when the user has a usable index of their own (built
     only past EXACT_SCAN_MAX_ROWS), else "exact" when the scope holds at most that many
@@ -118,6 +132,8 @@ def _path(scope: Scope, kind: SearchableKind, model: str) -> str:
     where, params = scope.where()
     table = kind.embedding_table
     own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
+    if time.monotonic() - _own_seen.get(own, -OWN_INDEX_SEEN_SECONDS) < OWN_INDEX_SEEN_SECONDS:
+        return "own"
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT own.usable, CASE WHEN own.usable THEN NULL ELSE (SELECT count(*) FROM "  # noqa: S608
@@ -128,6 +144,7 @@ def _path(scope: Scope, kind: SearchableKind, model: str) -> str:
         )
         has_own, rows = cursor.fetchone()
     if has_own:
+        _own_seen[own] = time.monotonic()
         return "own"
     return "exact" if rows <= EXACT_SCAN_MAX_ROWS else "shared"
 

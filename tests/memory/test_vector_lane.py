@@ -193,6 +193,11 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     assert f"building {own}: episodic, {MODEL}, 6,000 embeddings" in out.getvalue()
     assert "1 built, 0 dropped." in out.getvalue()  # 6,000 > 5,000; the others hold 50 or 30
     assert f"Index Scan using {own}" in _vector_plan(large)
+    # Seen usable, the own index is taken without asking again: one statement a search.
+    query = _query_vector(3)
+    with CaptureQueriesContext(connection) as again:
+        vector_search(scope=large, kind=EPISODIC, vector=query, model=MODEL, limit=10)
+    assert len(again.captured_queries) == 1
     # Another user's searches, forced through the index path, still find their true top 10.
     recalls = [_recall(small, _query_vector(seed), exact_for_search=False) for seed in range(10)]
     assert sum(recalls) / len(recalls) >= 0.95, recalls
