@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from array import array
+from functools import partial
 
 import redis
 
 from memory.providers.embeddings import EmbeddingProvider
+from memory.retrieval.lanes import Lane
 from mirix_site.redis import redis_client
 
 logger = logging.getLogger(__name__)
@@ -21,9 +23,34 @@ def _key(model: str, text: str) -> str:
     return f"mirix:qvec:{model}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
+# Embeddings started ahead of the search that reads them, by (model, text): an endpoint whose
+# search text is its query parameter starts it once the parameters are valid, so the reads it
+# makes before searching (the end user, the client's settings, the scope) run beside the model.
+# Per process; the oldest is dropped past MAX_STARTED (a request that failed after starting).
+MAX_STARTED = 32
+_started: dict[tuple[str, str], Lane[list[float]]] = {}
+
+
+def query_vector_start(text: str, embedder: EmbeddingProvider) -> None:
+    """Start embedding ``text`` in the lane pool; the next ``query_vector`` of it takes it."""
+    key = (embedder.model_name, text)
+    if not text.strip() or key in _started:
+        return
+    while len(_started) >= MAX_STARTED:
+        _started.pop(next(iter(_started)), None)
+    _started[key] = Lane(partial(_query_vector, text, embedder), beside=True)
+
+
 def query_vector(text: str, embedder: EmbeddingProvider) -> list[float]:
     """The query's embedding (of its first chunk: a question longer than the model's window
     is rare, and its opening says what it is about)."""
+    started = _started.pop((embedder.model_name, text), None)
+    if started is not None:
+        return started.result()
+    return _query_vector(text, embedder)
+
+
+def _query_vector(text: str, embedder: EmbeddingProvider) -> list[float]:
     key = _key(embedder.model_name, text)
     try:
         cached = redis_client().get(key)

@@ -10,7 +10,15 @@ from accounts.models import EndUser
 from accounts.tenancy import Scope, Tenant
 from memory.retrieval.engine import SearchOutcome, SearchRequest, search
 from memory.retrieval.log import retrieval_log_write
+from memory.retrieval.query_vectors import query_vector_start
 from memory.retrieval.spaces import read_embedder
+
+
+def retrieval_start(query: str) -> None:
+    """Start embedding the query of a search about to be made (its text exactly as the search
+    will have it), so that what the caller reads before calling ``retrieval_search`` runs
+    beside the model."""
+    query_vector_start(query, read_embedder())
 
 
 def retrieval_search(

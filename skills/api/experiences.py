@@ -21,6 +21,7 @@ from accounts.api.schema import error_response
 from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.retrieval import RetrievalApiView
+from memory.retrieval.service import retrieval_start
 from skills.api.serializers import (
     ConversationRecordSerializer,
     ExperienceBatchSerializer,
@@ -245,6 +246,8 @@ class ExperienceRecallApi(RetrievalApiView):
         params = RecallParamsSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         data = params.validated_data
+        if data["search_method"] != "bm25":
+            retrieval_start(data["query"])
         self.outcome = experiences_recall(
             tenant=self.tenant,
             end_user=end_user_get(tenant=self.tenant, user_id=data["user_id"]),
@@ -277,6 +280,7 @@ class ExperienceRecommendApi(RetrievalApiView):
         params = RecommendParamsSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         data = params.validated_data
+        retrieval_start(data["task"])
         recommended = experience_recommend(
             tenant=self.tenant,
             end_user=end_user_get(tenant=self.tenant, user_id=data["user_id"]),
