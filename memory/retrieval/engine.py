@@ -24,7 +24,7 @@ from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
-from memory.retrieval.query_vectors import query_vector
+from memory.retrieval.query_vectors import QueryVector, query_vector
 from memory.retrieval.vectors import distances_of, vector_search
 from mirix_site.rows import instance_build, model_columns
 
@@ -73,9 +73,9 @@ class SearchOutcome:
     # Per kind searched: its gate's thresholds (None: the gate was off).
     gate_thresholds: dict[str, Thresholds | None] = field(default_factory=dict)
     gate_counts: dict[str, int] = field(default_factory=dict)
-    embed_ms: float = 0.0  # the query's embedding (~0 when cached, 0 when not needed)
-    # Lanes, fusion, gate and rows: the wall time beyond the embedding's (the first BM25 lane
-    # runs beside the embedding, so this is what the search added to it).
+    embed_ms: float = 0.0  # the query's embedding (its cache read when cached; 0: not needed)
+    # Lanes, fusion, gate and rows: the search's wall time less its wait for the embedding
+    # (the embedding runs beside the first BM25 lane, or before the search began).
     search_ms: float = 0.0
     # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
@@ -242,6 +242,7 @@ def _search_kind(
     *,
     embedder: EmbeddingProvider | None,
     vector: Callable[[], list[float] | None],
+    awaited: Callable[[], None],
     gate: Callable[[], dict[str, Thresholds | None]],
     lane_ms: dict[str, float],
 ) -> list[Candidate]:
@@ -288,10 +289,14 @@ def _search_kind(
     if spoken is not None and request.method in ("bm25", "hybrid"):
         time_lane = _timed(lane_ms, "time", partial(keywords, allowed=spoken))()
     elif spoken is not None and nearest is not None:
+        awaited()
         time_lane = nearest_in(spoken, "time")
         distances = dict(time_lane)  # a vector lane: its rows come with their distances
     keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
-    query = vector() if thresholds is not None and nearest is not None and keyword_ids else None
+    gated = thresholds is not None and nearest is not None and keyword_ids
+    if gated or nearest is not None:
+        awaited()
+    query = vector() if gated else None
     if query is not None:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
         # whose distances are read here, while the vector lane may still run.
@@ -342,21 +347,28 @@ def search(
         raise ValueError(request.method)
     began = time.perf_counter()
     wants_vectors = request.method in ("embedding", "hybrid") and embedder is not None
-    embed_ms = 0.0
 
-    def embed() -> list[float] | None:
-        nonlocal embed_ms
+    def embed() -> QueryVector | None:
         if not wants_vectors or not request.query.strip():
             return None
-        started = time.perf_counter()
-        try:
-            return query_vector(request.query, embedder)
-        finally:
-            embed_ms = (time.perf_counter() - started) * 1000
+        return query_vector(request.query, embedder)
 
-    # In a hybrid search the query is embedded in the lane pool while the first kind's BM25
-    # lane runs here: the two take about as long, and neither needs the other.
-    vector = cache(Lane(embed, beside=request.method == "hybrid").result)
+    # In a hybrid search the query is embedded in the lane pool (unless its endpoint started
+    # it already) while the first kind's BM25 lane runs here: neither needs the other.
+    embedding = cache(Lane(embed, beside=request.method == "hybrid").result)
+
+    def vector() -> list[float] | None:
+        made = embedding()
+        return made.vector if made is not None else None
+
+    # When this thread first waited for the embedding: the search's own time leaves out the
+    # wait, as the embedding's time is reported apart.
+    waits: list[float] = []
+
+    def awaited() -> None:
+        if not waits:
+            waits.append(time.perf_counter())
+
     # The gate's thresholds, read once, at the first point a search can wait for them.
     gate = cache(
         lambda: (
@@ -370,7 +382,14 @@ def search(
     lane_ms: dict[str, float] = {}
     for kind in request.kinds:
         candidates = _search_kind(
-            kind, request, scope, embedder=embedder, vector=vector, gate=gate, lane_ms=lane_ms
+            kind,
+            request,
+            scope,
+            embedder=embedder,
+            vector=vector,
+            awaited=awaited,
+            gate=gate,
+            lane_ms=lane_ms,
         )
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
@@ -386,13 +405,15 @@ def search(
                 order[hit.kind.name],
             )
         )
+    ended = time.perf_counter()
+    made = embedding() if wants_vectors else None
+    waited = max(made.ready_at - waits[0], 0.0) if made is not None and waits else 0.0
     return SearchOutcome(
         hits=hits,
         embedding_model=embedder.model_name if embedder is not None else None,
         gate_thresholds=gate(),
         gate_counts=gate_counts,
-        embed_ms=embed_ms,
-        # What the search added to the embedding's time (their sum is the wall time).
-        search_ms=max((time.perf_counter() - began) * 1000 - embed_ms, 0.0),
+        embed_ms=made.ms if made is not None else 0.0,
+        search_ms=(ended - began - waited) * 1000,
         lane_ms=lane_ms,
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from array import array
+from dataclasses import dataclass
 from functools import partial
 
 import redis
@@ -28,7 +30,16 @@ def _key(model: str, text: str) -> str:
 # makes before searching (the end user, the client's settings, the scope) run beside the model.
 # Per process; the oldest is dropped past MAX_STARTED (a request that failed after starting).
 MAX_STARTED = 32
-_started: dict[tuple[str, str], Lane[list[float]]] = {}
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    vector: list[float]
+    ms: float  # the model run's own time (or the cache read's)
+    ready_at: float  # time.perf_counter() when it was made
+
+
+_started: dict[tuple[str, str], Lane[QueryVector]] = {}
 
 
 def query_vector_start(text: str, embedder: EmbeddingProvider) -> None:
@@ -41,7 +52,7 @@ def query_vector_start(text: str, embedder: EmbeddingProvider) -> None:
     _started[key] = Lane(partial(_query_vector, text, embedder), beside=True)
 
 
-def query_vector(text: str, embedder: EmbeddingProvider) -> list[float]:
+def query_vector(text: str, embedder: EmbeddingProvider) -> QueryVector:
     """The query's embedding (of its first chunk: a question longer than the model's window
     is rare, and its opening says what it is about)."""
     started = _started.pop((embedder.model_name, text), None)
@@ -50,18 +61,21 @@ def query_vector(text: str, embedder: EmbeddingProvider) -> list[float]:
     return _query_vector(text, embedder)
 
 
-def _query_vector(text: str, embedder: EmbeddingProvider) -> list[float]:
+def _query_vector(text: str, embedder: EmbeddingProvider) -> QueryVector:
+    began = time.perf_counter()
     key = _key(embedder.model_name, text)
     try:
         cached = redis_client().get(key)
     except redis.RedisError:
         cached = None
     if cached:
-        return array("f", cached).tolist()
-    chunks = embedder.chunk(text) or [text]
-    vector = embedder.embed([chunks[0]])[0]
-    try:
-        redis_client().set(key, array("f", vector).tobytes(), ex=CACHE_SECONDS)
-    except redis.RedisError:
-        logger.info("Redis unreachable: query embedding not cached")
-    return vector
+        vector = array("f", cached).tolist()
+    else:
+        chunks = embedder.chunk(text) or [text]
+        vector = embedder.embed([chunks[0]])[0]
+        try:
+            redis_client().set(key, array("f", vector).tobytes(), ex=CACHE_SECONDS)
+        except redis.RedisError:
+            logger.info("Redis unreachable: query embedding not cached")
+    ready = time.perf_counter()
+    return QueryVector(vector, (ready - began) * 1000, ready)
