@@ -32,9 +32,15 @@ class _Layout:
 
 
 @cache
-def _layout(model: type[Model]) -> _Layout:
+def _layout(model: type[Model], only: tuple[str, ...] | None = None) -> _Layout:
     connection = connections[DEFAULT_DB_ALIAS]
     fields = model._meta.concrete_fields
+    if only is not None:
+        wanted = {model._meta.pk.name, *only}
+        unknown = wanted - {field.name for field in fields}
+        if unknown:
+            raise ValueError(f"{model.__name__} has no field {', '.join(sorted(unknown))}")
+        fields = [field for field in fields if field.name in wanted]
     converters = []
     for position, field in enumerate(fields):
         column = field.get_col(model._meta.db_table)
@@ -49,20 +55,31 @@ def _layout(model: type[Model]) -> _Layout:
     )
 
 
-def model_columns(*, model: type[Model], alias: str | None = None) -> list[str]:
+def model_columns(
+    *, model: type[Model], alias: str | None = None, only: tuple[str, ...] | None = None
+) -> list[str]:
     """The model's concrete columns in field order (``alias.column`` with an alias): the
-    SELECT list whose values ``instance_build`` reads."""
-    columns = _layout(model).columns
+    SELECT list whose values ``instance_build`` reads. ``only``: the columns of these fields
+    and the primary key."""
+    columns = _layout(model, only).columns
     if alias is None:
         return list(columns)
     return [f"{alias}.{column}" for column in columns]
 
 
-def instance_build(*, model: type[ModelT], values: Sequence[Any], from_cursor: bool) -> ModelT:
+def instance_build(
+    *,
+    model: type[ModelT],
+    values: Sequence[Any],
+    from_cursor: bool,
+    only: tuple[str, ...] | None = None,
+) -> ModelT:
     """An instance of ``model`` from one value per concrete field, in field order. Values
     ``from_cursor`` go through the fields' database converters first; others (decoded by the
-    caller, e.g. with ``Field.to_python``) are taken as they are."""
-    return _build(model, _layout(model), values, from_cursor)
+    caller, e.g. with ``Field.to_python``) are taken as they are. ``only``: values of these
+    fields and the primary key (``model_columns`` with the same ``only``); the instance defers
+    the others, as ``QuerySet.only`` does, and reads one from the database if it is touched."""
+    return _build(model, _layout(model, only), values, from_cursor)
 
 
 def instances_build(
@@ -86,7 +103,7 @@ def _build(
     model: type[ModelT], layout: _Layout, values: Sequence[Any], from_cursor: bool
 ) -> ModelT:
     if len(values) != len(layout.attnames):
-        # from_db would quietly defer the missing fields: the SELECT and the model disagree.
+        # from_db would quietly defer the missing fields: the SELECT and the layout disagree.
         raise ValueError(f"{model.__name__} has {len(layout.attnames)} fields, got {len(values)}")
     if from_cursor and layout.converters:
         connection = connections[DEFAULT_DB_ALIAS]

@@ -57,6 +57,9 @@ class SearchRequest:
     # The rows searched, instead of the kind's current ones (an experience recall's outcome
     # and context, or superseded rows asked for): the lanes search these alone.
     rows: Q | None = None
+    # The fields the caller reads of each row found (None: all); the rest stay unread (a
+    # deferred field is read from the database if touched): recommend reads four of each row.
+    fields: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -157,14 +160,23 @@ def _spoken_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> s
     )
 
 
+# What every row found carries, whatever the caller reads: its owner.
+OWNER_FIELDS = ("organization", "client", "end_user")
+
+
 def _rows_by_id(
-    kind: SearchableKind, scope: Scope, ids: list[int], rows: Q | None
+    kind: SearchableKind,
+    scope: Scope,
+    ids: list[int],
+    rows: Q | None,
+    fields: tuple[str, ...] | None,
 ) -> dict[int, models.Model]:
     """These rows, those the scope may read (current, or ``rows``), each with its end user's
-    id loaded."""
+    id loaded (``fields``: with only those fields and the owner's loaded)."""
     if not ids:
         return {}
-    columns = ", ".join(model_columns(model=kind.model, alias="m"))
+    only = None if fields is None else (*fields, *OWNER_FIELDS)
+    columns = ", ".join(model_columns(model=kind.model, alias="m", only=only))
     where, params = _in_scope(kind, scope, rows)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -177,7 +189,7 @@ def _rows_by_id(
     rows: dict[int, models.Model] = {}
     for record in fetched:
         *values, user_id = record
-        row = instance_build(model=kind.model, values=values, from_cursor=True)
+        row = instance_build(model=kind.model, values=values, from_cursor=True, only=only)
         # The serializers read only the user's id: the rest of the row stays unread.
         row.end_user = EndUser.from_db(
             DEFAULT_DB_ALIAS,
@@ -394,7 +406,9 @@ def search(
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
         chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
-        rows = _rows_by_id(kind, scope, [c.document_id for c in chosen], request.rows)
+        rows = _rows_by_id(
+            kind, scope, [c.document_id for c in chosen], request.rows, request.fields
+        )
         hits.extend(Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows)
     if len(request.kinds) > 1:
         order = {kind.name: index for index, kind in enumerate(request.kinds)}

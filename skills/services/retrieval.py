@@ -32,6 +32,8 @@ from skills.models import CURRENT, Outcome, Recommendation
 from skills.services.grouping import action_groups_of
 
 DAY_SECONDS = 86_400.0
+# What recommend reads of each of the (up to RECOMMEND_EVIDENCE) experiences it weighs.
+RECOMMEND_READS = ("action", "action_key", "outcome", "occurred_at")
 
 
 def decay(*, occurred_at: datetime, now: datetime, half_life_days: float | None) -> float:
@@ -207,6 +209,7 @@ def experience_recommend(
             method="hybrid",
             limit=settings.RECOMMEND_EVIDENCE,
             rows=Q() if include_superseded else None,
+            fields=RECOMMEND_READS,
         ),
         extra={"explore": explore, "seed": seed, "half_life_days": half_life_days},
     )

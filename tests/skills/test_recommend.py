@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval.gate import gate_calibration_ensure
@@ -322,3 +324,21 @@ def test_another_users_recommendation_cannot_be_cited(org: TenantFixture) -> Non
         format="json",
     )
     assert response.status_code == 404 and response.json()["detail"] == "Not found."
+
+
+def test_recommend_reads_its_evidence_in_queries_that_do_not_grow_with_it(
+    org: TenantFixture,
+) -> None:
+    """The rows weighed are loaded with the four fields recommend reads; touching another
+    would cost a query per row."""
+    record_many(org, history("add a redis cache", "ssf") + history("restart the pods", "s"))
+    embed_all()
+    with CaptureQueriesContext(connection) as few:
+        assert recommend(org)["counts"]["total"] == 3
+    record_many(org, history("add a redis cache", "ssfsfsssfs" * 3))
+    embed_all()
+    with CaptureQueriesContext(connection) as many:
+        assert recommend(org)["counts"]["total"] == 33
+    assert len(many.captured_queries) == len(few.captured_queries)
+    [evidence] = [q["sql"] for q in many.captured_queries if "m.id = ANY" in q["sql"]]
+    assert "m.action_key" in evidence and "m.context" not in evidence
