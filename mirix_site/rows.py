@@ -2,6 +2,7 @@
 (the API key lookup on every request, the retrieval engine's rows). ``model_columns`` is a
 model's SELECT list; ``instance_build`` turns values in that order back into an instance the
 way the ORM's own iterator does: the fields' database converters, then ``Model.from_db``.
+``rows_insert`` is the other way: a batch of new instances in one statement.
 
 Project-level because every app's SQL may use it; it knows no app's models.
 """
@@ -112,3 +113,62 @@ def _build(
             for function in functions:
                 values[position] = function(values[position], column, connection)
     return model.from_db(DEFAULT_DB_ALIAS, layout.attnames, values)
+
+
+def _array_literal(values: Sequence[Any] | None) -> str | None:
+    """A PostgreSQL array literal of these values, each quoted (the element type's input
+    reads it: '{"1","2"}'::bigint[] is {1,2}); None for a NULL array."""
+    if values is None:
+        return None
+    quoted = (
+        "NULL"
+        if value is None
+        else '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for value in values
+    )
+    return "{" + ",".join(quoted) + "}"
+
+
+def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[ModelT]:
+    """Insert these new instances in one statement taking one array per column (``INSERT …
+    SELECT … FROM unnest(…)``) and set their primary keys, in order: ``bulk_create`` without
+    its cost on large batches, where Django writes and psycopg parses one placeholder per
+    value (15,000 for 500 experiences: over half of a batch record's time). Like
+    ``bulk_create``: fields' ``pre_save`` runs (``auto_now``), no ``save()``, no signals.
+    Array columns travel as their literals (an array of arrays would be one 2-D array)."""
+    if not instances:
+        return []
+    connection = connections[DEFAULT_DB_ALIAS]
+    fields = [field for field in model._meta.concrete_fields if not field.primary_key]
+    arrays, selects, parameters = [], [], []
+    for number, field in enumerate(fields):
+        values = [
+            field.get_db_prep_save(field.pre_save(instance, add=True), connection)
+            for instance in instances
+        ]
+        column_type = field.db_type(connection)
+        if column_type.endswith("]"):  # an array column: its literals, cast back
+            parameters.append([_array_literal(value) for value in values])
+            arrays.append("%s::text[]")
+            selects.append(f"u.c{number}::{column_type}")
+        else:
+            parameters.append(values)
+            arrays.append(f"%s::{column_type}[]")
+            selects.append(f"u.c{number}")
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    aliases = ", ".join(f"c{number}" for number in range(len(fields)))
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "  # noqa: S608
+        f"SELECT {', '.join(selects)} FROM unnest({', '.join(arrays)}) "
+        f"WITH ORDINALITY AS u({aliases}, position) ORDER BY u.position "
+        f"RETURNING {quote(model._meta.pk.column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, parameters)
+        keys = [row[0] for row in cursor.fetchall()]
+    for instance, key in zip(instances, keys, strict=True):
+        instance.pk = key
+        instance._state.adding = False
+        instance._state.db = DEFAULT_DB_ALIAS
+    return list(instances)

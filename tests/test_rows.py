@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
-from mirix_site.rows import instance_build, model_columns
+from accounts.models import EndUser
+from mirix_site.rows import instance_build, model_columns, rows_insert
 from sessions.models import Message
+from skills.models import Experience
 from tests.factories import TenantFixture
 
 
@@ -61,3 +64,54 @@ def test_a_row_read_with_some_columns_defers_the_others(org: TenantFixture) -> N
 
     with pytest.raises(ValueError, match="no field"):
         model_columns(model=Message, only=("no_such_field",))
+
+
+def test_rows_inserted_in_one_statement_are_the_rows_bulk_create_writes(
+    org: TenantFixture,
+) -> None:
+    end_user = EndUser.objects.create(
+        organization=org.organization, user_id="ada", created_by=org.client
+    )
+    now = timezone.now()
+
+    def experiences() -> list[Experience]:
+        return [
+            Experience(
+                organization=org.organization,
+                client=org.client,
+                end_user=end_user,
+                task=task,
+                action='add a "redis" cache \\ now',
+                action_key="cache redis",
+                outcome="success",
+                score=0.9,
+                context=context,
+                filter_tags={},
+                source_message_ids=message_ids,
+                occurred_at=now,
+                importance=None,
+            )
+            for task, context, message_ids in [
+                ("login times out", {"env": {"region": "eu"}, "n": 3}, [1, 2, 3]),
+                ("le délai d'attente", [], []),
+                ("{braces} and, commas", {"quote": '"'}, [7]),
+            ]
+        ]
+
+    expected = Experience.objects.bulk_create(experiences())
+    written = rows_insert(model=Experience, instances=experiences())
+    assert [row.pk for row in written] == sorted(row.pk for row in written)
+    assert all(not row._state.adding for row in written)
+
+    def stored(rows: list[Experience]) -> list[dict[str, object]]:
+        ignored = {"id", "created_at", "updated_at"}
+        loaded = Experience.objects.filter(pk__in=[row.pk for row in rows]).order_by("pk")
+        return [
+            {f.attname: getattr(row, f.attname) for f in Experience._meta.concrete_fields}
+            | {name: None for name in ignored}
+            for row in loaded
+        ]
+
+    assert stored(written) == stored(expected)
+    assert Experience.objects.get(pk=written[0].pk).created_at is not None
+    assert rows_insert(model=Experience, instances=[]) == []

@@ -27,6 +27,7 @@ from memory.retrieval.index import (
     documents_unindex,
     embeddings_write_committed,
 )
+from mirix_site.rows import rows_insert
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
     OUTCOME_SCORES,
@@ -189,7 +190,9 @@ def experiences_record(
     end_user, _ = end_user_create_or_get(tenant=tenant, user_id=user_id, name=None)
     targets = _references_check(tenant=tenant, end_user=end_user, items=items, prefix=prefix)
     now = timezone.now()
-    rows = Experience.objects.bulk_create([_row(tenant, end_user, item, now) for item in items])
+    rows = rows_insert(
+        model=Experience, instances=[_row(tenant, end_user, item, now) for item in items]
+    )
     warnings = []
     for index, (item, row) in enumerate(zip(items, rows, strict=True)):
         warning = score_warning(row.outcome, row.score)
