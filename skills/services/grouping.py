@@ -55,6 +55,7 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9._+/-]*[a-z0-9]|[a-z0-9]")
 _stemmers = threading.local()
 
 
+@lru_cache(maxsize=65_536)  # words recur across actions: the stemmer is pure Python
 def _stem(word: str) -> str:
     stemmer = getattr(_stemmers, "stemmer", None)
     if stemmer is None:
