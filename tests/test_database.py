@@ -10,6 +10,7 @@ from django.db import DatabaseError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from mirix_site.database import database_unreachable
+from mirix_site.postgresql.base import RECENT_USE_SECONDS
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +78,45 @@ def test_an_error_raised_while_handling_a_lost_connection_is_unreachable_too(
         except RuntimeError as during:
             assert database_unreachable(during)
     assert not database_unreachable(RuntimeError("clean-up, no outage"))
+
+
+def _request(wrapper: BaseDatabaseWrapper, statement: str = "SELECT 1") -> None:
+    """One request's use of the connection, between the checks Django makes at its ends."""
+    wrapper.close_if_unusable_or_obsolete()
+    try:
+        with wrapper.cursor() as cursor:
+            cursor.execute(statement)
+    finally:
+        wrapper.close_if_unusable_or_obsolete()
+
+
+def _terminate(wrapper: BaseDatabaseWrapper) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [wrapper.connection.info.backend_pid])
+
+
+def test_a_connection_that_just_answered_skips_the_health_check(
+    own_connection: BaseDatabaseWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[bool] = []
+    usable = own_connection.is_usable
+    monkeypatch.setattr(own_connection, "is_usable", lambda: checks.append(True) or usable())
+    _request(own_connection)  # a new connection: healthy, unchecked
+    _request(own_connection)
+    _request(own_connection)
+    assert checks == []  # each began moments after the last one worked
+    own_connection.last_worked -= RECENT_USE_SECONDS
+    _request(own_connection)
+    assert checks == [True]  # idle longer: checked, as Django does
+
+    # Ended by the server while idle: the check finds it, the request gets a new connection.
+    _terminate(own_connection)
+    own_connection.last_worked -= RECENT_USE_SECONDS
+    _request(own_connection)
+    # Ended moments after it worked: that one request fails as out of reach, and closes it.
+    _terminate(own_connection)
+    with pytest.raises(DatabaseError) as raised:
+        _request(own_connection)
+    assert database_unreachable(raised.value)
+    assert own_connection.connection is None
+    _request(own_connection)

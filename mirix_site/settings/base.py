@@ -117,7 +117,7 @@ def database_from_url(url: str, *, conn_max_age: int) -> dict[str, object]:
     # libpq accepts the socket directory as ?host=/path; Django wants it as HOST.
     host = options.pop("host", None) or unquote(parts.hostname or "")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "mirix_site.postgresql",  # Django's, its health check skipped when recently used
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
