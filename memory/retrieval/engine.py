@@ -305,10 +305,9 @@ def _search_kind(
         time_lane = nearest_in(spoken, "time")
         distances = dict(time_lane)  # a vector lane: its rows come with their distances
     keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
-    gated = thresholds is not None and nearest is not None and keyword_ids
-    if gated or nearest is not None:
+    if nearest is not None:
         awaited()
-    query = vector() if gated else None
+    query = vector() if thresholds is not None and nearest is not None and keyword_ids else None
     if query is not None:
         # The gate needs the similarity of what only BM25 found; those are among its hits,
         # whose distances are read here, while the vector lane may still run.
