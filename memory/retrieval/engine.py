@@ -24,7 +24,7 @@ from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
-from memory.retrieval.query_vectors import QueryVector, query_vector
+from memory.retrieval.query_vectors import QueryVector, query_vector_lane
 from memory.retrieval.vectors import distances_of, vector_search
 from mirix_site.rows import instance_build, model_columns
 
@@ -358,15 +358,16 @@ def search(
         raise ValueError(request.method)
     began = time.perf_counter()
     wants_vectors = request.method in ("embedding", "hybrid") and embedder is not None
-
-    def embed() -> QueryVector | None:
-        if not wants_vectors or not request.query.strip():
-            return None
-        return query_vector(request.query, embedder)
-
     # In a hybrid search the query is embedded in the lane pool (unless its endpoint started
     # it already) while the first kind's BM25 lane runs here: neither needs the other.
-    embedding = cache(Lane(embed, beside=request.method == "hybrid").result)
+    lane = (
+        query_vector_lane(request.query, embedder, beside=request.method == "hybrid")
+        if wants_vectors and request.query.strip()
+        else None
+    )
+    embedding: Callable[[], QueryVector | None] = (
+        cache(lane.result) if lane is not None else lambda: None
+    )
 
     def vector() -> list[float] | None:
         made = embedding()

@@ -43,7 +43,8 @@ _started: dict[tuple[str, str], Lane[QueryVector]] = {}
 
 
 def query_vector_start(text: str, embedder: EmbeddingProvider) -> None:
-    """Start embedding ``text`` in the lane pool; the next ``query_vector`` of it takes it."""
+    """Start embedding ``text`` in the lane pool; the next ``query_vector_lane`` of it takes
+    it."""
     key = (embedder.model_name, text)
     if not text.strip() or key in _started:
         return
@@ -52,13 +53,14 @@ def query_vector_start(text: str, embedder: EmbeddingProvider) -> None:
     _started[key] = Lane(partial(_query_vector, text, embedder), beside=True)
 
 
-def query_vector(text: str, embedder: EmbeddingProvider) -> QueryVector:
+def query_vector_lane(text: str, embedder: EmbeddingProvider, *, beside: bool) -> Lane[QueryVector]:
     """The query's embedding (of its first chunk: a question longer than the model's window
-    is rare, and its opening says what it is about)."""
+    is rare, and its opening says what it is about), as a lane to join: the one started for
+    it, else one started now (``beside``: in the lane pool)."""
     started = _started.pop((embedder.model_name, text), None)
     if started is not None:
-        return started.result()
-    return _query_vector(text, embedder)
+        return started
+    return Lane(partial(_query_vector, text, embedder), beside=beside)
 
 
 def _query_vector(text: str, embedder: EmbeddingProvider) -> QueryVector:
