@@ -20,6 +20,7 @@ EXPERIENCE_KIND = SearchableKind(
     text_fields=("task", "action", "reason"),
     time_field="occurred_at",
     current=CURRENT,
+    fusion="rrf",
     vector_weight=settings.EXPERIENCE_SEARCH_VECTOR_WEIGHT,
 )
 
@@ -60,6 +61,7 @@ SKILL_KIND = SearchableKind(
     current=SERVED,
     tags_field=None,
     embedding_groups=_skill_vectors,
+    fusion="rrf",
     vector_weight=settings.SKILL_SEARCH_VECTOR_WEIGHT,
     calibration_pairs=Path(__file__).resolve().parent / "calibration" / "skill_pairs.json",
 )

@@ -20,7 +20,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Scope
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import bm25_search, query_lexemes
-from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse, scores_fuse
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
@@ -307,10 +307,13 @@ def _search_kind(
     keyword_ids = [row_id for row_id, _ in bm25 + time_lane] if hybrid else []
     if nearest is not None:
         awaited()
-    query = vector() if thresholds is not None and nearest is not None and keyword_ids else None
+    fusion, vector_weight = kind.fusion_rule()
+    wants_similarities = thresholds is not None or fusion == "scores"
+    query = vector() if wants_similarities and nearest is not None and keyword_ids else None
     if query is not None:
-        # The gate needs the similarity of what only BM25 found; those are among its hits,
-        # whose distances are read here, while the vector lane may still run.
+        # The gate and the fusion by scores need the similarity of what only BM25 found;
+        # those are among its hits, whose distances are read here, while the vector lane may
+        # still run.
         distances = distances_of(kind=kind, vector=query, model=model, document_ids=keyword_ids)
     nearest_rows = nearest.result() if nearest is not None else []
     if not fused_lanes and request.method == "bm25":
@@ -323,30 +326,54 @@ def _search_kind(
             Candidate(row_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
             for rank, (row_id, distance) in enumerate(nearest_rows, start=1)
         ]
-    # Hybrid at the settings' weights; one lane with the time lane as plain RRF.
-    fused = rrf_fuse(
+    fused = _fused(
         bm25,
         nearest_rows,
-        time=[row_id for row_id, _ in time_lane],
+        time_lane,
+        distances,
+        fusion=fusion if hybrid else "rrf",
+        vector_weight=vector_weight if hybrid else 1.0,
         bm25_weight=settings.SEARCH_BM25_WEIGHT if hybrid else 1.0,
-        vector_weight=(
-            (
-                kind.vector_weight
-                if kind.vector_weight is not None
-                else settings.SEARCH_VECTOR_WEIGHT
-            )
-            if hybrid
-            else 1.0
-        ),
+    )
+    if not hybrid:
+        return fused
+    kept = gate_apply(fused, thresholds)
+    return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
+
+
+def _fused(
+    bm25: list[tuple[int, float]],
+    nearest: list[tuple[int, float]],
+    time_lane: list[tuple[int, float]],
+    distances: dict[int, float],
+    *,
+    fusion: str,
+    vector_weight: float,
+    bm25_weight: float,
+) -> list[Candidate]:
+    """The lanes fused (see fusion.py), each candidate with its similarity where known."""
+    if fusion == "scores":
+        return scores_fuse(
+            bm25,
+            nearest,
+            distances=distances,
+            time=time_lane,
+            bm25_weight=bm25_weight,
+            vector_weight=vector_weight,
+            time_weight=settings.SEARCH_TIME_WEIGHT,
+        )
+    fused = rrf_fuse(
+        bm25,
+        nearest,
+        time=[row_id for row_id, _ in time_lane],
+        bm25_weight=bm25_weight,
+        vector_weight=vector_weight,
         time_weight=settings.SEARCH_TIME_WEIGHT,
     )
     for candidate in fused:
         if candidate.similarity is None and candidate.document_id in distances:
             candidate.similarity = 1 - distances[candidate.document_id]
-    if not hybrid:
-        return fused
-    kept = gate_apply(fused, thresholds)
-    return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
+    return fused
 
 
 def search(

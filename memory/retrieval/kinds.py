@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import EmptyResultSet, FullResultSet, ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, models
 from django.db.models import Q
@@ -40,9 +41,11 @@ class SearchableKind:
       kept but not returned.
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
       tags; a tag-filtered search then leaves the kind's rows out).
-    - ``vector_weight``: the vector lane's weight in a hybrid search's fusion (None: the
-      settings' ``SEARCH_VECTOR_WEIGHT``), for kinds whose texts embed better or worse than
-      chat memories do.
+    - ``fusion``: how a hybrid search fuses the kind's lanes, ``"rrf"`` or ``"scores"``
+      (None: the settings' ``SEARCH_FUSION``; see ``memory.retrieval.fusion``).
+    - ``vector_weight``: the vector lane's weight in that fusion (None: the settings'
+      ``SEARCH_VECTOR_WEIGHT`` for RRF, ``SEARCH_SIMILARITY_WEIGHT`` for scores), for kinds
+      whose texts embed better or worse than chat memories do.
     - ``embedding_groups``: how a row's text becomes its vectors, when not as its text's
       chunks (None): ``embedding_groups(row, chunk)`` returns groups of texts (``chunk`` cuts a
       text into the pieces the model reads whole); each group is one vector, the normalised
@@ -61,6 +64,7 @@ class SearchableKind:
     time_field: str | None = None
     current: Q = field(default_factory=Q)
     tags_field: str | None = "filter_tags"
+    fusion: str | None = None
     vector_weight: float | None = None
     embedding_groups: (
         Callable[[models.Model, Callable[[str], list[str]]], list[list[str]]] | None
@@ -69,6 +73,15 @@ class SearchableKind:
 
     def __str__(self) -> str:
         return self.name
+
+    def fusion_rule(self) -> tuple[str, float]:
+        """How a hybrid search fuses the kind's lanes, and the vector lane's weight in it."""
+        fusion = self.fusion or settings.SEARCH_FUSION
+        if self.vector_weight is not None:
+            return fusion, self.vector_weight
+        if fusion == "rrf":
+            return fusion, settings.SEARCH_VECTOR_WEIGHT
+        return fusion, settings.SEARCH_SIMILARITY_WEIGHT
 
     @cached_property
     def table(self) -> str:

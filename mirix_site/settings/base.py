@@ -235,10 +235,17 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 LLM_VISION = env_bool("LLM_VISION", False)
 
 # --- Retrieval -------------------------------------------------------------------------------
-# Weights of the two lanes in reciprocal-rank fusion (k = 60): each adds weight / (60 + rank).
-# With all-MiniLM-L6-v2 the vector lane is far weaker than BM25 on chat memories: at equal
-# weights it pulled hybrid below BM25, at 0.1 it reorders and adds results without outvoting
-# BM25 (bench/RESULTS.md). Raise it for a stronger embedding model.
+# How a hybrid search over memories fuses its lanes (memory.retrieval.fusion): "scores" adds
+# each row's BM25 score over the best one's and its cosine similarity times
+# SEARCH_SIMILARITY_WEIGHT; "rrf" adds weight / (60 + rank) per lane. With all-MiniLM-L6-v2 the
+# vector lane is far weaker than BM25 on chat memories; ranks alone threw away BM25's margins.
+# On LoCoMo's dev half scores at 0.6 recalled 0.818 at 10 against RRF's 0.804 (0.3-1.0 all
+# above it), and held on the test half (0.800 against 0.787; bench/RESULTS.md).
+SEARCH_FUSION = env_choice("SEARCH_FUSION", "scores", ["scores", "rrf"])
+SEARCH_SIMILARITY_WEIGHT = env_float("SEARCH_SIMILARITY_WEIGHT", 0.6, minimum=0.0)
+# The lanes' weights under "rrf" (BM25's also scales its normalised score under "scores"). At
+# equal RRF weights the vector lane pulled hybrid below BM25; at 0.1 it reorders and adds
+# results without outvoting BM25 (bench/RESULTS.md).
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # The vector lane's weight for experiences: short task and action texts, asked about in other

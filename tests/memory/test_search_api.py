@@ -17,7 +17,7 @@ from memory.extractors import Proposal
 from memory.models import GateCalibration, RetrievalLog
 from memory.providers.embeddings import embedding_provider_from_settings
 from memory.retrieval import engine
-from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse
+from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse, scores_fuse
 from memory.retrieval.vectors import vector_search
 from memory.services import memories_store, retrieval_logs_purge
 from memory.services.records import Owner
@@ -60,6 +60,35 @@ def test_rrf_puts_an_item_both_lanes_found_above_either_lanes_top() -> None:
     both = fused[0]
     assert (both.bm25_rank, both.vector_rank) == (2, 2)
     assert both.score == pytest.approx(1 / 62 + 1 / 62)
+
+
+def test_scores_fusion_keeps_bm25s_margins_and_reads_every_candidates_similarity() -> None:
+    """BM25 scores over the best one's, plus the similarity times its weight: a BM25 hit far
+    ahead stays ahead of a vector-lane top, and a BM25 hit the vector lane did not fetch still
+    counts its similarity (from ``distances``)."""
+    fused = scores_fuse(
+        [(1, 10.0), (2, 5.0), (3, 4.0)],
+        [(4, 0.2), (3, 0.3)],
+        distances={1: 0.9, 2: 0.4},
+        vector_weight=0.5,
+    )
+    scores = {c.document_id: c.score for c in fused}
+    assert scores == pytest.approx({1: 1.05, 2: 0.8, 3: 0.75, 4: 0.4})
+    assert [c.document_id for c in fused] == [1, 2, 3, 4]
+    three = next(c for c in fused if c.document_id == 3)
+    assert (three.bm25_rank, three.vector_rank, three.similarity) == (3, 2, pytest.approx(0.7))
+    # Under RRF the vector lane's first would have beaten BM25's second.
+    ranked = [
+        c.document_id for c in rrf_fuse([(1, 10.0), (2, 5.0), (3, 4.0)], [(4, 0.2), (3, 0.3)])
+    ]
+    assert ranked.index(4) < ranked.index(2)
+
+
+def test_scores_fusion_without_a_query_vector_is_bm25_and_the_time_lane() -> None:
+    fused = scores_fuse([(1, 8.0), (2, 4.0)], [], distances={}, time=[(2, 2.0), (7, 1.0)])
+    assert {c.document_id: c.score for c in fused} == pytest.approx({1: 1.0, 2: 1.5, 7: 0.5})
+    assert [c.document_id for c in fused] == [2, 1, 7]
+    assert all(c.similarity is None for c in fused)
 
 
 def test_gate_drops_keeps_and_promotes() -> None:
