@@ -13,6 +13,7 @@ from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from memory.models import Embedding, SearchableKindCode
+from memory.retrieval.fusion import FUSIONS
 from memory.retrieval.kinds import MAX_CODE, NAME_PATTERN, SearchableKind, kinds
 
 
@@ -49,6 +50,10 @@ def _declaration(kind: SearchableKind) -> list[checks.CheckMessage]:
         errors.append(checks.Error(f"{where}: a name of a-z, 0-9 and _.", id="retrieval.E003"))
     if not 0 <= kind.code <= MAX_CODE:
         errors.append(checks.Error(f"{where}: code outside 0..{MAX_CODE}.", id="retrieval.E003"))
+    if kind.fusion not in (None, *FUSIONS):
+        errors.append(
+            checks.Error(f"{where}: fusion is one of {', '.join(FUSIONS)}.", id="retrieval.E003")
+        )
     for name in (*kind.text_fields, kind.time_field, kind.tags_field):
         if name is None:
             continue

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
+# How a kind's lanes may be fused (SearchableKind.fusion, the settings' SEARCH_FUSION).
+FUSIONS = ("scores", "rrf")
 RRF_K = 60
 BM25_RESCUE_RANK = 3
 

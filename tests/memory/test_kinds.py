@@ -178,14 +178,20 @@ def test_the_system_check_refuses_a_kind_code_taken_by_another_kind(db: None) ->
 def test_the_system_check_refuses_a_name_twice_and_a_bad_declaration(db: None) -> None:
     twice = _clashing(902, name="note")
     broken = SearchableKind("broken", 903, Note, NoteEmbedding, ("title", "subtitle"))
-    for kind in (twice, broken):
+    unfused = SearchableKind("unfused", 904, Note, NoteEmbedding, ("title",), fusion="max")
+    for kind in (twice, broken, unfused):
         kind_register(kind)
     try:
         errors = searchable_kinds_check()
-        assert {error.id for error in errors} == {"retrieval.E002", "retrieval.E004"}
+        assert {error.id for error in errors} == {
+            "retrieval.E002",
+            "retrieval.E003",
+            "retrieval.E004",
+        }
+        assert any("fusion is one of scores, rrf" in error.msg for error in errors)
         assert all(isinstance(error, checks.Error) for error in errors)
     finally:
-        for kind in (twice, broken):
+        for kind in (twice, broken, unfused):
             kind_unregister(kind)
 
 

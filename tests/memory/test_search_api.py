@@ -155,6 +155,33 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     assert top["ranks"]["bm25"] is not None and top["ranks"]["embedding"] is not None
 
 
+def test_a_memory_search_scores_bm25_over_its_best_plus_the_weighted_similarity(
+    org: TenantFixture, settings
+) -> None:
+    """The default fusion, seen in the answer: every result's score is its BM25 score over the
+    search's best (0 where BM25 did not find it) plus 0.6 x its similarity; with
+    SEARCH_FUSION=rrf, the sum of each lane's weight / (60 + rank)."""
+    store(org)
+    query = "Sam tea coffee morning doctor"
+    results = search(org, query=query, limit=10)["results"]
+    best = max(r["bm25_score"] for r in results if r["bm25_score"] is not None)
+    found_by = {r["ranks"]["bm25"] is not None for r in results}
+    assert found_by == {True, False}  # BM25's hits and the vector lane's alone
+    for result in results:
+        bm25 = result["bm25_score"] or 0.0
+        assert result["score"] == pytest.approx(bm25 / best + 0.6 * result["similarity"])
+    settings.SEARCH_FUSION = "rrf"
+    results = search(org, query=query, limit=10)["results"]
+    for result in results:
+        ranks = result["ranks"]
+        expected = sum(
+            weight / (60 + rank)
+            for weight, rank in ((1.0, ranks["bm25"]), (0.1, ranks["embedding"]))
+            if rank is not None
+        )
+        assert result["score"] == pytest.approx(expected)
+
+
 def test_uncalibrated_model_runs_with_the_gate_off(org: TenantFixture, caplog) -> None:
     store(org)
     GateCalibration.objects.all().delete()
