@@ -32,12 +32,13 @@ reading one half's failures must hold on the other (bench-data/README.md).
 3. Ask every question with ``GET /memory/search?memory_type=episodic`` once per ``--methods``
    lane (bm25, embedding, hybrid), all against the same ingest; a LongMemEval question also
    sends ``temporal=true`` and its ``question_date`` as ``as_of``, so that a time phrase in it
-   ("a week ago") limits the search to the episodes of that time, read from the day it is
-   asked; ``limit`` 20 for LoCoMo and 100 for LongMemEval, so that every list reaches 20 units
-   (see SEARCH_LIMITS). Episodic memories
-   hold every turn; ``--memory-type all`` adds the resource and knowledge-vault items, which
-   cite single turns and, on LongMemEval, pushed episodic hits down (hybrid nDCG@10 0.95 ->
-   0.88 on 12 questions) while their per-type limit made the lists longer.
+   ("a week ago") favours the episodes of that time, read from the day it is asked (a LoCoMo
+   question sends neither, as the MIRIX client does: the dates it names, "on 1 February,
+   2023", are read by the server's default); ``limit`` 20 for LoCoMo and 100 for LongMemEval,
+   so that every list reaches 20 units (see SEARCH_LIMITS). Episodic memories hold every turn;
+   ``--memory-type all`` adds the resource and knowledge-vault items, which cite single turns
+   and, on LongMemEval, pushed episodic hits down (hybrid nDCG@10 0.95 -> 0.88 on 12
+   questions) while their per-type limit made the lists longer.
 4. Score. A question's results become a ranked list of unique units (LoCoMo: turns; LongMemEval:
    sessions): walk the results best first, expand each to the turns its ``source_message_ids``
    name (in message order), append the units not seen yet. Per question, with G the gold units:

@@ -355,10 +355,14 @@ def test_filter_tags_and_dates(org: TenantFixture) -> None:
         return found, body["date_range"], body["temporal_range"], body["temporal_expression"]
 
     spoken = {"query": "the launch review in March", "as_of": "2025-06-01T09:00:00Z"}
-    assert sorted(projects(**spoken)[0]) == ["apollo", "gemini"]  # without `temporal`: words
-    # The time the words name is favoured, not a filter: March's launch first, January's after.
-    found, date_range, temporal_range, expression = projects(**spoken, temporal="true")
+    # temporal=false: the phrase is only words.
+    assert projects(**spoken, temporal="false")[2:] == (None, None)
+    assert sorted(projects(**spoken, temporal="false")[0]) == ["apollo", "gemini"]
+    # The time the words name is favoured, not a filter: March's launch first, January's after;
+    # read by default, as the published MIRIX client (which has no such parameter) searches.
+    found, date_range, temporal_range, expression = projects(**spoken)
     assert (found, date_range, expression) == (["gemini", "apollo"], None, "March")
+    assert projects(**spoken, temporal="true") == (found, date_range, temporal_range, expression)
     assert temporal_range == {
         "start": "2025-03-01T00:00:00+00:00",
         "end": "2025-03-31T23:59:59.999999+00:00",

@@ -105,9 +105,10 @@ class SearchParamsSerializer(serializers.Serializer):
     include_secrets = include_secrets_field()
     temporal = BooleanField(
         required=False,
-        default=False,
-        help_text="read a phrase pinning a past time in the query ('a week ago', 'in March'): "
-        "memories dated in it rank higher (temporal_range), none is left out for it",
+        default=True,
+        help_text="read a phrase pinning a past time in the query ('a week ago', 'in March', "
+        "'on 1 February, 2023'): memories dated in it rank higher (temporal_range), none is "
+        "left out for it; false: the phrase is only words",
     )
     as_of = serializers.DateTimeField(
         required=False,
