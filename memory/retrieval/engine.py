@@ -20,7 +20,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Scope
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import bm25_search, query_lexemes
-from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, rrf_fuse, scores_fuse
+from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
@@ -326,54 +326,20 @@ def _search_kind(
             Candidate(row_id, vector_rank=rank, similarity=1 - distance, score=1 - distance)
             for rank, (row_id, distance) in enumerate(nearest_rows, start=1)
         ]
-    fused = _fused(
+    fused = lanes_fuse(
+        fusion if hybrid else "rrf",  # one lane and the time lane: plain RRF
         bm25,
         nearest_rows,
-        time_lane,
-        distances,
-        fusion=fusion if hybrid else "rrf",
-        vector_weight=vector_weight if hybrid else 1.0,
+        time=time_lane,
+        distances=distances,
         bm25_weight=settings.SEARCH_BM25_WEIGHT if hybrid else 1.0,
+        vector_weight=vector_weight if hybrid else 1.0,
+        time_weight=settings.SEARCH_TIME_WEIGHT,
     )
     if not hybrid:
         return fused
     kept = gate_apply(fused, thresholds)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
-
-
-def _fused(
-    bm25: list[tuple[int, float]],
-    nearest: list[tuple[int, float]],
-    time_lane: list[tuple[int, float]],
-    distances: dict[int, float],
-    *,
-    fusion: str,
-    vector_weight: float,
-    bm25_weight: float,
-) -> list[Candidate]:
-    """The lanes fused (see fusion.py), each candidate with its similarity where known."""
-    if fusion == "scores":
-        return scores_fuse(
-            bm25,
-            nearest,
-            distances=distances,
-            time=time_lane,
-            bm25_weight=bm25_weight,
-            vector_weight=vector_weight,
-            time_weight=settings.SEARCH_TIME_WEIGHT,
-        )
-    fused = rrf_fuse(
-        bm25,
-        nearest,
-        time=[row_id for row_id, _ in time_lane],
-        bm25_weight=bm25_weight,
-        vector_weight=vector_weight,
-        time_weight=settings.SEARCH_TIME_WEIGHT,
-    )
-    for candidate in fused:
-        if candidate.similarity is None and candidate.document_id in distances:
-            candidate.similarity = 1 - distances[candidate.document_id]
-    return fused
 
 
 def search(

@@ -22,7 +22,7 @@ thresholds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -51,40 +51,64 @@ class Thresholds:
     strong_similarity: float
 
 
+def _candidates(
+    bm25: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
+    time: Sequence[int],
+    distances: Mapping[int, float],
+) -> dict[int, Candidate]:
+    """Every row a lane found, with its rank in each and its BM25 score, and its similarity:
+    the vector lane's, else from ``distances`` (rows only the keyword lanes found)."""
+    candidates: dict[int, Candidate] = {}
+    for rank, (document_id, score) in enumerate(bm25, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
+        candidate.bm25_rank, candidate.bm25_score = rank, score
+    for rank, (document_id, distance) in enumerate(vector, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
+        candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
+    for rank, document_id in enumerate(time, start=1):
+        candidates.setdefault(document_id, Candidate(document_id)).time_rank = rank
+    for candidate in candidates.values():
+        if candidate.similarity is None and candidate.document_id in distances:
+            candidate.similarity = 1.0 - distances[candidate.document_id]
+    return candidates
+
+
+def _ranked(candidates: dict[int, Candidate]) -> list[Candidate]:
+    return sorted(candidates.values(), key=lambda c: (-c.score, -c.document_id))
+
+
 def rrf_fuse(
-    bm25: list[tuple[int, float]],
-    vector: list[tuple[int, float]],
+    bm25: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
     *,
     time: Sequence[int] = (),
+    distances: Mapping[int, float] | None = None,
     k: int = RRF_K,
     bm25_weight: float = 1.0,
     vector_weight: float = 1.0,
     time_weight: float = 1.0,
 ) -> list[Candidate]:
     """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first;
-    ``time`` the ids of the time lane, best first. Each lane adds weight/(k + rank); equal
-    weights are plain RRF."""
-    candidates: dict[int, Candidate] = {}
-    for rank, (document_id, score) in enumerate(bm25, start=1):
-        candidate = candidates.setdefault(document_id, Candidate(document_id))
-        candidate.bm25_rank, candidate.bm25_score = rank, score
-        candidate.score += bm25_weight / (k + rank)
-    for rank, (document_id, distance) in enumerate(vector, start=1):
-        candidate = candidates.setdefault(document_id, Candidate(document_id))
-        candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
-        candidate.score += vector_weight / (k + rank)
-    for rank, document_id in enumerate(time, start=1):
-        candidate = candidates.setdefault(document_id, Candidate(document_id))
-        candidate.time_rank = rank
-        candidate.score += time_weight / (k + rank)
-    return sorted(candidates.values(), key=lambda c: (-c.score, -c.document_id))
+    ``time`` the ids of the time lane, best first; ``distances`` as in scores_fuse (read for the
+    gate only). Each lane adds weight/(k + rank); equal weights are plain RRF."""
+    candidates = _candidates(bm25, vector, time, distances or {})
+    for candidate in candidates.values():
+        for weight, rank in (
+            (bm25_weight, candidate.bm25_rank),
+            (vector_weight, candidate.vector_rank),
+            (time_weight, candidate.time_rank),
+        ):
+            if rank is not None:
+                candidate.score += weight / (k + rank)
+    return _ranked(candidates)
 
 
 def scores_fuse(
-    bm25: list[tuple[int, float]],
-    vector: list[tuple[int, float]],
+    bm25: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
     *,
-    distances: dict[int, float],
+    distances: Mapping[int, float],
     time: Sequence[tuple[int, float]] = (),
     bm25_weight: float = 1.0,
     vector_weight: float = 1.0,
@@ -94,24 +118,48 @@ def scores_fuse(
     best first; ``distances`` the cosine distance of rows only the keyword lanes found (a row
     with none, when the query has no embedding, adds no similarity). Each BM25 lane's scores
     are divided by its best, so that they weigh alike whatever the query's words."""
-    candidates: dict[int, Candidate] = {}
-    for rank, (document_id, score) in enumerate(bm25, start=1):
-        candidate = candidates.setdefault(document_id, Candidate(document_id))
-        candidate.bm25_rank, candidate.bm25_score = rank, score
-        candidate.score += bm25_weight * score / (bm25[0][1] or 1.0)
-    for rank, (document_id, score) in enumerate(time, start=1):
-        candidate = candidates.setdefault(document_id, Candidate(document_id))
-        candidate.time_rank = rank
-        candidate.score += time_weight * score / (time[0][1] or 1.0)
-    distances = dict(distances)
-    for rank, (document_id, distance) in enumerate(vector, start=1):
-        candidates.setdefault(document_id, Candidate(document_id)).vector_rank = rank
-        distances[document_id] = distance
+    candidates = _candidates(bm25, vector, [row_id for row_id, _ in time], distances)
+    for lane, weight in ((bm25, bm25_weight), (time, time_weight)):
+        for document_id, score in lane:
+            candidates[document_id].score += weight * score / (lane[0][1] or 1.0)
     for candidate in candidates.values():
-        if candidate.document_id in distances:
-            candidate.similarity = 1.0 - distances[candidate.document_id]
+        if candidate.similarity is not None:
             candidate.score += vector_weight * candidate.similarity
-    return sorted(candidates.values(), key=lambda c: (-c.score, -c.document_id))
+    return _ranked(candidates)
+
+
+def lanes_fuse(
+    fusion: str,
+    bm25: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
+    *,
+    time: Sequence[tuple[int, float]],
+    distances: Mapping[int, float],
+    bm25_weight: float,
+    vector_weight: float,
+    time_weight: float,
+) -> list[Candidate]:
+    """The lanes fused as ``fusion`` (one of FUSIONS) says, each candidate with its
+    similarity where known."""
+    if fusion == "scores":
+        return scores_fuse(
+            bm25,
+            vector,
+            distances=distances,
+            time=time,
+            bm25_weight=bm25_weight,
+            vector_weight=vector_weight,
+            time_weight=time_weight,
+        )
+    return rrf_fuse(
+        bm25,
+        vector,
+        time=[row_id for row_id, _ in time],
+        distances=distances,
+        bm25_weight=bm25_weight,
+        vector_weight=vector_weight,
+        time_weight=time_weight,
+    )
 
 
 def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> list[Candidate]:

@@ -60,6 +60,11 @@ def test_rrf_puts_an_item_both_lanes_found_above_either_lanes_top() -> None:
     both = fused[0]
     assert (both.bm25_rank, both.vector_rank) == (2, 2)
     assert both.score == pytest.approx(1 / 62 + 1 / 62)
+    # BM25's hits the vector lane did not fetch get their similarity from ``distances``, for
+    # the gate; the vector lane's own distance wins; ranks alone make the score.
+    fused = rrf_fuse([(1, 9.0), (2, 5.0), (3, 1.0)], [(2, 0.2)], distances={1: 0.6, 2: 0.9})
+    assert {c.document_id: c.similarity for c in fused} == pytest.approx({1: 0.4, 2: 0.8, 3: None})
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
 
 
 def test_scores_fusion_keeps_bm25s_margins_and_reads_every_candidates_similarity() -> None:
