@@ -246,6 +246,17 @@ def test_postgres_restarted_under_load_answers_503_then_web_and_worker_carry_on(
             what=f"the worker to store a turn added after the restart\n{worker.log_tail()}",
         )
         wait_until(nothing_pending, timeout=90, what=f"every turn\n{worker.log_tail()}")
+        # The held job's own retry may come after its turns are stored (the user's next job
+        # took them): the database backoff is 2 s doubling per failed try, 8-16 s after an
+        # outage of four seconds.
+        wait_until(
+            lambda: ExtractionJob.objects.filter(
+                pk=held.pk,
+                status__in=[ExtractionJob.Status.SUCCEEDED, ExtractionJob.Status.FAILED],
+            ).exists(),
+            timeout=60,
+            what=f"the held job's retry\n{worker.log_tail()}",
+        )
         recovery_time("PostgreSQL back -> first 2xx from the web server", web_back - back)
         recovery_time("PostgreSQL back -> the worker stores a new turn", worker_back - back)
         recovery_time("PostgreSQL outage (stop called -> started)", back - stopping)
