@@ -150,7 +150,10 @@ class GateCalibration(models.Model):
         help_text="A searchable kind's name; blank: every kind.",
     )
     min_similarity = models.FloatField(
-        help_text="Below it a result is dropped, unless BM25 ranked it in its top 3."
+        help_text=(
+            "Below it a result is dropped, unless BM25 ranked it in its top 3"
+            " or (memories) scored it at least 0.7 of its best."
+        )
     )
     strong_similarity = models.FloatField(help_text="At or above it a result ranks first.")
     related_pairs = models.PositiveIntegerField(default=0)

@@ -13,8 +13,9 @@ ways (``SearchableKind.fusion``):
   reorders them (bench/RESULTS.md: LoCoMo dev 0.804 -> 0.818, test 0.787 -> 0.800).
 
 The gate then uses the embedding model's calibrated thresholds: below ``min_similarity`` a
-result is dropped unless BM25 ranked it in its top 3, overall or within the time named (an
-exact keyword hit the model misses), at or above ``strong_similarity`` it ranks first.
+result is dropped unless BM25 ranked it in its top 3, overall or within the time named, or
+(fusion by scores) scored it at least 0.7 of its best: an exact keyword hit the model misses.
+At or above ``strong_similarity`` it ranks first.
 A model with no calibration runs with the gate off (and a warning), never with guessed
 thresholds.
 """
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 FUSIONS = ("scores", "rrf")
 RRF_K = 60
 BM25_RESCUE_RANK = 3
+# Under the fusion by scores, a result BM25 scores at least this share of its best passes the
+# gate too, whatever its rank (bench/RESULTS.md 2026-12-04: the dev halves' best with rank 3,
+# LongMemEval's answers spread over several sessions of one subject).
+BM25_RESCUE_SHARE = 0.7
 
 
 @dataclass
@@ -162,18 +167,29 @@ def lanes_fuse(
     )
 
 
-def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> list[Candidate]:
-    """Mark each candidate's gate decision; return the kept ones, strong first, in order."""
+def gate_apply(
+    candidates: list[Candidate], thresholds: Thresholds | None, *, bm25_share: float | None = None
+) -> list[Candidate]:
+    """Mark each candidate's gate decision; return the kept ones, strong first, in order.
+    ``bm25_share``: a result whose BM25 score is at least this share of the best one's is
+    rescued too (the fusion by scores' own measure of keyword evidence)."""
     if thresholds is None:
         for candidate in candidates:
             candidate.gate = "off"
         return candidates
+    best = max((c.bm25_score for c in candidates if c.bm25_score is not None), default=None)
+    share_floor = bm25_share * best if bm25_share is not None and best else None
     strong, kept = [], []
     for candidate in candidates:
         similarity = candidate.similarity if candidate.similarity is not None else -1.0
         rescued = any(
             rank is not None and rank <= BM25_RESCUE_RANK
             for rank in (candidate.bm25_rank, candidate.time_rank)
+        )
+        scored = (
+            share_floor is not None
+            and candidate.bm25_score is not None
+            and candidate.bm25_score >= share_floor
         )
         if similarity >= thresholds.strong_similarity:
             candidate.gate = "strong"
@@ -183,6 +199,9 @@ def gate_apply(candidates: list[Candidate], thresholds: Thresholds | None) -> li
             kept.append(candidate)
         elif rescued:
             candidate.gate = "kept_bm25_top3"
+            kept.append(candidate)
+        elif scored:
+            candidate.gate = "kept_bm25_score"
             kept.append(candidate)
         else:
             candidate.gate = "dropped"

@@ -115,6 +115,29 @@ def test_gate_drops_keeps_and_promotes() -> None:
     assert gate_apply(fused, None) == fused and {c.gate for c in fused} == {"off"}
 
 
+def test_under_the_fusion_by_scores_a_result_near_bm25s_best_passes_the_gate() -> None:
+    """Below the minimum similarity, BM25's top 3 pass, and past them whatever BM25 scored at
+    least 0.7 of its best (rank 5 here, at 0.75): an answer spread over several memories of
+    one subject keeps its keyword matches, however the model reads them."""
+    bm25 = [(1, 10.0), (2, 9.0), (3, 8.0), (4, 7.5), (5, 7.0), (6, 6.9), (7, 2.0)]
+    fused = scores_fuse(bm25, [], distances={i: 0.95 for i in range(1, 8)})
+    thresholds = Thresholds(min_similarity=0.4, strong_similarity=0.9)
+    kept = gate_apply(fused, thresholds, bm25_share=0.7)
+    assert {c.document_id: c.gate for c in fused} == {
+        1: "kept_bm25_top3",
+        2: "kept_bm25_top3",
+        3: "kept_bm25_top3",
+        4: "kept_bm25_score",  # 7.5 of 10
+        5: "kept_bm25_score",  # 7.0 of 10: the floor is inclusive
+        6: "dropped",  # 6.9 of 10
+        7: "dropped",
+    }
+    assert [c.document_id for c in kept] == [1, 2, 3, 4, 5]
+    # Without a share (RRF's kinds), rank alone rescues.
+    gate_apply(fused, thresholds)
+    assert {c.document_id for c in fused if c.gate != "dropped"} == {1, 2, 3}
+
+
 def test_the_time_lane_adds_its_rank_and_its_top_three_pass_the_gate() -> None:
     """The time lane (the rows dated in a time the query names, ranked by BM25) is one more
     RRF list; a row in its top 3 is an exact keyword hit at the time asked, kept like BM25's."""
@@ -200,9 +223,15 @@ def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) 
         model="all-MiniLM-L6-v2", defaults={"min_similarity": 0.99, "strong_similarity": 1.5}
     )
     body = search(org, query="peanut allergy epinephrine", limit=10)
-    # Nothing is similar enough: only BM25's top 3 survive, rescued by their keyword ranks.
-    assert {r["gate"] for r in body["results"]} == {"kept_bm25_top3"}
-    assert all(r["ranks"]["bm25"] <= 3 for r in body["results"])
+    # Nothing is similar enough: only BM25's top 3 survive, rescued by their keyword ranks,
+    # and what BM25 scored at least 0.7 of its best.
+    results = body["results"]
+    best = max(r["bm25_score"] for r in results)
+    assert {r["gate"] for r in results if r["ranks"]["bm25"] <= 3} == {"kept_bm25_top3"}
+    for result in results:
+        assert result["ranks"]["bm25"] <= 3 or (
+            result["gate"] == "kept_bm25_score" and result["bm25_score"] >= 0.7 * best
+        )
     GateCalibration.objects.filter(model="all-MiniLM-L6-v2").update(
         min_similarity=-1.0, strong_similarity=0.5
     )
