@@ -131,9 +131,11 @@ def test_small_and_large_users_get_their_true_top_ten(org: TenantFixture, corpus
     with connection.cursor() as cursor:
         cursor.execute("SET hnsw.ef_search = 1")
         cursor.execute("SET hnsw.iterative_scan = off")
+    # 40 queries: on the shared index a walk now and then settles in the wrong cluster
+    # (vectors.HNSW_SHARED_EF_SEARCH_MIN); one such query in 10 failed the bar on its own.
     for name in ("small", "large"):
         scope = Scope(org.organization.pk, (org.client.pk,), corpus[name].pk)
-        recalls = [_recall(scope, _query_vector(seed), exact_for_search=None) for seed in range(10)]
+        recalls = [_recall(scope, _query_vector(seed), exact_for_search=None) for seed in range(40)]
         assert sum(recalls) / len(recalls) >= 0.95, (name, recalls)
     # Even forced through the shared HNSW index (iterative scan), the small user is not starved.
     scope = Scope(org.organization.pk, (org.client.pk,), corpus["small"].pk)
