@@ -20,13 +20,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Scope
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import bm25_search, query_lexemes
-from memory.retrieval.fusion import (
-    BM25_RESCUE_SHARE,
-    Candidate,
-    Thresholds,
-    gate_apply,
-    lanes_fuse,
-)
+from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
@@ -344,9 +338,7 @@ def _search_kind(
     )
     if not hybrid:
         return fused
-    kept = gate_apply(
-        fused, thresholds, bm25_share=BM25_RESCUE_SHARE if fusion == "scores" else None
-    )
+    kept = gate_apply(fused, thresholds, fusion=fusion)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
 
 

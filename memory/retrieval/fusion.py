@@ -168,17 +168,17 @@ def lanes_fuse(
 
 
 def gate_apply(
-    candidates: list[Candidate], thresholds: Thresholds | None, *, bm25_share: float | None = None
+    candidates: list[Candidate], thresholds: Thresholds | None, *, fusion: str = "rrf"
 ) -> list[Candidate]:
     """Mark each candidate's gate decision; return the kept ones, strong first, in order.
-    ``bm25_share``: a result whose BM25 score is at least this share of the best one's is
-    rescued too (the fusion by scores' own measure of keyword evidence)."""
+    Fused by ``scores``, a result whose BM25 score is at least BM25_RESCUE_SHARE of the best
+    one's is rescued too (that fusion's own measure of keyword evidence)."""
     if thresholds is None:
         for candidate in candidates:
             candidate.gate = "off"
         return candidates
     best = max((c.bm25_score for c in candidates if c.bm25_score is not None), default=None)
-    share_floor = bm25_share * best if bm25_share is not None and best else None
+    share_floor = BM25_RESCUE_SHARE * best if fusion == "scores" and best else None
     strong, kept = [], []
     for candidate in candidates:
         similarity = candidate.similarity if candidate.similarity is not None else -1.0

@@ -122,7 +122,7 @@ def test_under_the_fusion_by_scores_a_result_near_bm25s_best_passes_the_gate() -
     bm25 = [(1, 10.0), (2, 9.0), (3, 8.0), (4, 7.5), (5, 7.0), (6, 6.9), (7, 2.0)]
     fused = scores_fuse(bm25, [], distances={i: 0.95 for i in range(1, 8)})
     thresholds = Thresholds(min_similarity=0.4, strong_similarity=0.9)
-    kept = gate_apply(fused, thresholds, bm25_share=0.7)
+    kept = gate_apply(fused, thresholds, fusion="scores")
     assert {c.document_id: c.gate for c in fused} == {
         1: "kept_bm25_top3",
         2: "kept_bm25_top3",
@@ -133,8 +133,8 @@ def test_under_the_fusion_by_scores_a_result_near_bm25s_best_passes_the_gate() -
         7: "dropped",
     }
     assert [c.document_id for c in kept] == [1, 2, 3, 4, 5]
-    # Without a share (RRF's kinds), rank alone rescues.
-    gate_apply(fused, thresholds)
+    # Fused by RRF (experiences, skills), rank alone rescues.
+    gate_apply(fused, thresholds, fusion="rrf")
     assert {c.document_id for c in fused if c.gate != "dropped"} == {1, 2, 3}
 
 
