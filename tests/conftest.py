@@ -13,6 +13,7 @@ from memory.retrieval.lanes import lanes_close
 from memory.retrieval.vectors import own_index_seen_forget
 from mirix_site.celery import app as celery_app
 from mirix_site.redis import redis_client
+from mirix_site.rowsmemo import rows_memos_clear
 from skills import embedding_queue
 from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)
@@ -36,6 +37,13 @@ def _own_indexes_asked_afresh() -> None:
     """A test's users, their indexes built or dropped, are asked about from its first search
     (the vector lane remembers usable own indexes for a minute)."""
     own_index_seen_forget()
+
+
+@pytest.fixture(autouse=True)
+def _rows_memos_forgotten() -> None:
+    """A test's embedding spaces and calibrations are read afresh: the database is emptied
+    between tests without the signals that clear the memos."""
+    rows_memos_clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

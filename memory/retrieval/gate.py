@@ -24,6 +24,7 @@ from memory.models import GateCalibration
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.fusion import Thresholds
 from memory.retrieval.kinds import SearchableKind
+from mirix_site.rowsmemo import rows_memo
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +42,20 @@ def _warn_uncalibrated(model: str) -> None:
     )
 
 
+@rows_memo(GateCalibration)
+def _model_thresholds(model: str) -> dict[str, Thresholds]:
+    """The model's calibrations by kind ("": the model's own). One query."""
+    return {
+        calibration.kind: Thresholds(calibration.min_similarity, calibration.strong_similarity)
+        for calibration in GateCalibration.objects.filter(model=model)
+    }
+
+
 def gate_thresholds(*, model: str, kinds: Sequence[SearchableKind]) -> dict[str, Thresholds | None]:
     """Each kind's thresholds for the model: its own calibration, else the model's, else None
-    (the gate is off, with a warning). One query."""
+    (the gate is off, with a warning)."""
     names = [kind.name for kind in kinds]
-    calibrations = {
-        calibration.kind: Thresholds(calibration.min_similarity, calibration.strong_similarity)
-        for calibration in GateCalibration.objects.filter(model=model, kind__in=["", *names])
-    }
+    calibrations = _model_thresholds(model)
     if "" not in calibrations and any(name not in calibrations for name in names):
         _warn_uncalibrated(model)
     return {name: calibrations.get(name, calibrations.get("")) for name in names}

@@ -17,6 +17,7 @@ from memory.providers.embeddings import (
     embedding_provider,
     embedding_provider_from_settings,
 )
+from mirix_site.rowsmemo import rows_memo
 
 
 def _provider_of(space: EmbeddingSpace) -> EmbeddingProvider:
@@ -32,6 +33,7 @@ def _provider_of(space: EmbeddingSpace) -> EmbeddingProvider:
     )
 
 
+@rows_memo(EmbeddingSpace)
 def read_embedder() -> EmbeddingProvider:
     configured = embedding_provider_from_settings()
     spaces = {space.model: space for space in EmbeddingSpace.objects.all()}

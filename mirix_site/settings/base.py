@@ -265,6 +265,9 @@ SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.5, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
 SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)
+# Seconds a process keeps what every search reads of the embedding spaces and the gate's
+# calibrations (mirix_site.rowsmemo): a change made by another process reaches it within this.
+ROWS_MEMO_SECONDS = env_float("ROWS_MEMO_SECONDS", 1.0, minimum=0.0)
 # How often beat gives users with many embeddings an HNSW index of their own (and drops those
 # no longer needed); `manage.py vector_indexes` does it at once.
 VECTOR_INDEX_SYNC_SECONDS = env_float("VECTOR_INDEX_SYNC_SECONDS", 600.0, minimum=10.0)
