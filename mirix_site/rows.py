@@ -9,14 +9,16 @@ Project-level because every app's SQL may use it; it knows no app's models.
 
 from __future__ import annotations
 
+import datetime
+import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
-import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model
+from django.db.models import Field, JSONField, Model
 from django.db.models.expressions import Col
 
 ModelT = TypeVar("ModelT", bound=Model)
@@ -130,47 +132,66 @@ def _array_literal(values: Sequence[Any] | None) -> str | None:
     return "{" + ",".join(quoted) + "}"
 
 
+def _json_default(value: Any) -> str:
+    """Values JSON has no type for, as the text their column's input reads: dates and times
+    in full ISO 8601 (DjangoJSONEncoder would cut microseconds), the rest as ``str``."""
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
+def _column_value(field: Field, value: Any, column_type: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(field, JSONField):  # the document's text, read by the column's input
+        return json.dumps(value, cls=field.encoder)
+    if column_type.endswith("]"):  # an array column: its literal
+        return _array_literal(value)
+    if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN: as text
+        return str(value)
+    return value
+
+
 def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[ModelT]:
-    """Insert these new instances in one statement taking one array per column (``INSERT …
-    SELECT … FROM unnest(…)``) and set their primary keys, in order: ``bulk_create`` without
-    its cost on large batches, where Django writes and psycopg parses one placeholder per
-    value (15,000 for 500 experiences: over half of a batch record's time). Like
-    ``bulk_create``: fields' ``pre_save`` runs (``auto_now``), no ``save()``, no signals.
-    Array columns travel as their literals (an array of arrays would be one 2-D array)."""
+    """Insert these new instances in one statement and set their primary keys, in order:
+    ``bulk_create`` without its cost on large batches. The rows travel as one JSON document,
+    each value read back by its column's type (``(row ->> n)::type``): ``bulk_create`` writes
+    one placeholder per value (15,000 for 500 experiences, over half of a batch record's time)
+    and one array per column spends a fifth of it in psycopg's element-by-element array dumper
+    (bench/RESULTS.md, 2026-12-04); the JSON is written in C. Like ``bulk_create``: fields'
+    ``pre_save`` runs (``auto_now``), no ``save()``, no signals."""
     if not instances:
         return []
     connection = connections[DEFAULT_DB_ALIAS]
     fields = [field for field in model._meta.concrete_fields if not field.primary_key]
-    arrays, selects, parameters = [], [], []
-    for number, field in enumerate(fields):
-        values = [
-            field.get_db_prep_save(field.pre_save(instance, add=True), connection)
-            for instance in instances
+    column_types = [field.db_type(connection) for field in fields]
+    rows = [
+        [
+            _column_value(
+                field,
+                field.get_prep_value(field.pre_save(instance, add=True))
+                if isinstance(field, JSONField)
+                else field.get_db_prep_save(field.pre_save(instance, add=True), connection),
+                column_type,
+            )
+            for field, column_type in zip(fields, column_types, strict=True)
         ]
-        column_type = field.db_type(connection)
-        if column_type.endswith("]"):  # an array column: its literals, cast back
-            parameters.append([_array_literal(value) for value in values])
-            arrays.append("%s::text[]")
-            selects.append(f"u.c{number}::{column_type}")
-        else:
-            parameters.append(values)
-            arrays.append(f"%s::{column_type}[]")
-            selects.append(f"u.c{number}")
+        for instance in instances
+    ]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
-    aliases = ", ".join(f"c{number}" for number in range(len(fields)))
+    selects = ", ".join(
+        f"(e.r ->> {number})::{column_type}" for number, column_type in enumerate(column_types)
+    )
     sql = (
         f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "  # noqa: S608
-        f"SELECT {', '.join(selects)} FROM unnest({', '.join(arrays)}) "
-        f"WITH ORDINALITY AS u({aliases}, position) ORDER BY u.position "
+        f"SELECT {selects} FROM jsonb_array_elements(%s::jsonb) "
+        f"WITH ORDINALITY AS e(r, position) ORDER BY e.position "
         f"RETURNING {quote(model._meta.pk.column)}"
     )
-    # Bound by the server, not quoted into the text: Django's psycopg cursors quote each
-    # array element in Python (a fifth of a 500-row batch), a server-binding cursor sends them
-    # as they are. Same connection, same transaction; errors as Django raises them.
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, parameters)
+    document = json.dumps(rows, default=_json_default, ensure_ascii=False, allow_nan=False)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [document])
         keys = [row[0] for row in cursor.fetchall()]
     for instance, key in zip(instances, keys, strict=True):
         instance.pk = key

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -9,7 +11,7 @@ from django.utils import timezone
 from accounts.models import EndUser
 from mirix_site.rows import instance_build, model_columns, rows_insert
 from sessions.models import Message
-from skills.models import Experience
+from skills.models import Experience, Recommendation
 from tests.factories import TenantFixture
 
 
@@ -89,12 +91,12 @@ def test_rows_inserted_in_one_statement_are_the_rows_bulk_create_writes(
                 filter_tags={},
                 source_message_ids=message_ids,
                 occurred_at=now,
-                importance=None,
+                importance=importance,
             )
-            for task, context, message_ids in [
-                ("login times out", {"env": {"region": "eu"}, "n": 3}, [1, 2, 3]),
-                ("le délai d'attente", [], []),
-                ("{braces} and, commas", {"quote": '"'}, [7]),
+            for task, context, message_ids, importance in [
+                ("login times out", {"env": {"region": "eu"}, "n": 3}, [1, 2, 3], None),
+                ("le délai d'attente", [], [], 0.1 + 0.2),
+                ("{braces} and, commas", {"quote": '"', "nul": "a\\u0000"}, [7], 1.0),
             ]
         ]
 
@@ -115,3 +117,26 @@ def test_rows_inserted_in_one_statement_are_the_rows_bulk_create_writes(
     assert stored(written) == stored(expected)
     assert Experience.objects.get(pk=written[0].pk).created_at is not None
     assert rows_insert(model=Experience, instances=[]) == []
+
+
+def test_a_float_json_cannot_spell_is_inserted_as_the_database_reads_it(
+    org: TenantFixture,
+) -> None:
+    end_user = EndUser.objects.create(
+        organization=org.organization, user_id="ada", created_by=org.client
+    )
+    fields = {"task": "t", "action": "a", "action_key": "a", "successes": 0, "failures": 0}
+    [written] = rows_insert(
+        model=Recommendation,
+        instances=[
+            Recommendation(
+                organization=org.organization,
+                client=org.client,
+                end_user=end_user,
+                confidence=-math.inf,
+                partials=0,
+                **fields,
+            )
+        ],
+    )
+    assert Recommendation.objects.get(pk=written.pk).confidence == -math.inf
