@@ -11,6 +11,7 @@ fits the model, per model.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
@@ -35,9 +36,9 @@ _ADD_SQL = """
 WITH docs AS (
     SELECT d.document_id, d.organization_id, d.client_id, d.end_user_id,
            to_tsvector(%(config)s::regconfig, d.body) AS tsv
-      FROM unnest(%(document_ids)s::bigint[], %(organization_ids)s::text[],
-                  %(client_ids)s::text[], %(end_user_ids)s::bigint[], %(bodies)s::text[])
-           AS d(document_id, organization_id, client_id, end_user_id, body)
+      FROM jsonb_to_recordset(%(documents)s::jsonb)
+           AS d(document_id bigint, organization_id text, client_id text, end_user_id bigint,
+                body text)
 ), lengths AS (
     SELECT docs.*, (SELECT coalesce(sum(array_length(t.positions, 1)), 0)
                       FROM unnest(docs.tsv) AS t) AS doc_length
@@ -121,11 +122,21 @@ def _postings_add(documents: Sequence[Document]) -> None:
                 {
                     "config": settings.TEXT_SEARCH_CONFIG,
                     "kind": kind.code,
-                    "document_ids": [row.pk for row in rows],
-                    "organization_ids": [row.organization_id for row in rows],
-                    "client_ids": [row.client_id for row in rows],
-                    "end_user_ids": [row.end_user_id for row in rows],
-                    "bodies": [kind.text(row) for row in rows],
+                    # One JSON document, not an array per column: psycopg dumps arrays element
+                    # by element in Python (see mirix_site.rows.rows_insert).
+                    "documents": json.dumps(
+                        [
+                            {
+                                "document_id": row.pk,
+                                "organization_id": row.organization_id,
+                                "client_id": row.client_id,
+                                "end_user_id": row.end_user_id,
+                                "body": kind.text(row),
+                            }
+                            for row in rows
+                        ],
+                        ensure_ascii=False,
+                    ),
                 },
             )
 
