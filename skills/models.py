@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
-from accounts.models import Client, Organization, Owned
+from accounts.models import Client, EndUser, Organization, Owned
 from memory.models import Embedding
 
 
@@ -85,10 +85,33 @@ class Recommendation(Owned):
         return f"{self.action} ({self.confidence:.2f})"
 
 
+# Experience's nullable references: a deletion of what they name looks them up (SET_NULL).
+EXPERIENCE_REFERENCES = (
+    "source_session",
+    "superseded_by",
+    "recommendation",
+    "distilled_by",
+    "consumed_by",
+)
+
+
 class Experience(Owned):
     """One attempt at a task: the action taken, its outcome and score, why it failed, the
-    context it ran in, where it came from, when it happened, and what replaced it."""
+    context it ran in, where it came from, when it happened, and what replaced it.
 
+    Recorded by the thousand, so every index is one its reads or deletions use: the foreign
+    keys' own indexes are replaced by plain ones on the organization and the client (no
+    ``varchar_pattern_ops`` copies), none on the user (the composite ones lead with it), and
+    indexes of the nullable references over the rows that have one (bench/RESULTS.md,
+    2026-12-04: 18 indexes a row were a third of a batch's database time)."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+", db_index=False)
+    end_user = models.ForeignKey(
+        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     task = models.TextField()
     action = models.TextField()
     action_key = models.TextField(
@@ -106,12 +129,18 @@ class Experience(Owned):
         null=True,
         blank=True,
         related_name="+",
+        db_index=False,
     )
     source_message_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     # A transcript's digest (origin conversation): sending it again replaces this experience.
     transcript_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
     superseded_by = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="supersedes",
+        db_index=False,
     )
     superseded_at = models.DateTimeField(null=True, blank=True)
     recommendation = models.ForeignKey(
@@ -121,6 +150,7 @@ class Experience(Owned):
         blank=True,
         related_name="outcomes",
         help_text="The recommendation this is the outcome of following.",
+        db_index=False,
     )
     occurred_at = models.DateTimeField()
     # What a distilled lesson adds (origin distilled; blank for experiences callers record).
@@ -139,10 +169,20 @@ class Experience(Owned):
     )
     pool_reason = models.TextField(blank=True, help_text="Why a pooled lesson waits.")
     distilled_by = models.ForeignKey(
-        "LearningRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="lessons"
+        "LearningRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="lessons",
+        db_index=False,
     )
     consumed_by = models.ForeignKey(
-        "LearningRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="consumed"
+        "LearningRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="consumed",
+        db_index=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -160,6 +200,16 @@ class Experience(Owned):
             models.Index(fields=["end_user", "client", "action_key"], name="experience_action"),
             GinIndex(fields=["context"], name="experience_context", opclasses=["jsonb_path_ops"]),
             GinIndex(fields=["filter_tags"], name="experience_tags", opclasses=["jsonb_path_ops"]),
+            models.Index(fields=["organization"], name="experience_organization"),
+            models.Index(fields=["client"], name="experience_client"),
+            *(
+                models.Index(
+                    fields=[reference],
+                    condition=Q(**{f"{reference}__isnull": False}),
+                    name=f"experience_{reference}",
+                )
+                for reference in EXPERIENCE_REFERENCES
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
