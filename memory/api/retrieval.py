@@ -40,8 +40,7 @@ from memory.services.retrieval import (
 
 class RetrievalApiView(TenantAPIView):
     """Answers carry a ``Server-Timing`` header (embed, search, and inside search each lane's
-    own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went.
-    An answer goes out once the writes its search left running beside (the log) are done."""
+    own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went."""
 
     writes = False  # a read, even over POST (conversation retrieval sends a body)
     outcome: SearchOutcome | None = None
@@ -51,7 +50,6 @@ class RetrievalApiView(TenantAPIView):
     ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         if self.outcome is not None:
-            self.outcome.settle()
             timings = {"embed": self.outcome.embed_ms, "search": self.outcome.search_ms}
             timings |= self.outcome.lane_ms  # bm25, vector: inside search, overlapping
             response["Server-Timing"] = ", ".join(

@@ -82,13 +82,6 @@ class SearchOutcome:
     search_ms: float = 0.0
     # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
-    # Writes about the search still running beside the caller (its retrieval log).
-    pending: list[Lane[Any]] = field(default_factory=list)
-
-    def settle(self) -> None:
-        """Wait for the writes still running beside (an answer goes out once they are done)."""
-        while self.pending:
-            self.pending.pop().result()
 
 
 def _in_scope(kind: SearchableKind, scope: Scope, rows: Q | None) -> tuple[str, dict[str, Any]]:

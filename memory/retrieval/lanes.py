@@ -65,20 +65,13 @@ def _on_pool_connection(function: Callable[[], T]) -> T:
 
 class Lane(Generic[T]):
     """A lane started now and joined later: beside the caller when asked and it may be (in
-    the pool), else run in the caller's thread at join (``at_once``: run there now, so that
-    it has run even if nobody joins it)."""
+    the pool), else run in the caller's thread at join."""
 
-    def __init__(self, function: Callable[[], T], *, beside: bool, at_once: bool = False) -> None:
+    def __init__(self, function: Callable[[], T], *, beside: bool) -> None:
         self._function = function
         self._future: Future[T] | None = None
         if beside and settings.SEARCH_LANE_THREADS > 0 and not connection.in_atomic_block:
             self._future = _lane_pool().submit(_on_pool_connection, function)
-        elif at_once:
-            self._future = Future()
-            try:
-                self._future.set_result(function())
-            except Exception as error:  # raised at join, as from the pool
-                self._future.set_exception(error)
 
     def result(self) -> T:
         if self._future is None:

@@ -4,13 +4,11 @@ read with the embedding model searches read now, and write the retrieval log."""
 from __future__ import annotations
 
 import time
-from functools import partial
 from typing import Any
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope, Tenant
 from memory.retrieval.engine import SearchOutcome, SearchRequest, search
-from memory.retrieval.lanes import Lane
 from memory.retrieval.log import retrieval_log_write
 from memory.retrieval.query_vectors import query_vector_start
 from memory.retrieval.spaces import read_embedder
@@ -34,10 +32,9 @@ def retrieval_search(
 ) -> SearchOutcome:
     """Search the rows the tenant may read (of ``end_user``, or of every user when None) and
     log the retrieval under ``endpoint`` (``extra``: what else the log should say of the
-    request); the log is written once the outcome is settled. A blank query finds nothing, and
-    is logged as asked. ``log=False``: a search that is part of a retrieval logged on its own
-    (the procedures served with a conversation's memories), so that one retrieval stays one
-    log row."""
+    request). A blank query finds nothing, and is logged as asked. ``log=False``: a search that
+    is part of a retrieval logged on its own (the procedures served with a conversation's
+    memories), so that one retrieval stays one log row."""
     began = time.perf_counter()
     if request.query.strip():
         outcome = search(
@@ -47,11 +44,7 @@ def retrieval_search(
         outcome = SearchOutcome(hits=[], embedding_model=None)
     if not log:
         return outcome
-    # Written beside what the caller does next (rendering the answer, recommend's own row):
-    # a round trip off a retrieval's critical path (bench/RESULTS.md, 2026-12-04). The caller
-    # settles the outcome before answering; inside a transaction it is written here.
-    write = partial(
-        retrieval_log_write,
+    retrieval_log_write(
         tenant=tenant,
         end_user=end_user,
         endpoint=endpoint,
@@ -62,5 +55,4 @@ def retrieval_search(
         latency_ms=(time.perf_counter() - began) * 1000,
         extra=extra,
     )
-    outcome.pending.append(Lane(write, beside=True, at_once=True))
     return outcome

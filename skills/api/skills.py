@@ -27,7 +27,6 @@ from accounts.api.fields import BooleanField, IntegerField, TextChoiceField, Tex
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField, UserQuerySerializer
 from accounts.selectors import end_user_get
-from memory.api.retrieval import RetrievalApiView
 from sessions.models import Session
 from sessions.selectors import session_get
 from skills.export import discovery_index, skill_md, skills_zip
@@ -330,7 +329,7 @@ class SkillRollbackApi(_SkillApi):
         return Response(SkillDetailSerializer(self.skill(str(written.skill.pk))).data)
 
 
-class SkillRetrieveApi(RetrievalApiView):
+class SkillRetrieveApi(TenantAPIView):
     # A search: a read-only key may retrieve; naming a session_id writes (the link).
     writes = False
     read_only_message = LINK_NEEDS_WRITE
@@ -378,7 +377,6 @@ class SkillRetrieveApi(RetrievalApiView):
             session_id=session.pk if session is not None else None,
             method=data["search_method"],
         )
-        self.outcome = found
         thresholds = found.gate_thresholds.get("skill")
         return Response(
             {

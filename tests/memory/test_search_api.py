@@ -16,7 +16,7 @@ from accounts.services import client_read_scopes_set, end_user_create_or_get
 from memory.extractors import Proposal
 from memory.models import GateCalibration, RetrievalLog
 from memory.providers.embeddings import embedding_provider_from_settings
-from memory.retrieval import engine, service
+from memory.retrieval import engine
 from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse, scores_fuse
 from memory.retrieval.vectors import vector_search
 from memory.services import memories_store, retrieval_logs_purge
@@ -326,32 +326,6 @@ def test_hybrid_runs_the_vector_lane_on_its_own_connection_with_the_same_answer(
         for results in (beside, in_turn, in_transaction)
     ]
     assert answers[0] == answers[1] == answers[2]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_log_is_written_beside_the_answer_and_is_there_when_it_arrives(
-    org: TenantFixture, monkeypatch
-) -> None:
-    """Outside a transaction the retrieval log is written in the lane pool while the answer is
-    rendered (recommend: while its own row is written); the answer waits for it. Inside a
-    transaction it is written in the caller's thread, before the search returns."""
-    store(org)
-    threads: list[str] = []
-    write = service.retrieval_log_write
-
-    def recorded(**kwargs: object) -> None:
-        threads.append(threading.current_thread().name)
-        write(**kwargs)
-
-    monkeypatch.setattr(service, "retrieval_log_write", recorded)
-    query = {"user_id": "sam", "query": "what does Sam drink in the morning"}
-    assert org.api.get("/memory/search", query).status_code == 200
-    assert RetrievalLog.objects.count() == 1
-    with transaction.atomic():
-        assert org.api.get("/memory/search", query).status_code == 200
-        assert RetrievalLog.objects.count() == 2
-    assert threads[0].startswith("search-lane")
-    assert not threads[1].startswith("search-lane")
 
 
 def test_other_tenants_and_clients_memories_never_appear(
