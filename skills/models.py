@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import VectorField
 
-from accounts.models import Client, EndUser, Organization, Owned
+from accounts.models import Client, Organization, Owned, OwnedIndexedByModel
 from memory.models import Embedding
 
 
@@ -95,23 +95,15 @@ EXPERIENCE_REFERENCES = (
 )
 
 
-class Experience(Owned):
+class Experience(OwnedIndexedByModel):
     """One attempt at a task: the action taken, its outcome and score, why it failed, the
     context it ran in, where it came from, when it happened, and what replaced it.
 
-    Recorded by the thousand, so every index is one its reads or deletions use: the foreign
-    keys' own indexes are replaced by plain ones on the organization and the client (no
-    ``varchar_pattern_ops`` copies), none on the user (the composite ones lead with it), and
+    Recorded by the thousand, so every index is one its reads or deletions use: plain ones on
+    the organization and the client, none on the user (the composite ones lead with it), and
     indexes of the nullable references over the rows that have one (bench/RESULTS.md,
     2026-12-04: 18 indexes a row were a third of a batch's database time)."""
 
-    organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+", db_index=False)
-    end_user = models.ForeignKey(
-        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
     task = models.TextField()
     action = models.TextField()
     action_key = models.TextField(

@@ -11,25 +11,15 @@ from django.db.models import Q
 from django.db.models.functions import Cast
 from pgvector.django import HnswIndex, VectorField
 
-from accounts.models import Client, EndUser, Organization, Owned
+from accounts.models import EndUser, Owned, OwnedIndexedByModel
 from memory.providers.embeddings import LOCAL_MODEL_DIMENSIONS, LOCAL_MODEL_NAME
 
 
-class IndexOwned(Owned):
+class IndexOwned(OwnedIndexedByModel):
     """The owner of a row of BM25's index and statistics: (organization, client, end user).
     No single-column indexes on the organization and the user: each table's composite indexes
     lead with them, and a competing one only tempts the planner away from index-only scans.
-    The client's is a plain one each table names (a client's deletion finds its rows by it):
-    the foreign key's own index would add a ``varchar_pattern_ops`` copy that no query reads
-    and every posting written pays for."""
-
-    organization = models.ForeignKey(
-        Organization, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+", db_index=False)
-    end_user = models.ForeignKey(
-        EndUser, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
+    The client's is a plain one each table names (a client's deletion finds its rows by it)."""
 
     class Meta:
         abstract = True
