@@ -140,11 +140,17 @@ def _json_default(value: Any) -> str:
     return str(value)
 
 
-def _column_value(field: Field, value: Any, column_type: str) -> Any:
+def _column_value(field: Field, instance: Model, column_type: str, connection: Any) -> Any:
+    """The instance's value of the field as the JSON document carries it: what its column's
+    input reads back."""
+    value = field.pre_save(instance, add=True)
+    if isinstance(field, JSONField):
+        # The document's own text (get_db_prep_save would wrap it for psycopg instead).
+        prepared = field.get_prep_value(value)
+        return None if prepared is None else json.dumps(prepared, cls=field.encoder)
+    value = field.get_db_prep_save(value, connection)
     if value is None:
         return None
-    if isinstance(field, JSONField):  # the document's text, read by the column's input
-        return json.dumps(value, cls=field.encoder)
     if column_type.endswith("]"):  # an array column: its literal
         return _array_literal(value)
     if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN: as text
@@ -167,13 +173,7 @@ def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[Mod
     column_types = [field.db_type(connection) for field in fields]
     rows = [
         [
-            _column_value(
-                field,
-                field.get_prep_value(field.pre_save(instance, add=True))
-                if isinstance(field, JSONField)
-                else field.get_db_prep_save(field.pre_save(instance, add=True), connection),
-                column_type,
-            )
+            _column_value(field, instance, column_type, connection)
             for field, column_type in zip(fields, column_types, strict=True)
         ]
         for instance in instances

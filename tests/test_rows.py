@@ -96,7 +96,7 @@ def test_rows_inserted_in_one_statement_are_the_rows_bulk_create_writes(
             for task, context, message_ids, importance in [
                 ("login times out", {"env": {"region": "eu"}, "n": 3}, [1, 2, 3], None),
                 ("le délai d'attente", [], [], 0.1 + 0.2),
-                ("{braces} and, commas", {"quote": '"', "nul": "a\\u0000"}, [7], 1.0),
+                ("{braces} and, commas", {"quote": '"', "escape": "a\\u0000"}, [7], 1.0),
             ]
         ]
 
@@ -125,18 +125,17 @@ def test_a_float_json_cannot_spell_is_inserted_as_the_database_reads_it(
     end_user = EndUser.objects.create(
         organization=org.organization, user_id="ada", created_by=org.client
     )
-    fields = {"task": "t", "action": "a", "action_key": "a", "successes": 0, "failures": 0}
-    [written] = rows_insert(
-        model=Recommendation,
-        instances=[
-            Recommendation(
-                organization=org.organization,
-                client=org.client,
-                end_user=end_user,
-                confidence=-math.inf,
-                partials=0,
-                **fields,
-            )
-        ],
+    recommendation = Recommendation(
+        organization=org.organization,
+        client=org.client,
+        end_user=end_user,
+        task="t",
+        action="a",
+        action_key="a",
+        confidence=-math.inf,
+        successes=0,
+        failures=0,
+        partials=0,
     )
+    [written] = rows_insert(model=Recommendation, instances=[recommendation])
     assert Recommendation.objects.get(pk=written.pk).confidence == -math.inf
