@@ -168,7 +168,7 @@ def lanes_fuse(
 
 
 def gate_apply(
-    candidates: list[Candidate], thresholds: Thresholds | None, *, fusion: str = "rrf"
+    candidates: list[Candidate], thresholds: Thresholds | None, *, fusion: str
 ) -> list[Candidate]:
     """Mark each candidate's gate decision; return the kept ones, strong first, in order.
     Fused by ``scores``, a result whose BM25 score is at least BM25_RESCUE_SHARE of the best

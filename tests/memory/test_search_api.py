@@ -101,7 +101,7 @@ def test_gate_drops_keeps_and_promotes() -> None:
     similarities = {1: 0.3, 2: 0.2, 3: 0.5, 4: 0.1, 5: 0.95}
     for candidate in fused:
         candidate.similarity = similarities[candidate.document_id]
-    kept = gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9))
+    kept = gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9), fusion="rrf")
     decisions = {c.document_id: c.gate for c in fused}
     assert decisions == {
         5: "strong",  # ranks first however it fused
@@ -112,7 +112,7 @@ def test_gate_drops_keeps_and_promotes() -> None:
     }
     assert kept[0].document_id == 5
     assert 4 not in {c.document_id for c in kept}
-    assert gate_apply(fused, None) == fused and {c.gate for c in fused} == {"off"}
+    assert gate_apply(fused, None, fusion="rrf") == fused and {c.gate for c in fused} == {"off"}
 
 
 def test_under_the_fusion_by_scores_a_result_near_bm25s_best_passes_the_gate() -> None:
@@ -150,7 +150,7 @@ def test_the_time_lane_adds_its_rank_and_its_top_three_pass_the_gate() -> None:
     assert (nine.bm25_rank, nine.time_rank) == (None, 2)  # found only in the time named
     for candidate in fused:
         candidate.similarity = 0.1
-    gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9))
+    gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9), fusion="rrf")
     assert {c.document_id: c.gate for c in fused} == {
         1: "kept_bm25_top3",
         2: "kept_bm25_top3",
