@@ -1,25 +1,25 @@
 """A process's memo of what a function reads from rows that change rarely and are read by
 every request of a kind (the embedding spaces and the gate's calibrations, read by every
-search): kept for at most ``ROWS_MEMO_SECONDS``, so a search does not spend a database round
-trip on each (bench/RESULTS.md, 2026-12-04: two to three of a recall's sixteen milliseconds).
+search): kept for at most ``ROWS_MEMO_SECONDS``, so a search does not spend two of its round
+trips on them (bench/RESULTS.md, 2026-12-04: 0.7 ms of a recall's p50, on one database).
 
 Why it stays correct: a save or delete of a row of a memo's models clears the memo in this
-process at once (a value read before the change is not kept after it); the other processes see
-the change within ``ROWS_MEMO_SECONDS``. A value read inside a transaction is not kept: the
-transaction may still roll back what it read. Bulk ``update()`` sends no signal: the lifetime
-bounds it too.
+process at once and again when it commits (a value read before the change is not kept after
+it); the other processes see the change within ``ROWS_MEMO_SECONDS``. A value read inside a
+transaction is not kept: the transaction may still roll back what it read. Bulk ``update()``
+sends no signal: the lifetime bounds it too.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Hashable
+from time import monotonic
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models.signals import post_delete, post_save
 
 P = ParamSpec("P")
@@ -43,7 +43,10 @@ class RowsMemo(Generic[P, T]):
         _memos.append(self)
 
     def _changed(self, **_: Any) -> None:
+        # Now, and again once the change commits: a read between the two (on another
+        # connection, of the rows as they were) is not kept past it.
         self.clear()
+        transaction.on_commit(self.clear)
 
     def clear(self) -> None:
         with self._lock:
@@ -52,7 +55,7 @@ class RowsMemo(Generic[P, T]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
         key = (args, tuple(sorted(kwargs.items())))
-        now = time.monotonic()
+        now = monotonic()
         found = self._values.get(key)
         if found is not None and found[0] > now:
             return found[1]

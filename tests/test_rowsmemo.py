@@ -70,7 +70,7 @@ def test_a_change_from_another_process_is_read_within_the_memos_lifetime(
 ) -> None:
     settings.ROWS_MEMO_SECONDS = 1.0
     now = [1000.0]
-    monkeypatch.setattr(rowsmemo.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(rowsmemo, "monotonic", lambda: now[0])  # the memo's clock only
     _calibrate(0.30)
     assert _min_similarity() == 0.30
     # As another process writes it: no signal reaches this one.
