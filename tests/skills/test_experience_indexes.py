@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.models import ForeignKey
 
 from memory.models import DocumentStats, Posting, TermStats
 from skills.models import EXPERIENCE_REFERENCES, Experience, Recommendation
@@ -31,10 +32,17 @@ def test_an_experience_keeps_one_index_per_way_it_is_looked_up() -> None:
     indexes = _indexes(Experience._meta.db_table)
     single_user = [d for d in indexes.values() if d.endswith("(end_user_id)")]
     assert single_user == []  # experience_owner and experience_action lead with the user
-    for reference in EXPERIENCE_REFERENCES:
-        column = Experience._meta.get_field(reference).column
-        [definition] = [d for d in indexes.values() if f"({column})" in d]
-        assert f"WHERE ({column} IS NOT NULL)" in definition
+    # Every nullable reference the model has, not only those it lists: one added without a
+    # partial index would be a full index of NULLs again.
+    references = [
+        field
+        for field in Experience._meta.concrete_fields
+        if isinstance(field, ForeignKey) and field.null
+    ]
+    assert sorted(field.name for field in references) == sorted(EXPERIENCE_REFERENCES)
+    for field in references:
+        [definition] = [d for d in indexes.values() if f"({field.column})" in d]
+        assert f"WHERE ({field.column} IS NOT NULL)" in definition
     assert {"experience_organization", "experience_client"} <= indexes.keys()
 
 
