@@ -9,6 +9,7 @@ from django.db.models import Count, Q, QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.rowsmemo import rows_memo
 from skills.confidence import confidence_band
 from skills.models import (
     OUTCOME_SCORES,
@@ -60,11 +61,22 @@ def experience_settings_get(*, tenant: Tenant) -> ExperienceSettings:
     return found or ExperienceSettings(organization=tenant.organization, client=tenant.client)
 
 
+@rows_memo(ExperienceSettings)
+def _client_half_life(client_id: str) -> float | None:
+    # Every recall and recommend without a half-life of its own reads it; a client sets it
+    # rarely. Memoized like the spaces and calibrations every search reads (mirix_site.rowsmemo).
+    return (
+        ExperienceSettings.objects.filter(client_id=client_id)
+        .values_list("half_life_days", flat=True)
+        .first()
+    )
+
+
 def half_life_for(*, tenant: Tenant, asked: float | None) -> float | None:
     """The half-life a recall or recommend uses: the request's (0: none), else the client's."""
     if asked is not None:
         return asked or None
-    return experience_settings_get(tenant=tenant).half_life_days
+    return _client_half_life(tenant.client.pk)
 
 
 def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""What every search reads of the embedding spaces and the gate's calibrations is kept by the
-process for ``ROWS_MEMO_SECONDS``: a search spends no round trip on it, a change made in the
-process is read at once, one made elsewhere within the memo's lifetime, and nothing a
-transaction read (and may roll back) outlives it."""
+"""What every search reads of the embedding spaces and the gate's calibrations (and every
+experience search of its client's half-life) is kept by the process for ``ROWS_MEMO_SECONDS``:
+a search spends no round trip on it, a change made in the process is read at once, one made
+elsewhere within the memo's lifetime, and nothing a transaction read (and may roll back)
+outlives it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from memory.retrieval.fusion import Thresholds
 from memory.retrieval.gate import gate_thresholds
 from memory.retrieval.kinds import kind_get
 from mirix_site import rowsmemo
+from skills.models import ExperienceSettings
 from tests.factories import TenantFixture
 from tests.skills.experiences import embed_all, record_many
 
@@ -42,7 +44,7 @@ def _min_similarity() -> float:
     return thresholds.min_similarity
 
 
-def test_a_search_after_the_first_reads_neither_spaces_nor_calibrations(
+def test_a_search_after_the_first_reads_no_spaces_calibrations_or_settings(
     org: TenantFixture,
 ) -> None:
     record_many(org, [{"task": "deploy the api", "action": "roll back", "outcome": "success"}])
@@ -52,7 +54,11 @@ def test_a_search_after_the_first_reads_neither_spaces_nor_calibrations(
     with CaptureQueriesContext(connection) as queries:
         response = org.api.get("/experiences/recall", asked)
     assert response.status_code == 200 and response.json()["count"] == 1
-    tables = (EmbeddingSpace._meta.db_table, GateCalibration._meta.db_table)
+    tables = (
+        EmbeddingSpace._meta.db_table,
+        GateCalibration._meta.db_table,
+        ExperienceSettings._meta.db_table,
+    )
     assert not [q["sql"] for q in queries.captured_queries if any(t in q["sql"] for t in tables)]
 
 

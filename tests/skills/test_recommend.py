@@ -232,6 +232,9 @@ def test_the_clients_half_life_applies_when_a_request_names_none(org: TenantFixt
         + history("autoscaling", "ss", task=task, occurred_at=aged(5)),
     )
     assert org.api.get("/experiences/settings").json() == {"half_life_days": None}
+    # Read (and kept by the process, skills.selectors) before it is set: the change still
+    # applies to the next request.
+    assert recommend(org, task)["action"] == "manual scaling"
     response = org.api.put("/experiences/settings", {"half_life_days": 30}, format="json")
     assert response.status_code == 200 and response.json() == {"half_life_days": 30.0}
     assert recommend(org, task)["action"] == "autoscaling"
