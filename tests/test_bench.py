@@ -25,6 +25,7 @@ from bench import (
     faults,
     images,
     ingest,
+    recommend_path,
     retrieval_latency,
     retrieval_quality,
     skill_families,
@@ -36,8 +37,10 @@ from memory.models import ExtractionJob
 from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
 from sessions.models import Message, Session
+from skills.models import Recommendation
 from tests import processes
 from tests.factories import TenantFixture
+from tests.skills.experiences import embed_all, record_many
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -556,6 +559,44 @@ def test_experiences_records_both_ways_waits_for_embeddings_and_times_the_querie
     assert ours["recall"]["n"] == ours["recommend"]["n"] == 8
     assert figures["mimir"] is None
     assert not EndUser.objects.filter(user_id__startswith="exbench-").exists()
+
+
+def test_recommend_path_times_each_step_and_bounds_the_critical_path(
+    smoke_argv, org: TenantFixture, tmp_path, capsys
+) -> None:
+    record_many(
+        org,
+        [
+            {"task": f"the deploy of service {n} times out", "action": action, "outcome": outcome}
+            for n, (action, outcome) in enumerate(
+                [("raise the timeout", "success"), ("restart the pods", "failure")] * 4
+            )
+        ],
+        user_id="path-user",
+    )
+    embed_all()
+
+    argv = [*smoke_argv, "--user", "path-user", "--data-dir", str(tmp_path)]
+    assert recommend_path.main(argv) == 0
+
+    out = capsys.readouterr().out
+    figures = dict(re.findall(r"^(\S[^\n]*?) +p50 +([\d.]+) ms$", out, re.MULTILINE))
+    assert set(figures) == {
+        "in-process recommend",
+        "in-process after the search",
+        "HTTP recommend",
+        "HTTP authenticated request",
+        "embed",
+        "vector lane, recommend",
+        "vector lane, recall",
+        "BM25 lane, recommend",
+    }
+    [floor] = re.findall(r"^floor over HTTP +([\d.]+) ms", out, re.MULTILINE)
+    assert float(floor) >= float(figures["embed"]) + float(figures["vector lane, recommend"])
+    # Every recommend it made (four in-process, four over HTTP) recommended the fix that worked.
+    assert set(Recommendation.objects.values_list("action", flat=True)) == {"raise the timeout"}
+    assert Recommendation.objects.count() == 8
+    assert SMOKE_NOTE in out
 
 
 def test_experience_quality_scores_each_half_and_deletes_its_user(
