@@ -252,10 +252,12 @@ SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # words. On the dev half of tests/skills/data/experience_eval.json 1.0 recalled 0.893 at 5
 # against 0.853 at 0.1, and held on the test half (0.881 against 0.845; bench/RESULTS.md).
 EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0.0)
-# Skills' vector lane weight: their vectors include the centroid of the tasks they were learned
-# from, the strongest single lane on MetaTool. On its dev half (bench/skill_learning.py, 5
-# sessions per tool) p@1 was 0.676 at 3 and 0.689 at 10 (the vector lane alone 0.708); BM25
-# stays in the fusion for words an embedding misses (error messages, names).
+# Skills' vector lane weight, fused by scores (skills.kinds): a skill scores 10 x its cosine
+# similarity + BM25's score over the best one's. Their vectors include the centroid of the tasks
+# they were learned from, the strongest single lane on MetaTool; BM25 adds the words an
+# embedding misses (error messages, names, a tool's own terms). Chosen on MetaTool's dev half
+# (bench/skill_learning.py, mean of 5 and 20 sessions per tool; bench/RESULTS.md 2026-12-04):
+# 0.761 at 10 against 0.752 / 0.756 / 0.756 at 5 / 20 / 50, and 0.754 fused by RRF at 10.
 SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minimum=0.0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
 # memory.retrieval.engine.SearchRequest.spoken_range). Under RRF 0.5 and 1 did not differ on
