@@ -31,18 +31,15 @@ server's database (``--data-dir`` / ``--database-url``) and, for the HTTP figure
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from bench.common import (
-    PROJECT_DIR,
     SMOKE_NOTE,
     BenchError,
     KeepAliveClient,
@@ -53,7 +50,7 @@ from bench.common import (
     server_arguments,
 )
 from bench.experiences import data_generate
-from bench.retrieval_latency import django_setup, tenant_from_key
+from bench.retrieval_latency import database_arguments, django_setup, tenant_from_key
 
 SMOKE = {"queries": 4}
 RECALL_K = 5
@@ -79,14 +76,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     server_arguments(parser, key_help="default: <data dir>/demo-api-key")
     parser.add_argument("--user", required=True, help="a user bench.experiences --keep left")
     parser.add_argument("--queries", type=int, default=200, help="measured tasks per figure")
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
-        help="the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis)",
-    )
-    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
-    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis")
+    database_arguments(parser)
     parser.add_argument("--no-http", action="store_true", help="only the in-process figures")
     arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if arguments.queries < 1:

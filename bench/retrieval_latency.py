@@ -257,6 +257,19 @@ def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: P
 # --- The database -------------------------------------------------------------------------------
 
 
+def database_arguments(parser: argparse.ArgumentParser, *, also: str = "") -> None:
+    """``--data-dir``, ``--database-url`` and ``--redis-url``: the server's, which
+    ``django_setup`` connects to (``also``: what else the bench keeps in the data dir)."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
+        help=f"the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis{also})",
+    )
+    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
+    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis")
+
+
 def django_setup(arguments: argparse.Namespace) -> str:
     """The server's settings against its database, unless this process has set Django up
     already (a test): then its setup and database are the bench's. Returns which database.
@@ -1178,14 +1191,7 @@ def kept_delete(tenant: Tenant, kind: SearchableKind, run: str) -> None:
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     server_arguments(parser, key_help="default: <data dir>/demo-api-key")
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
-        help="the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis; the embedding cache)",
-    )
-    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
-    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis (unused)")
+    database_arguments(parser, also="; the embedding cache")
     parser.add_argument("--scale", type=int, default=100_000, help="memories per layout")
     parser.add_argument("--users", type=int, default=1000, help="users of the spread layout")
     parser.add_argument("--queries", type=int, default=300, help="measured queries per layout")
