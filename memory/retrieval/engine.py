@@ -82,6 +82,7 @@ class SearchOutcome:
     search_ms: float = 0.0
     # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
+    wall_ms: float = 0.0  # the search's wall time, its wait for the embedding included
 
 
 def _in_scope(kind: SearchableKind, scope: Scope, rows: Q | None) -> tuple[str, dict[str, Any]]:
@@ -423,4 +424,5 @@ def search(
         embed_ms=made.ms if made is not None else 0.0,
         search_ms=(ended - began - waited) * 1000,
         lane_ms=lane_ms,
+        wall_ms=(ended - began) * 1000,
     )
