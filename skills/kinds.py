@@ -52,10 +52,6 @@ def _skill_vectors(skill: Skill, chunk: Callable[[str], list[str]]) -> list[list
 # Skills served: candidates and active ones (deprecated and deleted ones are kept, not found).
 SERVED = Q(status__in=[Skill.Status.CANDIDATE, Skill.Status.ACTIVE])
 
-# Fused by scores, not ranks: a request names its tool's own terms often enough that BM25's
-# margin is worth keeping beside the similarity (MetaTool p@1 on the dev half 0.734 / 0.787 at
-# 5 / 20 sessions per tool against 0.729 / 0.779 by RRF; SKILL_SEARCH_VECTOR_WEIGHT).
-
 SKILL_KIND = SearchableKind(
     name="skill",
     code=21,
@@ -65,6 +61,9 @@ SKILL_KIND = SearchableKind(
     current=SERVED,
     tags_field=None,
     embedding_groups=_skill_vectors,
+    # By scores, not ranks: a request names its tool's own terms often enough that BM25's
+    # margin is worth keeping beside the similarity (MetaTool p@1 on the dev half 0.734 / 0.787
+    # at 5 / 20 sessions per tool against 0.729 / 0.779 by RRF; SKILL_SEARCH_VECTOR_WEIGHT).
     fusion="scores",
     vector_weight=settings.SKILL_SEARCH_VECTOR_WEIGHT,
     calibration_pairs=Path(__file__).resolve().parent / "calibration" / "skill_pairs.json",

@@ -257,7 +257,8 @@ EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1
 # they were learned from, the strongest single lane on MetaTool; BM25 adds the words an
 # embedding misses (error messages, names, a tool's own terms). Chosen on MetaTool's dev half
 # (bench/skill_learning.py, mean of 5 and 20 sessions per tool; bench/RESULTS.md 2026-12-04):
-# 0.761 at 10 against 0.752 / 0.756 / 0.756 at 5 / 20 / 50, and 0.754 fused by RRF at 10.
+# 0.761 at 10, 0.759-0.760 from 7.5 to 15, 0.753 / 0.756 / 0.756 at 5 / 20 / 50, and 0.754
+# fused by RRF at 10.
 SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minimum=0.0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
 # memory.retrieval.engine.SearchRequest.spoken_range). Under RRF 0.5 and 1 did not differ on
