@@ -30,7 +30,6 @@ server's database (``--data-dir`` / ``--database-url``) and, for the HTTP figure
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import uuid
@@ -46,6 +45,7 @@ from bench.common import (
     arguments_parse,
     command_line,
     load_average,
+    percentile,
     server_arguments,
 )
 from bench.experiences import data_generate
@@ -53,10 +53,6 @@ from bench.retrieval_latency import database_arguments, django_setup, tenant_fro
 
 SMOKE = {"queries": 4}
 RECALL_K = 5
-
-
-def _p50(values: Sequence[float]) -> float:
-    return statistics.median(values)
 
 
 def _timed(function: Callable[[], object]) -> float:
@@ -160,7 +156,7 @@ def bench(arguments: argparse.Namespace) -> dict[str, float]:
                 partial(bm25_search, scope=scope, kind=EXPERIENCE_KIND, query=task, limit=depth)
             ),
         )
-    return {name: _p50(values) for name, values in figures.items()}
+    return {name: percentile(values, 0.5) for name, values in figures.items()}
 
 
 def report(figures: dict[str, float]) -> None:
