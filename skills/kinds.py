@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Q
 
 from memory.retrieval.kinds import SearchableKind, kind_register
-from skills.models import CURRENT, Experience, ExperienceEmbedding, Skill, SkillEmbedding
+from skills.models import (
+    CURRENT,
+    SERVED_STATUSES,
+    Experience,
+    ExperienceEmbedding,
+    Skill,
+    SkillEmbedding,
+)
+from skills.prototypes import skill_vectors_write
 
 # Codes are the kinds' numbers in the search index: never change or reuse one.
 EXPERIENCE_KIND = SearchableKind(
@@ -25,32 +32,8 @@ EXPERIENCE_KIND = SearchableKind(
 )
 
 
-# A skill learned from many phrasings has a vector per this many of them besides their mean.
-PHRASINGS_PER_PART = 5
-
-
-def _skill_vectors(skill: Skill, chunk: Callable[[str], list[str]]) -> list[list[str]]:
-    """A skill's vectors: what it says it does (name and description), and the centroid of
-    the task phrasings it was learned from and of what its tools do (one vector for all of
-    them: a new task of the kind is nearer their mean than most of them, as the MetaTool
-    baselines measured; a tool's own description, one more phrasing, moved that mean toward
-    new requests on the bench's dev half). From twice ``PHRASINGS_PER_PART`` phrasings on,
-    each of ``len // PHRASINGS_PER_PART`` interleaved parts of them is a centroid too: the
-    mean of many blurs the kinds of request among them (MetaTool's dev half at 20 per tool,
-    p@1 0.767 → 0.776 offline; unchanged at 5)."""
-    groups = [[piece] for piece in chunk(f"{skill.name}\n{skill.description}")]
-    said = [text for text in (skill.tool_descriptions or {}).values() if text]
-    triggers = [piece for trigger in skill.triggers for piece in chunk(trigger)]
-    phrasings = [*triggers, *(piece for text in said for piece in chunk(text))]
-    if not phrasings:
-        return groups
-    parts = len(triggers) // PHRASINGS_PER_PART
-    subsets = [triggers[start::parts] for start in range(parts)] if parts > 1 else []
-    return [*groups, phrasings, *subsets]
-
-
 # Skills served: candidates and active ones (deprecated and deleted ones are kept, not found).
-SERVED = Q(status__in=[Skill.Status.CANDIDATE, Skill.Status.ACTIVE])
+SERVED = Q(status__in=SERVED_STATUSES)
 
 SKILL_KIND = SearchableKind(
     name="skill",
@@ -60,7 +43,8 @@ SKILL_KIND = SearchableKind(
     text_fields=("name", "description", "triggers", "instructions"),
     current=SERVED,
     tags_field=None,
-    embedding_groups=_skill_vectors,
+    # A prototype per skill, fit against the owner's other skills (skills.prototypes).
+    vectors_write=skill_vectors_write,
     # By scores, not ranks: a request names its tool's own terms often enough that BM25's
     # margin is worth keeping beside the similarity (MetaTool p@1 on the dev half 0.734 / 0.787
     # at 5 / 20 sessions per tool against 0.729 / 0.779 by RRF; SKILL_SEARCH_VECTOR_WEIGHT).

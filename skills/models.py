@@ -444,10 +444,37 @@ class Skill(Owned):
         return f"{self.name} v{self.version}"
 
 
+# The skills a search serves: candidates and active ones (deprecated and deleted ones are kept).
+SERVED_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
+
+
 class SkillEmbedding(Embedding):
-    """Embeddings of skills, per model and chunk (written with each version)."""
+    """A skill's search vector, per model: the prototype fit over its phrasings against its
+    owner's other skills (``skills.prototypes``), written again whenever the owner's skills
+    change."""
 
     skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="embeddings")
+
+
+class SkillPhrasing(Owned):
+    """The embedding of one phrasing of a skill (its name and description, a task it was
+    learned from, what one of its tools does) by one model, kept so that fitting the owner's
+    prototypes embeds only what is new. Not searched itself."""
+
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="phrasings")
+    model = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, help_text="SHA-256 of the phrasing's text")
+    embedding = VectorField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["skill", "model", "digest"], name="skill_phrasing_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.digest[:12]}"
 
 
 class SkillVersion(Owned):

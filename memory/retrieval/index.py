@@ -209,8 +209,15 @@ def _documents_reread(documents: Sequence[Document]) -> list[Document]:
 
 
 def _embeddings_write_one(documents: Sequence[Document], embedder: EmbeddingProvider) -> None:
-    # All rows, of any kinds, go through one embedding call: the model's fixed cost per call
-    # dwarfs a few short texts.
+    # A kind that writes its own vectors is handed its rows; all the others', of any kinds, go
+    # through one embedding call: the model's fixed cost per call dwarfs a few short texts.
+    by_writer: dict[str, tuple[SearchableKind, list[models.Model]]] = {}
+    for kind, row in documents:
+        if kind.vectors_write is not None:
+            by_writer.setdefault(kind.name, (kind, []))[1].append(row)
+    for kind, rows in by_writer.values():
+        kind.vectors_write(rows, embedder)
+    documents = [(kind, row) for kind, row in documents if kind.vectors_write is None]
     if not documents:
         return
     # One vector per group of texts (a chunk of the row's text, unless its kind groups them):

@@ -11,16 +11,19 @@ kinds share a name or a code.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet, FullResultSet, ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from memory.providers.embeddings import EmbeddingProvider
 
 # A posting row names its kind by this small number: PostgreSQL's smallint, unsigned.
 MAX_CODE = 32767
@@ -49,8 +52,10 @@ class SearchableKind:
     - ``embedding_groups``: how a row's text becomes its vectors, when not as its text's
       chunks (None): ``embedding_groups(row, chunk)`` returns groups of texts (``chunk`` cuts a
       text into the pieces the model reads whole); each group is one vector, the normalised
-      mean of its texts' embeddings (a skill: its description, and the centroid of the task
-      phrasings it was learned from). The vector lane compares a query with a row's nearest.
+      mean of its texts' embeddings. The vector lane compares a query with a row's nearest.
+    - ``vectors_write``: for a kind whose vectors are not each row's own (a skill's is fit
+      against its owner's other skills), ``vectors_write(rows, embedder)`` writes them in
+      place of the above, for those rows' owners.
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
       on them for every model (``memory.retrieval.gate.gate_calibration_ensure``).
@@ -69,6 +74,7 @@ class SearchableKind:
     embedding_groups: (
         Callable[[models.Model, Callable[[str], list[str]]], list[list[str]]] | None
     ) = None
+    vectors_write: Callable[[Sequence[models.Model], EmbeddingProvider], None] | None = None
     calibration_pairs: Path | None = None
 
     def __str__(self) -> str:

@@ -53,6 +53,7 @@ from skills.curator import (
 from skills.distiller import Distilled, lessons_parse, session_distill
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
+    SERVED_STATUSES,
     Experience,
     LearningRun,
     LearningRunSession,
@@ -74,8 +75,6 @@ from skills.services.skills import (
     skill_version_write,
     skills_embed,
 )
-
-SERVED_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,6 @@ from skills.curator import (
     operations_parse,
     skill_name,
 )
-from skills.kinds import SKILL_KIND
-from skills.models import Skill
 from skills.services.runs import task_clusters
 from skills.services.skills import SkillContent, rewrite_share
 
@@ -159,21 +157,3 @@ def test_a_split_deprecates_the_skill_and_creates_its_parts() -> None:
     operations, warnings = operations_parse(answer, skills=SKILLS, lesson_ids=[1])
     assert warnings == []
     assert [op.kind for op in operations] == ["split", "create", "create"]
-
-
-@pytest.mark.parametrize(("count", "parts"), [(5, 0), (9, 0), (10, 2), (20, 4), (23, 4)])
-def test_a_skill_of_many_phrasings_has_a_centroid_per_part_of_them(count: int, parts: int) -> None:
-    triggers = [f"request {number}" for number in range(count)]
-    skill = Skill(
-        name="read-csv",
-        description="Reads CSV files.",
-        triggers=triggers,
-        tool_descriptions={"read_csv": "Read a CSV file."},
-    )
-    groups = SKILL_KIND.embedded_groups(skill, lambda text: [text])
-    assert groups[:2] == [["read-csv\nReads CSV files."], [*triggers, "Read a CSV file."]]
-    subsets = groups[2:]
-    assert len(subsets) == parts
-    # Interleaved: every phrasing in exactly one part, the parts within one of each other.
-    assert sorted(t for subset in subsets for t in subset) == (sorted(triggers) if parts else [])
-    assert all(len(subset) >= count // parts for subset in subsets)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.test import override_settings
 
 from memory.retrieval.spaces import write_embedders
-from skills.kinds import SKILL_KIND
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
+from skills.prototypes import skill_phrasings
 from skills.services.runs import learning_run_claim, learning_run_execute
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture
@@ -155,9 +155,12 @@ def test_the_tools_sessions_declare_say_what_the_skill_does(
     assert skill.description.startswith(f"{said} Handles requests like")
     shown = org.api.get(f"/skills/{skill.pk}", {"user_id": "agent-user"}).json()
     assert shown["tool_descriptions"] == {"read_csv_latin1": said}
-    # Its phrasings' vector is the centroid of the requests and of what the tool does.
-    [_, phrasings] = SKILL_KIND.embedded_groups(skill, lambda text: [text])
-    assert phrasings == [*skill.triggers, said]
+    # Its vector is fit from its requests and what the tool does, besides what it says it does.
+    assert skill_phrasings(skill, lambda text: [text]) == [
+        f"{skill.name}\n{skill.description}",
+        *skill.triggers,
+        said,
+    ]
 
 
 @override_settings(LLM_PROVIDER="none")
@@ -168,4 +171,4 @@ def test_a_session_that_declares_no_tools_learns_as_before(
     [skill] = Skill.objects.all()
     assert skill.tool_descriptions == {}
     assert skill.description.startswith("Handles requests like")
-    assert SKILL_KIND.embedded_groups(skill, lambda text: [text])[1] == skill.triggers
+    assert skill_phrasings(skill, lambda text: [text])[1:] == skill.triggers

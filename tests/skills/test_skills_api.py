@@ -31,8 +31,10 @@ def test_a_new_task_of_the_kind_finds_the_skill(org: TenantFixture, learned: Ski
     assert top["id"] == str(learned.pk) and top["name"] == learned.name
     assert top["status"] == "candidate" and "not yet proven" in top["why"]
     assert 0.0 <= top["confidence"] <= 1.0 and top["ranks"]["bm25"] is not None
-    # Its vectors: what it says it does, and the centroid of the five tasks it was learned from.
-    assert learned.embeddings.count() == 2 and top["ranks"]["embedding"] == 1
+    # One vector, fit from what it says it does and the five tasks it was learned from; its
+    # phrasings' embeddings kept for the next fit.
+    assert learned.embeddings.count() == 1 and top["ranks"]["embedding"] == 1
+    assert learned.phrasings.count() == 1 + len(set(learned.triggers))
 
 
 def test_versions_diff_and_source_experiences_are_visible(
