@@ -16,21 +16,27 @@ fused 0.800 → 0.812 (seeds 0-2) and 0.797 → 0.804 (seeds 3-5) at 20 sessions
 
 Every write of a skill's vectors fits all of its owner's served skills again, in the
 transaction that writes them; the phrasings' embeddings are kept (``SkillPhrasing``), so a
-fit embeds only the phrasings it has not seen. A skill that stops being served keeps its
-vectors and leaves the others' as they are until the owner's next write.
+fit embeds only the phrasings it has not seen. Its cost grows with the skills times their
+phrasings: past ``SKILL_PROTOTYPE_MAX_SKILLS`` served skills a user's vectors are the means. A
+skill that stops being served keeps its vectors and leaves the others' as they are until the
+owner's next write.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 
 from memory.providers.embeddings import EmbeddingProvider
 from skills.models import SERVED_STATUSES, Skill, SkillEmbedding, SkillPhrasing
+
+logger = logging.getLogger(__name__)
 
 # The softmax's inverse temperature and the descent's steps and step size. Chosen on the dev
 # halves of six seeded MetaTool splits, mean of 5 and 20 sessions per tool: scale 20 0.766,
@@ -53,13 +59,15 @@ def _normalised(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.where(norms > 0, norms, 1.0)
 
 
-def prototypes_fit(vectors: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
-    """One unit prototype per label 0..count-1, fit over the labelled unit vectors: the
-    gradient of the mean cross-entropy of softmax(SCALE · cosine) with respect to each
-    prototype, through its normalisation, from the labels' means."""
+def prototypes_fit(
+    vectors: np.ndarray, labels: np.ndarray, count: int, *, steps: int = STEPS
+) -> np.ndarray:
+    """One unit prototype per label 0..count-1, fit over the labelled unit vectors: ``steps``
+    steps down the gradient of the mean cross-entropy of softmax(SCALE · cosine) with respect
+    to each prototype, through its normalisation, from the labels' means (0: the means)."""
     onehot = np.eye(count)[labels]
     prototypes = _normalised(onehot.T @ vectors)
-    for _ in range(STEPS):
+    for _ in range(steps):
         unit = _normalised(prototypes)
         logits = SCALE * vectors @ unit.T
         logits -= logits.max(axis=1, keepdims=True)
@@ -148,8 +156,17 @@ def skill_vectors_write(skills: Sequence[Skill], embedder: EmbeddingProvider) ->
             continue
         by_skill = _phrasing_vectors(served, embedder)
         labels = np.asarray([k for k, skill in enumerate(served) for _ in by_skill[skill.pk]])
-        vectors = np.vstack([vector for skill in served for vector in by_skill[skill.pk]])
-        prototypes = prototypes_fit(_normalised(vectors), labels, len(served))
+        vectors = _normalised(np.vstack([v for skill in served for v in by_skill[skill.pk]]))
+        steps = STEPS if len(served) <= settings.SKILL_PROTOTYPE_MAX_SKILLS else 0
+        if not steps:
+            logger.warning(
+                "%d served skills of end user %d: past SKILL_PROTOTYPE_MAX_SKILLS (%d), their "
+                "vectors are their phrasings' means, not fit",
+                len(served),
+                end_user_id,
+                settings.SKILL_PROTOTYPE_MAX_SKILLS,
+            )
+        prototypes = prototypes_fit(vectors, labels, len(served), steps=steps)
         SkillEmbedding.objects.filter(skill__in=served, model=embedder.model_name).delete()
         SkillEmbedding.objects.bulk_create(
             [

@@ -253,13 +253,19 @@ SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # against 0.853 at 0.1, and held on the test half (0.881 against 0.845; bench/RESULTS.md).
 EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0.0)
 # Skills' vector lane weight, fused by scores (skills.kinds): a skill scores 10 x its cosine
-# similarity + BM25's score over the best one's. Their vectors include the centroid of the tasks
-# they were learned from, the strongest single lane on MetaTool; BM25 adds the words an
-# embedding misses (error messages, names, a tool's own terms). Chosen on MetaTool's dev half
-# (bench/skill_learning.py, mean of 5 and 20 sessions per tool; bench/RESULTS.md 2026-12-04):
-# 0.761 at 10, 0.759-0.760 from 7.5 to 15, 0.753 / 0.756 / 0.756 at 5 / 20 / 50, and 0.754
-# fused by RRF at 10.
+# similarity + BM25's score over the best one's. Their vectors are prototypes of the tasks
+# they were learned from (skills.prototypes), the strongest single lane on MetaTool; BM25 adds
+# the words an embedding misses (error messages, names, a tool's own terms). Chosen on
+# MetaTool's dev half (bench/skill_learning.py, mean of 5 and 20 sessions per tool;
+# bench/RESULTS.md 2026-12-04): with the prototypes 0.773 at 10, 0.770 at 7.5 and 12.5, 0.767
+# / 0.768 / 0.762 at 15 / 20 / 5; before them (the phrasings' means) 0.761 at 10 too, 0.754
+# fused by RRF.
 SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minimum=0.0)
+# The most served skills of one user whose prototypes are fit against each other (a fit's cost
+# grows with the skills times their phrasings: 2.2 / 11.7 / 38 s for 199 / 500 / 1,000 skills of
+# 20 phrasings here, in the worker, at each write of the user's skills). Past it each skill's
+# vector is the mean of its phrasings.
+SKILL_PROTOTYPE_MAX_SKILLS = env_int("SKILL_PROTOTYPE_MAX_SKILLS", 400, minimum=0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
 # memory.retrieval.engine.SearchRequest.spoken_range). Under RRF 0.5 and 1 did not differ on
 # LongMemEval; fused by scores, 1.5 found 4 more of LoCoMo's dev half at 10 than 1.0 (both

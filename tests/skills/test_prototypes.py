@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from django.test import override_settings
 
 from accounts.models import EndUser
 from memory.providers.embeddings import EmbeddingProvider
@@ -164,6 +165,29 @@ def test_each_served_skill_has_one_prototype_and_a_change_embeds_only_new_phrasi
     Skill.objects.filter(pk=mail.pk).update(status=Skill.Status.DEPRECATED)
     _write(owner, csv, SkillContent.of(csv), embedder)
     [alone] = SkillEmbedding.objects.filter(skill=csv, model=embedder.model_name)
-    kept = SkillPhrasing.objects.filter(skill=csv).values_list("embedding", flat=True)
+    assert np.allclose(np.asarray(alone.embedding), _mean_of_phrasings(csv), atol=1e-5)
+
+
+def _mean_of_phrasings(skill: Skill) -> np.ndarray:
+    kept = SkillPhrasing.objects.filter(skill=skill).values_list("embedding", flat=True)
     mean = np.mean([np.asarray(vector) for vector in kept], axis=0)
-    assert np.allclose(np.asarray(alone.embedding), mean / np.linalg.norm(mean), atol=1e-5)
+    return mean / np.linalg.norm(mean)
+
+
+@override_settings(SKILL_PROTOTYPE_MAX_SKILLS=1)
+def test_past_the_most_skills_fit_together_each_vector_is_its_phrasings_mean(
+    owner: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = Recording(write_embedders()[0])
+    csv = _write(owner, None, SkillContent("read-csv", "Reads CSV files."), embedder)
+    assert "SKILL_PROTOTYPE_MAX_SKILLS" not in caplog.text  # one skill: fit (as its mean)
+    mail = _write(
+        owner,
+        None,
+        SkillContent("send-mail", "Sends e-mail.", triggers=("Mail the report to Ann",)),
+        embedder,
+    )
+    assert "2 served skills" in caplog.text and "SKILL_PROTOTYPE_MAX_SKILLS" in caplog.text
+    for skill in (csv, mail):
+        [row] = SkillEmbedding.objects.filter(skill=skill)
+        assert np.allclose(np.asarray(row.embedding), _mean_of_phrasings(skill), atol=1e-5)
