@@ -16,7 +16,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
 
-import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 
@@ -147,15 +146,6 @@ def _postings_remove(kind: SearchableKind, document_ids: Sequence[int]) -> None:
             cursor.execute(_REMOVE_SQL, {"kind": kind.code, "document_ids": list(document_ids)})
 
 
-def _mean(vectors: Sequence[Sequence[float]]) -> list[float]:
-    """One vector standing for a group: itself when alone, else the normalised mean."""
-    if len(vectors) == 1:
-        return list(vectors[0])
-    mean = np.mean(np.asarray(vectors, dtype=float), axis=0)
-    norm = float(np.linalg.norm(mean))
-    return (mean / norm if norm else mean).tolist()
-
-
 def embeddings_write(
     *, documents: Sequence[Document], embedders: Sequence[EmbeddingProvider]
 ) -> None:
@@ -220,17 +210,14 @@ def _embeddings_write_one(documents: Sequence[Document], embedder: EmbeddingProv
     documents = [(kind, row) for kind, row in documents if kind.vectors_write is None]
     if not documents:
         return
-    # One vector per group of texts (a chunk of the row's text, unless its kind groups them):
-    # the group's embeddings averaged and normalised.
-    groups: list[tuple[SearchableKind, models.Model, int, int, int]] = []
+    # One vector per chunk of each row's text.
+    chunks: list[tuple[SearchableKind, models.Model, int]] = []
     texts: list[str] = []
     for kind, row in documents:
-        for index, group in enumerate(kind.embedded_groups(row, embedder.chunk)):
-            groups.append((kind, row, index, len(texts), len(texts) + len(group)))
-            texts.extend(group)
-    embedded = embedder.embed(texts) if texts else []
-    chunks = [(kind, row, index) for kind, row, index, _start, _end in groups]
-    vectors = [_mean(embedded[start:end]) for _kind, _row, _index, start, end in groups]
+        for index, piece in enumerate(kind.embedded_chunks(row, embedder.chunk)):
+            chunks.append((kind, row, index))
+            texts.append(piece)
+    vectors = embedder.embed(texts) if texts else []
     by_kind: dict[str, list[models.Model]] = defaultdict(list)
     kinds: dict[str, SearchableKind] = {}
     for (kind, row, index), vector in zip(chunks, vectors, strict=True):

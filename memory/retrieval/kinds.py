@@ -49,13 +49,9 @@ class SearchableKind:
     - ``vector_weight``: the vector lane's weight in that fusion (None: the settings'
       ``SEARCH_VECTOR_WEIGHT`` for RRF, ``SEARCH_SIMILARITY_WEIGHT`` for scores), for kinds
       whose texts embed better or worse than chat memories do.
-    - ``embedding_groups``: how a row's text becomes its vectors, when not as its text's
-      chunks (None): ``embedding_groups(row, chunk)`` returns groups of texts (``chunk`` cuts a
-      text into the pieces the model reads whole); each group is one vector, the normalised
-      mean of its texts' embeddings. The vector lane compares a query with a row's nearest.
-    - ``vectors_write``: for a kind whose vectors are not each row's own (a skill's is fit
-      against its owner's other skills), ``vectors_write(rows, embedder)`` writes them in
-      place of the above, for those rows' owners.
+    - ``vectors_write``: for a kind whose vectors are not each chunk's embedding (a skill's
+      is fit against its owner's other skills), ``vectors_write(rows, embedder)`` writes them
+      instead, for those rows' owners. The vector lane compares a query with a row's nearest.
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
       on them for every model (``memory.retrieval.gate.gate_calibration_ensure``).
@@ -71,9 +67,6 @@ class SearchableKind:
     tags_field: str | None = "filter_tags"
     fusion: str | None = None
     vector_weight: float | None = None
-    embedding_groups: (
-        Callable[[models.Model, Callable[[str], list[str]]], list[list[str]]] | None
-    ) = None
     vectors_write: Callable[[Sequence[models.Model], EmbeddingProvider], None] | None = None
     calibration_pairs: Path | None = None
 
@@ -142,14 +135,10 @@ class SearchableKind:
         ]
         return "\n".join(kept)
 
-    def embedded_groups(
-        self, row: models.Model, chunk: Callable[[str], list[str]]
-    ) -> list[list[str]]:
-        """The groups of texts the row's vectors are made of (see ``embedding_groups``)."""
-        if self.embedding_groups is not None:
-            return [group for group in self.embedding_groups(row, chunk) if group]
+    def embedded_chunks(self, row: models.Model, chunk: Callable[[str], list[str]]) -> list[str]:
+        """The chunks of the row's text, each embedded as one vector."""
         text = self.text(row)
-        return [[piece] for piece in chunk(text)] if text.strip() else []
+        return [piece for piece in chunk(text)] if text.strip() else []
 
     def current_where(self, alias: str = "") -> tuple[str, dict[str, Any]]:
         """``current`` as SQL over the kind's table (``alias``: a prefix such as "m."), with

@@ -216,25 +216,32 @@ def test_a_code_once_given_to_a_kind_is_refused_to_another(db: None) -> None:
         kind_unregister(newcomer)
 
 
-def test_a_kind_that_groups_its_texts_gets_one_vector_per_group(org: TenantFixture) -> None:
+def test_a_kind_that_writes_its_own_vectors_is_handed_its_rows(org: TenantFixture) -> None:
     import dataclasses
-
-    import numpy as np
 
     from memory.providers.embeddings import embedding_provider_from_settings
     from memory.retrieval.index import embeddings_write
 
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
-    [note] = notes_create(org, sam, NOTES[:1])
-    grouped = dataclasses.replace(
+    first, second = notes_create(org, sam, NOTES[:2])
+    handed: list[tuple[list[int], str]] = []
+    own = dataclasses.replace(
         NOTE_KIND,
-        embedding_groups=lambda row, chunk: [chunk(row.title), [*chunk(row.body), "boats"]],
+        vectors_write=lambda rows, embedder: handed.append(
+            ([row.pk for row in rows], embedder.model_name)
+        ),
     )
+    before = {
+        note.pk: set(NoteEmbedding.objects.filter(note=note).values_list("pk", flat=True))
+        for note in (first, second)
+    }
     embedder = embedding_provider_from_settings()
-    embeddings_write(documents=[(grouped, note)], embedders=[embedder])
-    stored = list(NoteEmbedding.objects.filter(note=note, model=MODEL).order_by("chunk_index"))
-    assert [row.chunk_index for row in stored] == [0, 1]  # the old chunks replaced
-    title, body, boats = embedder.embed([note.title, note.body, "boats"])
-    mean = (np.asarray(body) + np.asarray(boats)) / 2
-    assert np.allclose(stored[0].embedding, title, atol=1e-6)
-    assert np.allclose(stored[1].embedding, mean / np.linalg.norm(mean), atol=1e-6)
+    embeddings_write(documents=[(own, first), (NOTE_KIND, second)], embedders=[embedder])
+    assert handed == [([first.pk], embedder.model_name)]
+    after = {
+        note.pk: set(NoteEmbedding.objects.filter(note=note).values_list("pk", flat=True))
+        for note in (first, second)
+    }
+    # The kind's own rows are left to it; the other kind's chunks are embedded again.
+    assert after[first.pk] == before[first.pk]
+    assert after[second.pk] and not after[second.pk] & before[second.pk]
