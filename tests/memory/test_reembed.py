@@ -129,3 +129,31 @@ def test_reembed_fills_every_registered_kind_and_its_index(
     )
     # The loopback model's vectors are hashes of the text: only the same text is nearest.
     assert found.hits[0].row.title == "Tea"
+
+
+def test_reembed_fits_each_users_served_skills_in_the_new_model(
+    org: TenantFixture, embeddings_api: LoopbackServer
+) -> None:
+    from skills.models import Skill, SkillEmbedding, SkillPhrasing
+    from skills.services.skills import Provenance, SkillContent, skill_version_write
+
+    ana, _ = end_user_create_or_get(tenant=org.tenant, user_id="ana", name=None)
+    owner = {"organization_id": org.organization.pk, "client_id": org.client.pk}
+    written = [
+        skill_version_write(
+            owner={**owner, "end_user_id": ana.pk},
+            skill=None,
+            content=SkillContent(name, f"Does {name}.", triggers=(f"please {name}",)),
+            provenance=Provenance(author="operator", operation="create"),
+            embedders=write_embedders(),
+        ).skill
+        for name in ("read-csv", "send-mail", "resize-image")
+    ]
+    Skill.objects.filter(pk=written[2].pk).update(status=Skill.Status.DEPRECATED)
+
+    reembed(embeddings_api)
+    # One prototype per served skill, fit over both of their phrasings; none for the other.
+    fitted = SkillEmbedding.objects.filter(model=NEW_MODEL)
+    assert sorted(fitted.values_list("skill_id", flat=True)) == [written[0].pk, written[1].pk]
+    assert all(len(row.embedding) == 8 for row in fitted)
+    assert SkillPhrasing.objects.filter(model=NEW_MODEL).count() == 4
