@@ -9,10 +9,10 @@ starting from the means, each is moved so that a softmax over the cosine similar
 by ``STEPS`` steps of gradient descent on the sphere. What tells a skill from its neighbours
 gains weight; what they share loses it. One skill alone keeps its mean.
 
-Chosen on MetaTool (bench/skill_learning.py) offline over six seeded splits: p@1 with BM25
-fused 0.800 → 0.812 (seeds 0-2) and 0.797 → 0.804 (seeds 3-5) at 20 sessions per tool, level at
-5 (0.751 / 0.749 both ways); on the server's own skills (seed 0, dev half) 0.787 → 0.811 at 20,
-0.734 → 0.731 at 5 (bench/RESULTS.md 2026-12-04, "skill prototypes").
+Measured on MetaTool (bench/skill_learning.py; bench/RESULTS.md 2026-12-04, "skills searched
+by prototypes"): offline over six seeded splits, p@1 with BM25 fused 0.800 → 0.812 (seeds 0-2)
+and 0.797 → 0.804 (seeds 3-5) at 20 sessions per tool, 0.751 / 0.749 → 0.749 / 0.747 at 5; a
+fresh install (seed 0) 0.786 → 0.812 on the dev half at 20, 0.732 → 0.733 at 5.
 
 Every write of a skill's vectors fits all of its owner's served skills again, in the
 transaction that writes them; the phrasings' embeddings are kept (``SkillPhrasing``), so a
@@ -39,8 +39,9 @@ from skills.models import SERVED_STATUSES, Skill, SkillEmbedding, SkillPhrasing
 logger = logging.getLogger(__name__)
 
 # The softmax's inverse temperature and the descent's steps and step size. Chosen on the dev
-# halves of six seeded MetaTool splits, mean of 5 and 20 sessions per tool: scale 20 0.766,
-# 10 0.764, the means alone 0.760; 50 steps of 5.0 fit as 200 of 1.0 do, four times sooner.
+# halves of six seeded MetaTool splits, mean of 5 and 20 sessions per tool: scale 20 0.765,
+# 10 0.764, the vectors before them (description, mean, means of parts) 0.760; 50 steps of
+# 5.0 fit as 200 of 1.0 do, four times sooner.
 SCALE = 20.0
 STEPS = 50
 STEP_SIZE = 5.0
