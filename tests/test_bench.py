@@ -786,7 +786,14 @@ def test_skill_learning_learns_every_session_and_scores_retrieval_beside_the_bas
         for metric in ("p@1", "r@5", "MRR"):
             assert figures[f"raw {metric}"] == figures[f"merged {metric}"]
     assert table["bm25_desc_requests", "all"]["raw p@1"] == 1.0
-    assert re.search(r"goal, server p@1 >= 0\.75 at N=5: \d\.\d{3} (met|NOT met)", out)
+    goal = re.search(
+        r"goal, server p@1 >= 0\.75 at N=5: test half (\d\.\d{3}) (met|NOT met); "
+        r"all (\d\.\d{3}) (met|NOT met)",
+        out,
+    )
+    assert goal is not None
+    assert float(goal[1]) == round(table["server", "test"]["raw p@1"], 3)
+    assert float(goal[3]) == round(table["server", "all"]["raw p@1"], 3)
     assert SMOKE_NOTE in out
     [result] = json.loads(json_out.read_text())["results"]
     assert {row["tool"] for row in result["requests"]} == set(SKILL_TOOLS)
