@@ -507,6 +507,22 @@ def test_fairness_times_a_light_tenants_adds_beside_a_heavy_import(
 # --- Retrieval latency ----------------------------------------------------------------------------
 
 
+def test_retrieval_latency_counts_a_row_tied_with_the_tenth_as_found() -> None:
+    # Exact ranks: rows 1..12 at distances 0.1..1.2, row 11 tied with row 10 in the last bits.
+    nearest = [(row, row / 10) for row in range(1, 13)]
+    nearest[10] = (11, 1.0 + 1e-9)
+    recall = retrieval_latency._recall
+    assert recall(list(range(1, 11)), nearest, higher_first=False) == 1.0
+    assert recall([*range(1, 10), 11], nearest, higher_first=False) == 1.0  # the tie
+    assert recall([*range(1, 10), 12], nearest, higher_first=False) == 0.9
+    assert recall([99], nearest, higher_first=False) == 0.0  # not among the exact 40
+    assert recall([], [], higher_first=False) is None
+    scores = [(row, 10.0 - row) for row in range(1, 13)]  # BM25: higher first
+    assert recall([*range(1, 10), 12], scores, higher_first=True) == 0.9
+    scores[10] = (11, scores[9][1])
+    assert recall([*range(1, 10), 11], scores, higher_first=True) == 1.0
+
+
 def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
     smoke_argv, tmp_path, capsys
 ) -> None:
