@@ -33,7 +33,7 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
-from memory.providers.embeddings import EmbeddingProvider
+from memory.providers.embeddings import EmbeddingProvider, unit_rows
 from skills.models import SERVED_STATUSES, Skill, SkillEmbedding, SkillPhrasing
 
 logger = logging.getLogger(__name__)
@@ -55,11 +55,6 @@ def skill_phrasings(skill: Skill, chunk: Callable[[str], list[str]]) -> list[str
     return list(dict.fromkeys(piece for text in texts for piece in chunk(text)))
 
 
-def _normalised(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
-
-
 def prototypes_fit(
     vectors: np.ndarray, labels: np.ndarray, count: int, *, steps: int = STEPS
 ) -> np.ndarray:
@@ -67,9 +62,9 @@ def prototypes_fit(
     steps down the gradient of the mean cross-entropy of softmax(SCALE · cosine) with respect
     to each prototype, through its normalisation, from the labels' means (0: the means)."""
     onehot = np.eye(count)[labels]
-    prototypes = _normalised(onehot.T @ vectors)
+    prototypes = unit_rows(onehot.T @ vectors)
     for _ in range(steps):
-        unit = _normalised(prototypes)
+        unit = unit_rows(prototypes)
         logits = SCALE * vectors @ unit.T
         logits -= logits.max(axis=1, keepdims=True)
         probabilities = np.exp(logits)
@@ -79,7 +74,7 @@ def prototypes_fit(
         prototypes = prototypes - STEP_SIZE * gradient / np.linalg.norm(
             prototypes, axis=1, keepdims=True
         )
-    return _normalised(prototypes)
+    return unit_rows(prototypes)
 
 
 def _digest(text: str) -> str:
@@ -157,7 +152,7 @@ def skill_vectors_write(skills: Sequence[Skill], embedder: EmbeddingProvider) ->
             continue
         by_skill = _phrasing_vectors(served, embedder)
         labels = np.asarray([k for k, skill in enumerate(served) for _ in by_skill[skill.pk]])
-        vectors = _normalised(np.vstack([v for skill in served for v in by_skill[skill.pk]]))
+        vectors = unit_rows(np.vstack([v for skill in served for v in by_skill[skill.pk]]))
         steps = STEPS if len(served) <= settings.SKILL_PROTOTYPE_MAX_SKILLS else 0
         if not steps:
             logger.warning(

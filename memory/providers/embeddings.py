@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+import numpy as np
 import requests
 
 from memory.providers.chunking import chunk_text
@@ -64,6 +65,17 @@ _ESTIMATED_BYTES_PER_TOKEN = 3
 # Well inside both services' per-input limits (OpenAI 8,192 tokens, Gemini 2,048) once the
 # estimate above errs, and long enough that a memory rarely needs more than one chunk.
 _REMOTE_MAX_CHUNK_TOKENS = 2048
+
+
+def unit_rows(matrix: Any) -> np.ndarray:
+    """Each row of ``matrix`` (its last axis) scaled to length 1; a zero row stays zero."""
+    array = np.asarray(matrix, dtype=float)
+    return array / np.maximum(np.linalg.norm(array, axis=-1, keepdims=True), 1e-12)
+
+
+def cosines(left: Any, right: Any) -> np.ndarray:
+    """The cosine similarity of every row of ``left`` with every row of ``right``."""
+    return unit_rows(left) @ unit_rows(right).T
 
 
 class EmbeddingError(Exception):

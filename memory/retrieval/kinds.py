@@ -138,7 +138,7 @@ class SearchableKind:
     def embedded_chunks(self, row: models.Model, chunk: Callable[[str], list[str]]) -> list[str]:
         """The chunks of the row's text, each embedded as one vector."""
         text = self.text(row)
-        return [piece for piece in chunk(text)] if text.strip() else []
+        return chunk(text) if text.strip() else []
 
     def current_where(self, alias: str = "") -> tuple[str, dict[str, Any]]:
         """``current`` as SQL over the kind's table (``alias``: a prefix such as "m."), with

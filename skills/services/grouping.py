@@ -27,7 +27,7 @@ import numpy as np
 import snowballstemmer
 from django.db import transaction
 
-from memory.providers.embeddings import EmbeddingProvider
+from memory.providers.embeddings import EmbeddingProvider, cosines
 from skills.models import ActionGroupingCalibration, ActionPhrase, Experience
 
 logger = logging.getLogger(__name__)
@@ -75,12 +75,6 @@ def action_key(action: str) -> str:
     return " ".join(stems) if stems else _SPACES.sub(" ", action.lower()).strip()[:500]
 
 
-def _cosines(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    left = left / np.maximum(np.linalg.norm(left, axis=-1, keepdims=True), 1e-12)
-    right = right / np.maximum(np.linalg.norm(right, axis=-1, keepdims=True), 1e-12)
-    return left @ right.T
-
-
 def grouping_measure(
     *,
     embedder: EmbeddingProvider,
@@ -92,7 +86,7 @@ def grouping_measure(
         raise ValueError(f"At least {MIN_PAIRS} pairs of each are needed.")
     pairs = [*same, *different]
     vectors = np.asarray(embedder.embed([text for pair in pairs for text in pair]), dtype=float)
-    similarities = [float(_cosines(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
+    similarities = [float(cosines(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
     same_values, different_values = similarities[: len(same)], similarities[len(same) :]
     # The smallest value (to 4 decimals) above every different pair.
     threshold = float(np.floor(max(different_values) * 10_000) + 1) / 10_000
@@ -188,7 +182,7 @@ def action_phrases_assign(*, experiences: Sequence[Experience], embedder: Embedd
             row = new[index][1]
             group, similarity = row.action_key, None
             if leader_vectors:
-                scores = _cosines(vectors[index], np.vstack(leader_vectors))
+                scores = cosines(vectors[index], np.vstack(leader_vectors))
                 best = int(np.argmax(scores))
                 if scores[best] >= calibration.threshold:
                     group, similarity = leader_keys[best], float(scores[best])

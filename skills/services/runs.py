@@ -34,7 +34,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory.providers.embeddings import EmbeddingProvider
+from memory.providers.embeddings import EmbeddingProvider, cosines
 from memory.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
 from memory.retrieval.index import documents_index
 from sessions.models import Message, Session
@@ -402,16 +402,6 @@ def _skill_view(skill: Skill) -> SkillView:
     return SkillView(id=skill.pk, content=SkillContent.of(skill), tools=tuple(skill.tools))
 
 
-def _cosine_matrix(left: Sequence[Sequence[float]], right: Sequence[Sequence[float]]) -> Any:
-    import numpy as np
-
-    a = np.asarray(left, dtype=float)
-    b = np.asarray(right, dtype=float)
-    a /= np.linalg.norm(a, axis=1, keepdims=True) + 1e-12
-    b /= np.linalg.norm(b, axis=1, keepdims=True) + 1e-12
-    return a @ b.T
-
-
 def task_clusters(
     *,
     tasks: dict[int, str],
@@ -448,8 +438,8 @@ def task_clusters(
         if toolless
         else []
     )
-    to_skills = _cosine_matrix(vectors, skill_vectors) if toolless else None
-    among = _cosine_matrix(vectors, vectors)
+    to_skills = cosines(vectors, skill_vectors) if toolless else None
+    among = cosines(vectors, vectors)
     labels: dict[int, int] = {}
     skill_labels: dict[int, int] = {}
     leaders: list[int] = []  # the index of each label's first task

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from accounts.models import EndUser
-from memory.providers.embeddings import EmbeddingProvider
+from memory.providers.embeddings import EmbeddingProvider, unit_rows
 from memory.retrieval.spaces import write_embedders
 from skills.models import Skill, SkillEmbedding, SkillPhrasing
 from skills.prototypes import prototypes_fit, skill_phrasings
@@ -18,14 +18,10 @@ from skills.services.skills import Provenance, SkillContent, skill_version_write
 from tests.factories import TenantFixture
 
 
-def _unit(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.linalg.norm(matrix, axis=-1, keepdims=True)
-
-
 def test_one_skill_alone_keeps_the_mean_of_its_phrasings() -> None:
-    vectors = _unit(np.random.default_rng(0).normal(size=(6, 8)))
+    vectors = unit_rows(np.random.default_rng(0).normal(size=(6, 8)))
     [prototype] = prototypes_fit(vectors, np.zeros(6, dtype=int), 1)
-    assert np.allclose(prototype, _unit(vectors.mean(axis=0)))
+    assert np.allclose(prototype, unit_rows(vectors.mean(axis=0)))
 
 
 def test_the_fit_weighs_what_tells_two_skills_apart() -> None:
@@ -35,9 +31,9 @@ def test_the_fit_weighs_what_tells_two_skills_apart() -> None:
     first = np.column_stack([np.full(20, 0.9), np.full(20, 0.3), np.zeros(20)])
     second = np.column_stack([np.full(20, 0.9), np.zeros(20), np.full(20, 0.3)])
     noise = rng.normal(scale=0.15, size=(40, 8))
-    vectors = _unit(np.hstack([np.vstack([first, second]), np.zeros((40, 5))]) + noise)
+    vectors = unit_rows(np.hstack([np.vstack([first, second]), np.zeros((40, 5))]) + noise)
     labels = np.repeat([0, 1], 20)
-    means = _unit(np.vstack([vectors[:20].mean(axis=0), vectors[20:].mean(axis=0)]))
+    means = unit_rows(np.vstack([vectors[:20].mean(axis=0), vectors[20:].mean(axis=0)]))
     prototypes = prototypes_fit(vectors, labels, 2)
     assert np.allclose(np.linalg.norm(prototypes, axis=1), 1.0)
     # Pushed apart: the shared axis weighs less, each its own axis more.
