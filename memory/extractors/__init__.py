@@ -15,7 +15,12 @@ from memory.extractors.deterministic import (
     extract_deterministic,
 )
 from memory.extractors.llm import extract_with_llm
-from memory.extractors.proposals import ExtractionOutcome, Proposal, proposal_redacted
+from memory.extractors.proposals import (
+    ExtractionOutcome,
+    Proposal,
+    proposal_redacted,
+    proposals_known,
+)
 
 __all__ = [
     "CONTEXT_CHARS",
@@ -26,4 +31,5 @@ __all__ = [
     "extract_deterministic",
     "extract_with_llm",
     "proposal_redacted",
+    "proposals_known",
 ]

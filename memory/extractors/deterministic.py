@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from memory.extractors.proposals import REDACTED, ExtractionOutcome, Proposal
+from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, spoken_text, transcript_line
 from mirix_site.text import clipped
 from sessions.models import Message
-from sessions.sensitive import EMAIL, sensitive_redacted, sensitive_values
+from sessions.sensitive import EMAIL, KINDS, sensitive_redacted, sensitive_values
 
 SUMMARY_CHARS = 300
 # An episode carries the end of the turn it answers, up to this many characters (see _context).
@@ -39,7 +39,7 @@ def _redact(text: str) -> str:
     # Only before cutting text short (clipped, _sentence_around), which could leave part of a
     # value that is no longer recognized; whole fields are redacted with the rest of the
     # proposal, whichever extractor made it (``proposal_redacted``).
-    return sensitive_redacted(text, REDACTED)
+    return sensitive_redacted(text)
 
 
 def _sentence_around(text: str, needle: str) -> str:
@@ -287,23 +287,17 @@ def _resources(message: Message) -> list[Proposal]:
 
 
 def _vault_items(message: Message) -> list[Proposal]:
-    captions = {
-        "api_key": "API key",
-        "password": "Password",
-        "email": "Email address",
-        "phone": "Phone number",
-    }
     proposals = []
+    redacted = _redact(message.text)
     for kind, value, sensitivity in sensitive_values(message.text):
+        placeholder = KINDS[kind].placeholder
         proposals.append(
             Proposal(
                 memory_type="knowledge_vault",
                 fields={
                     "entry_type": kind,
-                    "caption": f"{captions[kind]} shared by {speaker(message)}: "
-                    + _sentence_around(
-                        _redact(message.text.replace(value, f"<{kind}>")), f"<{kind}>"
-                    ),
+                    "caption": f"{KINDS[kind].caption} shared by {speaker(message)}: "
+                    + _sentence_around(redacted, placeholder),
                     "secret_value": value,
                     "sensitivity": sensitivity,
                     "source": f"{message.role} message",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from mirix_site.jsonvalues import strings_mapped
-from sessions.sensitive import sensitive_redacted
+from sessions.sensitive import Found, sensitive_known, sensitive_redacted_json
 
-REDACTED = "[secret kept in the knowledge vault]"
 # The one field a sensitive value may be stored in: the vault's, encrypted.
 _SECRET_FIELD = "secret_value"  # noqa: S105 (a field name)
 
@@ -34,16 +33,29 @@ class ExtractionOutcome:
     output_tokens: int = 0
 
 
-def proposal_redacted(proposal: Proposal) -> Proposal:
+def proposal_redacted(proposal: Proposal, *, known: Sequence[Found] = ()) -> Proposal:
     """``proposal`` with every sensitive value (``sessions.sensitive``) in its text replaced
-    by ``REDACTED``, except a vault item's own secret: what every extractor's output goes
-    through before it is stored, so that no memory but the vault holds one."""
+    by its kind's placeholder (``<email>``), except a vault item's own secret: what every
+    extractor's output goes through before it is stored, so that no memory but the vault
+    holds one. ``known``: values found elsewhere (the turns, the vault items of the batch),
+    redacted wherever they reappear. Redacting what was redacted changes nothing."""
     fields = {
-        name: value if name == _SECRET_FIELD else strings_mapped(value, _redacted)
+        name: value if name == _SECRET_FIELD else sensitive_redacted_json(value, known=known)
         for name, value in proposal.fields.items()
     }
     return replace(proposal, fields=fields)
 
 
-def _redacted(text: str) -> str:
-    return sensitive_redacted(text, REDACTED)
+def proposals_known(turns: Sequence[Any], proposals: Sequence[Proposal]) -> list[Found]:
+    """The sensitive values of a batch: found in its turns' text and tool calls, and every
+    secret a vault item holds (an LLM may repeat one bare in another memory)."""
+    vault = [
+        Found.given(str(proposal.fields.get("entry_type", "")), value)
+        for proposal in proposals
+        if proposal.memory_type == "knowledge_vault"
+        and isinstance(value := proposal.fields.get(_SECRET_FIELD), str)
+        and value
+    ]
+    return (
+        sensitive_known([turn.text for turn in turns] + [turn.tool_calls for turn in turns]) + vault
+    )

@@ -30,10 +30,12 @@ from accounts.services import end_users_hold
 from memory.extractors import (
     EpisodeBounds,
     ExtractionOutcome,
+    Proposal,
     exchange_continues,
     extract_deterministic,
     extract_with_llm,
     proposal_redacted,
+    proposals_known,
 )
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
@@ -370,6 +372,11 @@ def extraction_job_run(
     return jobs
 
 
+def _redacted(batch: Sequence[Message], proposals: Sequence[Proposal]) -> list[Proposal]:
+    known = proposals_known(batch, proposals)
+    return [proposal_redacted(proposal, known=known) for proposal in proposals]
+
+
 @transaction.atomic
 def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> list[ExtractionJob]:
     """Extract and store the jobs' batches; returns the jobs run. A job whose user was
@@ -403,10 +410,10 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
             StoreRequest(
                 owner=Owner(job.organization_id, job.client_id, job.end_user_id),
                 # Whichever extractor wrote them: no sensitive value outside the vault.
-                proposals=[proposal_redacted(proposal) for proposal in outcome.proposals],
+                proposals=_redacted(batch, outcome.proposals),
                 enabled_types=_enabled_types(job.client_id),
             )
-            for job, outcome in zip(jobs, outcomes, strict=True)
+            for job, batch, outcome in zip(jobs, batches, outcomes, strict=True)
         ],
         embedders=write_embedders(),
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+from phonenumbers import SUPPORTED_REGIONS
 
 # Safe before Django is set up: that module imports nothing of Django when imported.
 from memory.providers.embeddings import LOCAL_MODEL_NAME
@@ -326,6 +327,9 @@ EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
 # Stored-but-unprocessed work older than this is queued again by the beat job.
 EXTRACTION_REQUEUE_AFTER = env_duration("EXTRACTION_REQUEUE_AFTER", "2m")
 SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
+# The country whose national phone formats ("(415) 555-2671") the sensitive-value detector
+# knows (sessions.sensitive); numbers written with their "+" country code are known anyway.
+PHONE_DEFAULT_REGION = env_choice("PHONE_DEFAULT_REGION", "US", sorted(SUPPORTED_REGIONS))
 SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
 # A learning run's caps: curator steps (batches) and tokens in and out of the model; a run
 # reaching one ends as budget_exhausted, its unread lessons pooled for the next.

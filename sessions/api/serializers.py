@@ -7,10 +7,9 @@ from rest_framework import serializers
 
 from accounts.api.fields import IntegerField, TextField
 from accounts.api.serializers import UserIdField
-from mirix_site.jsonvalues import strings_mapped
 from sessions.content import message_schema
 from sessions.models import Message, MessageImage
-from sessions.sensitive import MASK, sensitive_redacted
+from sessions.sensitive import MASK, sensitive_redacted_json
 
 MESSAGE_ROLES = tuple(role.value for role in Message.Role)
 
@@ -78,12 +77,8 @@ class MessageSerializer(serializers.Serializer):
         data = super().to_representation(instance)
         if self.context.get("secrets_of") != instance.client_id:
             for name in ("content", "tool_calls"):
-                data[name] = strings_mapped(data[name], _masked)
+                data[name] = sensitive_redacted_json(data[name], mask=MASK)
         return data
-
-
-def _masked(text: str) -> str:
-    return sensitive_redacted(text, MASK)
 
 
 class SessionCloseInputSerializer(serializers.Serializer):

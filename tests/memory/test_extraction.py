@@ -19,7 +19,6 @@ from accounts.models import EndUser
 from accounts.services import end_user_delete_own
 from memory.crypto import secret_decrypt
 from memory.extractors import CONTEXT_CHARS
-from memory.extractors.proposals import REDACTED
 from memory.models import (
     EpisodicEmbedding,
     EpisodicMemory,
@@ -89,11 +88,11 @@ def test_deterministic_extraction_stores_events_resources_and_vault_items(
     assert resources["file"].title == "budget.xlsx"
 
     vault = {row.entry_type: row for row in KnowledgeVaultItem.objects.all()}
-    assert set(vault) == {"email", "api_key"}
-    assert vault["api_key"].sensitivity == "high"
-    assert "sk-proj-" not in vault["api_key"].secret_value_encrypted  # encrypted at rest
-    assert secret_decrypt(vault["api_key"].secret_value_encrypted).startswith("sk-proj-")
-    assert "sk-proj-" not in vault["api_key"].caption
+    assert set(vault) == {"email", "openai-key"}
+    assert vault["openai-key"].sensitivity == "high"
+    assert "sk-proj-" not in vault["openai-key"].secret_value_encrypted  # encrypted at rest
+    assert secret_decrypt(vault["openai-key"].secret_value_encrypted).startswith("sk-proj-")
+    assert "sk-proj-" not in vault["openai-key"].caption
 
     assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
     embedding = EpisodicEmbedding.objects.get(memory=episode)
@@ -746,12 +745,12 @@ def test_no_detected_value_is_left_in_plain_text_outside_the_vault(org: TenantFi
     values = {
         "email": "sam.jones@example.com",
         "phone": "+1 415 555 0134",
-        "api_key": "sk-proj-abcdefghijklmnopqrstuvwxyz123456",
+        "openai-key": "sk-proj-abcdefghijklmnopqrstuvwxyz123456",
         "password": "hunter2hunter",
     }
     text = (
         f"The report is at https://docs.example.com/q3 and in q3.xlsx. Mail {values['email']} "
-        f"or call {values['phone']}. The key is {values['api_key']}, password: "
+        f"or call {values['phone']}. The key is {values['openai-key']}, password: "
         f"{values['password']}"
     )
     add(
@@ -816,7 +815,7 @@ def test_an_llms_memories_hold_no_sensitive_value_outside_the_vault(
         [item.caption for item in KnowledgeVaultItem.objects.all()],
     ]
     assert email not in json.dumps(stored) and key not in json.dumps(stored)
-    assert SemanticMemory.objects.get().summary == f"Reach Sam at {REDACTED}"
+    assert SemanticMemory.objects.get().summary == "Reach Sam at <email>"
     assert secret_decrypt(KnowledgeVaultItem.objects.get().secret_value_encrypted) == key
 
 
