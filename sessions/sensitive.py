@@ -26,9 +26,10 @@ which the detector never takes for a value again: redacting twice changes nothin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import islice
 from typing import Any, Protocol
 
 import phonenumbers
@@ -102,6 +103,7 @@ KINDS = _kinds(
     SensitiveKind("mirix-key", "mirix_site API key"),
     SensitiveKind("iban", "IBAN"),
     SensitiveKind("card-number", "Payment card number"),
+    SensitiveKind("card-code", "Card security code"),
     SensitiveKind("email", "Email address", "medium"),
     SensitiveKind("phone", "Phone number", "medium"),
 )
@@ -157,6 +159,16 @@ _OWN_TOKENS: list[tuple[str, str]] = [
     ("npm-token", r"npm_[A-Za-z0-9]{36}"),
     ("twilio-key", r"SK[0-9a-f]{32}"),
     ("mirix-key", r"mxk_[0-9a-f]{16}_[A-Za-z0-9]{40}"),
+    ("api-key", r"lin_api_[A-Za-z0-9]{40}"),
+    ("api-key", r"(?:secret|ntn)_[A-Za-z0-9]{43,}"),
+    ("api-key", r"rubygems_[0-9a-f]{48}"),
+    ("api-key", r"dop_v1_[0-9a-f]{64}"),
+    ("api-key", r"shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}"),
+    ("secret", r"whsec_[A-Za-z0-9+/=]{24,}"),
+    ("api-key", r"NRAK-[A-Z0-9]{27}"),
+    ("access-token", r"sntrys_[A-Za-z0-9+/=_]{50,}"),
+    ("access-token", r"(?<=discord\.com/api/webhooks/)\d+/[\w-]{60,}"),
+    ("access-token", r"(?<=discordapp\.com/api/webhooks/)\d+/[\w-]{60,}"),
 ]
 
 
@@ -189,6 +201,8 @@ def _tokens(text: str) -> Iterable[Found]:
                 value = text[start:end].rstrip(".")
                 if kind.name == "jwt" and not JwtTokenDetector.is_formally_valid(value):
                     continue
+                if _filler(value) or "EXAMPLE" in value:
+                    continue  # "ghp_xxxx…", "AKIAIOSFODNN7EXAMPLE": a placeholder of the format
                 yield Found(kind, start, start + len(value), value)
 
 
@@ -213,38 +227,59 @@ def _private_keys(text: str) -> Iterable[Found]:
 # --- Values given to secret-sounding names ------------------------------------------------------
 
 # detect-secrets' keyword list (password, passwd, pwd, secret, api_key, db_pass, private_key,
-# ...) and the token words it leaves out. The name must end with the word: ``max_tokens``,
-# ``token_count`` and ``password_min_length`` name no secret.
+# ...) and the words it leaves out: tokens, keys of services and headers, session cookies.
 _SECRET_WORDS = "|".join(
     [
         *DENYLIST,
         "passphrase",
         "passcode",
-        r"(?:access|auth|bearer|refresh|session|api|bot|personal_access|id)?_?token",
-        r"(?:access|secret|signing|encryption|master|license|app|client|license)_?key",
+        "requirepass",
+        "pass",
+        "appid",
+        r"(?:access|auth|bearer|refresh|session|api|bot|app|personal[_-]access|id)?[_-]?token",
+        r"(?:access|secret|signing|encryption|master|license|app|application|client|api|"
+        r"subscription|account)[_-]?key",
         "credentials?",
-        "client_?secret",
+        "auth",
+        r"client[_-]?secret",
+        r"sess(?:ion)?(?:[_-]?id)?",
+        "jsessionid",
+        "phpsessid",
+        "sid",
     ]
 )
-_QUOTED = r"\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<sq>[^'\n]*)'"
-# Any name given a value; the name is then checked against the words (one pass over the
-# text, rather than the words tried at every character).
-_ASSIGNED = re.compile(
-    r"(?<![\w.-])(?P<name>[\w.-]+)[\"']?\s*(?::=|=>|[:=])\s*"
-    rf"(?:{_QUOTED}|(?P<bare>[^\s\"'`,;]+))"
+# The name must end with the word, at a word's start: ``max_tokens``, ``token_count``,
+# ``password_min_length`` and ``io.jsonwebtoken`` name no secret; ``dbPassword`` does.
+_SECRET_NAME = re.compile(
+    rf"(?:^|(?<=[_.\-\s\"'])|(?<=[a-z0-9])(?=(?-i:[A-Z])))(?:{_SECRET_WORDS})$", re.IGNORECASE
 )
-_SECRET_NAME = re.compile(rf"(?:{_SECRET_WORDS})$", re.IGNORECASE)
-# A name written as words: "client secret: …", "API key = …".
-_SPOKEN_NAME = re.compile(
-    r"\b(?P<name>(?:client|app|api|access|secret|private|signing)[ -](?:secret|key|token)"
-    r"|(?:access|auth|bearer|api|bot|refresh) token)\s*(?::|=|\bis\b:?)\s*"
-    rf"(?:{_QUOTED}|(?P<bare>[^\s\"'`,;]+))",
-    re.IGNORECASE,
+# Names of tokens that are no credential: a page's cursor, a form's CSRF value.
+_NOT_SECRET_NAME = re.compile(
+    r"(?:page|next|continuation|sync|csrf|xsrf|cancellation|resume)[_-]?token$", re.IGNORECASE
+)
+# Names that are ordinary words as often as secrets ("session", "auth"): their value must
+# look like a credential (``_secret_like``, and long).
+_LOOSE_NAME = re.compile(
+    r"(?:^|[_.\-])(?:auth|sess(?:ion)?(?:[_-]?id)?|sid|jsessionid|phpsessid)$", re.IGNORECASE
+)
+# A value in quotes, also inside JSON that is itself a string ({\"password\": \"…\"}).
+_QUOTED = r"\\?\"(?P<dq>(?:[^\"\\\n]|\\[^\"\n])*)\\?\"|'(?P<sq>[^'\n]*)'"
+# Any name given a value (``name: v``, ``name = "v"``, ``['name'] = 'v'``, ``-name=v``); the
+# name is then checked against the words (one pass over the text, rather than the words
+# tried at every character). Only spaces around the sign: ``NAME=`` ends its line.
+_ASSIGNED = re.compile(
+    r"(?<![\w.{$-])(?<!\w:)(?P<name>[\w.-]+)(?:\\?[\"'])?\]?[ \t]*(?::=|=>|[:=])[ \t]*"
+    rf"(?:{_QUOTED}|(?P<bare>[^\s\"'`,;\\]+))"
+)
+# An environment list's entry: {"name": "DB_PASSWORD", "value": "…"} (containers, CI).
+_NAMED_VALUE = re.compile(
+    r"[\"']name\\?[\"']\s*:\s*\\?[\"'](?P<name>[\w.-]+)\\?[\"']\s*,\s*"
+    r"\\?[\"']value\\?[\"']\s*:\s*\\?[\"'](?P<dq>[^\"'\\\n]*)"
 )
 _NAME_KIND = [
     (re.compile(r"aws.*(?:secret|key)", re.I), "aws-secret-key"),
     (re.compile(r"pass|pwd|pin\b", re.I), "password"),
-    (re.compile(r"token", re.I), "access-token"),
+    (re.compile(r"token|sess|sid$", re.I), "access-token"),
     (re.compile(r"key", re.I), "api-key"),
 ]
 
@@ -253,52 +288,245 @@ def _name_kind(name: str) -> SensitiveKind:
     return KINDS[next((kind for pattern, kind in _NAME_KIND if pattern.search(name)), "secret")]
 
 
-# What a name may be given that is no secret: a reference to where the secret is, a
-# template, a placeholder, a value left empty.
+def _secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+
+
+# What a name may be given that is no secret: a reference to where the secret is (a variable,
+# a template, an attribute, a call, a command's output, a path, a URL), a placeholder, a value
+# left empty or masked, a small number.
 _NOT_A_VALUE = re.compile(
-    r"^(?:\$\{?\w+\}?|\[.*|\{\{.*\}\}|\{.*\}|<[^<>]*>|%\(?\w+\)?s?|\*+|x{3,}|X{3,}|\.{3,}|…|"
+    r"^(?:(?-i:\$\{?[A-Z_][A-Z0-9_]*\}?)|\$\{.*|\$\(.*|\{\{.*|\{%.*|!\w+|\[.*|\{.*\}|"
+    r"<[^<>]*>|%(?:\(\w+\))?[sd]|\*+|x{3,}|\.{3,}|…|"
+    r"password|passwd|pass|pwd|secret|token|key|api_?key|username|user|"
+    r"str|string|bytes|int|text|secretstr|optional\[.*|(?-i:[a-z]+(?:_[a-z]+)+)|"
+    r"(?-i:[a-z]+(?:[A-Z][a-z]+)+)|v?\d+(?:\.\d+)+|"
     r"(?:YOUR|MY|THE|ENTER|INSERT|REPLACE)[_-][\w-]*|[\w-]*(?:_HERE|_PLACEHOLDER)|"
     r"null|none|nil|true|false|undefined|required|optional|redacted|hidden|masked|"
-    r"(?:os\.)?(?:environ|getenv|env)\b.*|process\.env\..*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
-    r"|\w+\(.*|\w+\[.*|-?\d{1,3})$",
+    r"(?:os\.)?(?:environ|getenv|env)\b.*|process\.env\..*|"
+    r"(?-i:[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*\.(?:[a-z_][a-z0-9_]*|[A-Z][A-Z0-9_]*))|"
+    r"(?-i:[A-Za-z_][\w.]*[(\[].*)|(?-i:[A-Z][A-Z_]*)|.*(?:\.\.\.|…).*|[•*]+\w{0,6}|"
+    r"https?://.*|(?-i:[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?)|-?\d{1,3}|<.*|\(sensitive.*|"
+    r"\(known.*|sensitive|write|read|[?].*|"
+    r".*(?:your|example|placeholder|dummy|sample|fake|replace[_-]?me|insert[_-]?here).*|"
+    r"(?-i:.*EXAMPLE.*)|[•*]{3,}.*)$",
     re.IGNORECASE,
 )
 
 
+def _filler(value: str) -> bool:
+    """Ending in eight characters of one or two kinds: "xxxxxxxx", "ghp_********"."""
+    return len(value) >= 8 and len(set(value[-8:])) <= 2
+
+
 def _plausible(value: str) -> bool:
-    return len(value) >= 3 and not _NOT_A_VALUE.match(value)
+    return (
+        len(value) >= 3
+        and any(char.isalnum() for char in value)
+        and not _NOT_A_VALUE.match(value)
+        and not _filler(value)
+    )
+
+
+def _assignments(text: str, pattern: re.Pattern[str]) -> Iterator[re.Match[str]]:
+    """Every name given a value, names inside another's value included: ``Cookie:
+    sessionid=…`` and ``"Default": "…;Pwd=…"`` hold one in their value."""
+    position = 0
+    while (match := pattern.search(text, position)) is not None:
+        yield match
+        position = match.end("name")
+
+
+# A card's security code given to its name: {"cvv": "737"}.
+_CARD_CODE_NAME = re.compile(r"(?:^|[_.\-])(?:cvv2?|cvc2?|csc)$", re.IGNORECASE)
 
 
 def _assigned(text: str) -> Iterable[Found]:
-    lower = text.lower()
-    patterns = [_ASSIGNED] if ":" in text or "=" in text else []
-    if any(word in lower for word in ("key", "secret", "token")):
-        patterns.append(_SPOKEN_NAME)
-    for pattern in patterns:
-        for match in pattern.finditer(text):
-            if pattern is _ASSIGNED and not _SECRET_NAME.search(match.group("name")):
+    if ":" not in text and "=" not in text:
+        return
+    for pattern in (_ASSIGNED, _NAMED_VALUE):
+        for match in _assignments(text, pattern):
+            name = match.group("name")
+            group = next(g for g in ("dq", "sq", "bare") if match.groupdict().get(g) is not None)
+            if _CARD_CODE_NAME.search(name) and re.fullmatch(r"\d{3,4}", match.group(group)):
+                start, end = match.span(group)
+                yield Found(KINDS["card-code"], start, end, match.group(group))
                 continue
-            group = next(g for g in ("dq", "sq", "bare") if match.group(g) is not None)
+            if not _secret_name(name):
+                continue
             value = match.group(group)
             if group == "bare":
                 value = value.rstrip(".,;:)]}")
-            if not _plausible(value):
+            if not _plausible(value) or not _plausible(match.group(group)):
                 continue
+            if _LOOSE_NAME.search(name) and not (len(value) >= 12 and _secret_like(value)):
+                continue
+            if group == "bare" and name.startswith("-") and not _secret_like(value):
+                continue  # a command's option: --secret=slack-bot-token names a secret
+            if group == "bare" and not (_secret_like(value) or len(value) >= 8):
+                continue  # "id-token: write", "token: none": a word
             start = match.start(group)
-            yield Found(_name_kind(match.group("name")), start, start + len(value), value)
+            yield Found(_name_kind(name), start, start + len(value), value)
+
+
+# Kubernetes Secrets: every value under ``data:`` or ``stringData:`` is one (base64 or not).
+_SECRET_MANIFEST = re.compile(r"(?m)^kind:[ \t]*Secret[ \t]*$|\bget secrets?\b")
+_SECRET_DATA = re.compile(r"(?m)^(?P<indent>[ \t]*)(?:data|stringData):[ \t]*$")
+_DATA_ENTRY = re.compile(r"(?m)^(?P<indent>[ \t]+)[\w.-]+:[ \t]*(?P<value>\S+)[ \t]*$")
+# A Terraform variable's default: variable "db_password" { default = "…" }
+_TERRAFORM_DEFAULT = re.compile(
+    r'variable\s+"(?P<name>[\w-]+)"\s*\{[^}]*?\bdefault\s*=\s*"(?P<value>[^"\n]+)"'
+)
+# Wi-Fi QR codes: WIFI:T:WPA;S:<network>;P:<password>;;
+_WIFI_QR = re.compile(r"WIFI:[^\n]*?\bP:(?P<value>(?:[^;\\\n]|\\.)+);")
+# .pgpass lines: host:port:database:user:password
+_PGPASS = re.compile(r"(?m)^[\w.*-]+:(?:\d+|\*):[\w.*-]+:[\w.*-]+:(?P<value>\S+)$")
+# An AWS secret access key beside its key id (a CSV of credentials, a chat message).
+_AWS_PAIR = re.compile(
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b[^\n]{0,60}?(?<![A-Za-z0-9/+])"
+    r"(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+
+
+def _structured(text: str) -> Iterable[Found]:
+    """Forms whose place says they are secrets, whatever the value looks like."""
+    if "ecret" in text and _SECRET_MANIFEST.search(text):
+        for block in _SECRET_DATA.finditer(text):
+            outer = len(block.group("indent"))
+            for entry in _DATA_ENTRY.finditer(text, block.end()):
+                if len(entry.group("indent")) <= outer:
+                    break
+                value = entry.group("value")
+                yield Found(KINDS["secret"], entry.start("value"), entry.end("value"), value)
+    for match in _TERRAFORM_DEFAULT.finditer(text) if "variable" in text else ():
+        if _secret_name(match.group("name")) and _plausible(match.group("value")):
+            start, end = match.span("value")
+            yield Found(_name_kind(match.group("name")), start, end, match.group("value"))
+    for pattern, kind, present in (
+        (_WIFI_QR, "password", "WIFI:" in text),
+        (_PGPASS, "password", text.count(":") >= 4),
+        (_AWS_PAIR, "aws-secret-key", "AKIA" in text or "ASIA" in text),
+    ):
+        for match in pattern.finditer(text) if present else ():
+            if _plausible(match.group("value")):
+                start, end = match.span("value")
+                yield Found(KINDS[kind], start, end, match.group("value"))
 
 
 # --- Prose --------------------------------------------------------------------------------------
 
-# "my password is hunter22", "the PIN: 4821", "passphrase correct-horse-battery".
-_SAID_PASSWORD = re.compile(
-    r"\b(?P<name>pass(?:word|wd|phrase|code)|pwd|pin(?:\s+code)?)"
-    r"(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+|our\s+)?[\w.@-]+)?"
-    r"(?P<said>\s*(?:is|was|will be|would be|=|:)\s*:?\s*|\s+)"
-    r"[\"'“`]?(?P<value>[^\s\"'”`]{4,})",
+
+@dataclass(frozen=True)
+class _Spoken:
+    """How people name a secret when they give one in a sentence: the names (a regular
+    expression, in the languages agents' users write most), the kind, how many words may
+    stand between the name and the value ("the password for the staging server is …"), what
+    the value looks like (``secret``: a word that looks like one; ``digits``: a PIN, a door
+    code; ``words``: a passphrase of plain words), and whether the value may follow the name
+    with nothing between ("API key fd8a…"; not "pass the test")."""
+
+    names: str
+    kind: str
+    context_words: int
+    shape: str = "secret"
+    bare: bool = True
+
+
+_SPOKEN = [
+    _Spoken(
+        r"pass(?:word|wd)s?|passwort|kennwort|mot de passe|contrase[ñn]a|clave|senha|has[łl]o|"
+        r"wachtwoord|parola\w*|lösenord|şifre\w*|пароль|wi-?fi (?:password|key|code)|"
+        r"code wi-?fi|wlan-?(?:passwort|schlüssel)",
+        "password",
+        6,
+    ),
+    _Spoken(
+        r"pass ?phrases?|seed phrase|recovery phrase|mnemonic(?: phrase)?|phrase secr[eè]te",
+        "password",
+        6,
+        "words",
+    ),
+    _Spoken(r"pass|pw|pwd", "password", 3, "strong"),
+    _Spoken(
+        r"pin(?: code)?|code pin|passcode|puk|geheimzahl|(?:door|gate|alarm|disarm|safe|lock|"
+        r"garage|entry|access|verification|security|one-time|otp|2fa|mfa|sms|unlock)[ -]?code|"
+        r"combination|code (?:de la porte|d'accès|d'entrée)|türcode|kod(?: do [\w]+)?|keypad|"
+        r"pin ?kod|pincode|code(?= (?:für|van|voor|for|of|de|del|do|pour)\b)|"
+        r"c[óo]digo(?: de (?:acceso|la puerta|verificación))?",
+        "password",
+        6,
+        "digits",
+    ),
+    _Spoken(r"cvv2?|cvc2?|csc|card security code", "card-code", 2, "digits"),
+    _Spoken(r"(?:client|app|api|access|signing|shared|webhook)[ _-]?secret", "secret", 6),
+    _Spoken(r"secret(?: value| key)?|cl[ée] secr[eè]te", "secret", 1),
+    _Spoken(
+        r"api[ _-]?key|cl[ée] (?:d'|de l')?(?:api|acc[eè]s)|api[ -]schl[üu]ssel|access[ _-]?key|"
+        r"recovery key|license key|klucz api|chiave api|api anahtar\w*|clave (?:de )?api|"
+        r"chave (?:de |da )?api",
+        "api-key",
+        6,
+    ),
+    _Spoken(
+        r"(?:access|auth|bearer|api|bot|refresh|personal access|deploy|ci)[ _-]?token",
+        "access-token",
+        6,
+    ),
+    _Spoken(r"token", "access-token", 4),
+]
+_SPOKEN_NAME = re.compile(
+    # Not a part of an identifier: ".Data.password", "arn:…:secret:…", "--password-stdin".
+    "(?:(?<![\\w:/.-])|(?<=[^\\W\\d_]-))(?:"
+    + "|".join(f"(?P<n{index}>{spoken.names})" for index, spoken in enumerate(_SPOKEN))
+    + ")(?![\\w-])",
     re.IGNORECASE,
 )
-# Words that follow "password is" without being one.
+# What every name of ``_SPOKEN`` holds (lowercased): a text without any has none of them.
+_SPOKEN_STEMS = (
+    "pass",
+    "pw",
+    "pin",
+    "puk",
+    "secret",
+    "secrè",
+    "key",
+    "token",
+    "cl",
+    "schl",
+    "senha",
+    "has",
+    "contrase",
+    "wachtwoord",
+    "parola",
+    "пароль",
+    "geheim",
+    "kennwort",
+    "code",
+    "kod",
+    "digo",
+    "phrase",
+    "mnemonic",
+    "combination",
+    "cvv",
+    "cvc",
+    "csc",
+    "lösen",
+    "şifre",
+    "wi",
+)
+# The words that give a value ("is", "lautet", "est", "changed to", ...), besides ":" and "=".
+_GIVES = frozenset(
+    re.findall(
+        r"\S+",
+        "is are was were ist lautet sind est es é è jest será sera era to it's its c'est "
+        "en na a op -> → => \u2014 \u2013",
+    )
+)
+# A word of the same line (a name and its value are on one line).
+_TOKEN = re.compile(r"[ \t]*(\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|[^\s]+)")
+_QUOTES = "\"'“”`"
+_PUNCTUATION = ".,;:!?()[]{}*\"'"
+# Words that follow "the password is" without being one.
 _NOT_A_PASSWORD = frozenset(
     re.findall(
         r"\w+",
@@ -306,28 +534,137 @@ _NOT_A_PASSWORD = frozenset(
         reset the a an set stored saved same different weak strong long short hidden masked
         redacted protected encrypted hashed needed optional ignored unknown known secret field
         fields must should will can cannot manager managers policy policies change changes
-        length rules rule prompt used being still also only please""",
+        length rules rule prompt used being still also only please shown""",
     )
 )
-_PROSE_WORD = re.compile(r"^[a-z]+[.,;:!?)]*$")
+_ARTICLES = frozenset(re.findall(r"\S+", "the a an le la l' el der die das de het un une"))
+_DIGITS_VALUE = re.compile(r"\d+(?:[ -]\d+)*")
 
 
-def _said_passwords(text: str) -> Iterable[Found]:
+def _secret_like(value: str) -> bool:
+    """A bare word that looks like a secret rather than prose or a name: a digit, a symbol
+    (not an apostrophe or a hyphen: "dell'account", "notifications-api"), or a capital after
+    its first letter."""
+    return any(
+        char.isdigit()
+        or (not char.isalnum() and char not in "'-\u2019")
+        or (index and char.isupper())
+        for index, char in enumerate(value)
+    )
+
+
+def _shaped(value: str, shape: str) -> bool:
+    if shape == "strong":  # after an everyday name ("pass"): letters and digits, not "5 tests"
+        letters = any(char.isalpha() for char in value)
+        digits = any(char.isdigit() for char in value)
+        marked = any(char.isupper() or not char.isalnum() for char in value)
+        return len(value) >= 8 and letters and digits and marked
+    if shape == "digits":
+        return bool(_DIGITS_VALUE.fullmatch(value)) and 3 <= sum(c.isdigit() for c in value) <= 12
+    if shape == "words":
+        return " " in value or value.count("-") >= 2 or _secret_like(value)
+    return _secret_like(value)
+
+
+# A passphrase of words ("river ember saffron mango"): the words up to the end of the line or
+# sentence, when they are three to twenty-four (a wallet's seed phrase).
+_PASSPHRASE = re.compile(r"[^\W\d_]+(?:[ \t]+[^\W\d_]+){2,23}(?=[ \t]*(?:[.,;!?\n]|$))")
+_DIGITS_RUN = re.compile(r"\d+(?:[ -]\d+)*")
+
+
+def _words_after(text: str, position: int) -> Iterator[tuple[str, int]]:
+    """The words (a quoted string is one) after ``position``, with where each starts."""
+    while (match := _TOKEN.match(text, position)) is not None:
+        yield match.group(1), match.start(1)
+        position = match.end()
+
+
+# What a value reads as once redacted or masked.
+_ALREADY_REDACTED = re.compile(r"<[a-z-]+>|[*•]{3,}")
+
+
+def _spoken_value(text: str, position: int, spoken: _Spoken) -> tuple[int, str] | None:
+    """The value given after a spoken name that ends at ``position``: after ":", "=" or a
+    word that gives it ("is", "to"), within its context words; or right after the name when
+    it has the value's shape. Returns where it starts and the value."""
+    given = False
+    following = islice(_words_after(text, position), spoken.context_words + 3)
+    for index, (word, word_start) in enumerate(following):
+        if _ALREADY_REDACTED.fullmatch(word.strip(_PUNCTUATION.replace("*", ""))):
+            break  # the value is a placeholder or a mask already
+        token, start = word, word_start
+        if not given and token[0] in ":=" and len(token) > 1 and token[1] not in ":=":
+            # "pass:N1mbus", ": value" glued: the sign gives, the rest is the value
+            given, token = True, token[1:].lstrip()
+            start = word_start + len(word) - len(token)
+        elif not given:
+            if (
+                token.lower().rstrip(":") in _GIVES
+                or token in (":", "=")
+                or (token[-1] == ":" and index < spoken.context_words)
+            ):
+                given = True
+            elif index == 0 and spoken.bare and _shaped(token.strip(_PUNCTUATION), spoken.shape):
+                return start, token
+            elif index >= spoken.context_words or token[-1] in ".!?":
+                return None
+            continue
+        if token.lower() in _GIVES or token.lower() in _ARTICLES:
+            continue  # "ist es …", "est le …": still to come
+        if token[0] in _QUOTES and token[-1] in _QUOTES and len(token) > 2:
+            return start + 1, token[1:-1]
+        shaped = {"words": _PASSPHRASE, "digits": _DIGITS_RUN}.get(spoken.shape)
+        run = shaped.match(text, start) if shaped is not None else None
+        if run is not None and _shaped(run.group(), spoken.shape):
+            return start, run.group()
+        if _shaped(token.strip(_PUNCTUATION), spoken.shape) or index > spoken.context_words:
+            return start, token
+        given = False  # "changed to the new one: …": a word, not the value; read on
+    return None
+
+
+def _said(text: str) -> Iterable[Found]:
     lower = text.lower()
-    if not any(word in lower for word in ("pass", "pwd", "pin")):
+    if not any(stem in lower for stem in _SPOKEN_STEMS):
         return
-    for match in _SAID_PASSWORD.finditer(text):
-        value = match.group("value").rstrip(".,;:)")
-        said = match.group("said").strip()
-        if not _plausible(value) or value.lower() in _NOT_A_PASSWORD:
+    for match in _SPOKEN_NAME.finditer(text):
+        if match.end() < len(text) and text[match.end()] not in " \t:=,":
+            continue  # part of something else: an attribute's value, "<password>", a name
+        group = next(name for name, value in match.groupdict().items() if value is not None)
+        spoken = _SPOKEN[int(group[1:])]
+        found = _spoken_value(text, match.end(), spoken)
+        if found is None:
             continue
-        # Without "is" or ":" the next word must look like a secret, not prose.
-        if not said and _PROSE_WORD.match(value):
+        start, value = found
+        quoted_value = start > 0 and text[start - 1] in _QUOTES
+        if not quoted_value:
+            value = value.rstrip(".,;:!?)]}*\"'").lstrip("([{*\"'")
+        if not value or value.lower() in _NOT_A_PASSWORD:
             continue
-        if match.group("name").lower().startswith("pin") and not value.isdigit():
+        if spoken.shape != "digits" and not (_plausible(value) and _plausible(found[1])):
             continue
-        start = match.start("value")
-        yield Found(KINDS["password"], start, start + len(value), value)
+        if not quoted_value and not _shaped(value, spoken.shape):
+            continue
+        start = text.index(value, start)
+        yield Found(KINDS[spoken.kind], start, start + len(value), value)
+
+
+# Credentials as a pair: "login: admin / W1ll0w…", "creds -> sam@acme.io / Badger1190*".
+_LOGIN_PAIR = re.compile(
+    r"(?i)\b(?:logins?|credentials|creds|identifiants?|zugangsdaten|credenciales|accesso|"
+    r"user(?:name)?|account)(?![\w-])[^\n]{0,40}?[\s:>\-](?P<user>[^\s/:]+)[ \t]+/[ \t]+"
+    r"(?P<value>[^\s/]+)"
+)
+
+
+def _pairs(text: str) -> Iterable[Found]:
+    if "/" not in text:
+        return
+    for match in _LOGIN_PAIR.finditer(text):
+        value = match.group("value").rstrip(".,;)")
+        if _plausible(value) and _secret_like(value) and value[0] not in "/.~":
+            start = match.start("value")
+            yield Found(KINDS["password"], start, start + len(value), value)
 
 
 _AUTHORIZATION = re.compile(
@@ -335,7 +672,7 @@ _AUTHORIZATION = re.compile(
 )
 # Credentials in a URL: scheme://user:password@host.
 _URL_PASSWORD = re.compile(
-    r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://[^\s/:@]+:(?P<value>[^\s/@]+)@", re.IGNORECASE
+    r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]*://[^\s/:@]*:(?P<value>[^\s/@]+)@", re.IGNORECASE
 )
 
 
@@ -352,43 +689,191 @@ def _headers_and_urls(text: str) -> Iterable[Found]:
             yield Found(KINDS["password"], match.start("value"), match.end("value"), value)
 
 
+# Credentials on a command line, as tools echo them: long options that name a secret, and the
+# short ones of the commands agents run most (``docker login -p``, ``mysql -p…``,
+# ``redis-cli -a``, ``curl -u user:…``), and ``user/password@host`` connect strings.
+# An option's value: quoted, or a word.
+_VALUE = r"(?P<value>'[^'\n]+'|\"[^\"\n]+\"|[^\s\"']+)"
+_COMMAND_LINE = [
+    re.compile(
+        r"(?<!\S)--?(?:password|passwd|pass|token|api[-_]?key|secret|auth[-_]?token|requirepass|"
+        r"access[-_]?token|client[-_]?secret)(?:=|[ \t]+)"
+        r"(?P<value>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\b(?:docker|podman|nerdctl|helm|sshpass|heroku|oras)\b[^\n]*?[ \t]-p[ \t]+"
+        r"(?P<value>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+    ),
+    re.compile(r"\b(?:mysql|mysqldump|mariadb|mysqladmin|7z|7za|zip|rar)\b[^\n]*?[ \t]-p" + _VALUE),
+    re.compile(
+        r"\b(?:sqlcmd|bcp|osql|az|sshpass|keytool|openssl)\b[^\n]*?[ \t]-(?:P|p|k|pass|storepass|"
+        r"keypass)[ \t]+(?P<value>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+    ),
+    re.compile(r"\b(?:smbclient|rpcclient|smbmap)\b[^\n]*?[ \t]-U[ \t]+[^\s%]+%(?P<value>\S+)"),
+    re.compile(r"\bredis-cli\b[^\n]*?[ \t]-a[ \t]+" + _VALUE),
+    re.compile(r"(?<!\S)(?:-u|--user)[ \t]+[^\s:,]+[:,]" + _VALUE),
+    # A password piped to a login that reads it: echo '…' | docker login … --password-stdin
+    re.compile(r"\becho[ \t]+" + _VALUE + r"[ \t]*\|[^\n]*\blogin\b"),
+    re.compile(r"(?<![\w/.@-])[\w.-]+/(?P<value>[^\s/@\"']{4,})@(?!sha\d+:)(?://)?[\w.-]+[.:/]"),
+]
+
+
+# A credential passed to a call that takes one, as code writes it: connect(host, user, "…"),
+# PlainAuth("", user, "…"), jwt.sign(payload, "…"), and a name given to define()/env().
+_CREDENTIAL_CALL = re.compile(
+    r"\b(?:connect|getConnection|login|PlainAuth|JedisPool|PDO|mysqli|init|sign|basic|"
+    r"authenticate|create_engine|Redis|StrictRedis|MongoClient|SMTP_SSL|starttls|auth)"
+    r"[ \t]*\((?P<arguments>[^()\n]*(?:\([^()\n]*\)[^()\n]*)*)\)"
+)
+_LITERAL = re.compile(r"(?P<quote>[\"'])(?P<value>[^\"'\n]{8,200})(?P=quote)")
+_NAMED_ARGUMENT = re.compile(
+    r"\b(?:define|env|getenv|get)[ \t]*\([ \t]*[\"'](?P<name>[\w.-]+)[\"'][ \t]*,[ \t]*"
+    r"[\"'](?P<value>[^\"'\n]+)[\"']"
+)
+_HOST_LIKE = re.compile(r"^(?:[\w-]+\.)+[a-z]{2,}(?::\d+)?$|^\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?$")
+
+
+def _code(text: str) -> Iterable[Found]:
+    if "(" not in text:
+        return
+    for call in _CREDENTIAL_CALL.finditer(text):
+        for literal in _LITERAL.finditer(call.group("arguments")):
+            value = literal.group("value")
+            if (
+                " " in value
+                or "@" in value
+                or "://" in value
+                or value[0] in "/$~."
+                or _HOST_LIKE.match(value)
+                or not (_plausible(value) and _secret_like(value))
+            ):
+                continue
+            start = call.start("arguments") + literal.start("value")
+            yield Found(KINDS["password"], start, start + len(value), value)
+    for match in _NAMED_ARGUMENT.finditer(text):
+        if _secret_name(match.group("name")) and _plausible(match.group("value")):
+            start, end = match.span("value")
+            yield Found(_name_kind(match.group("name")), start, end, match.group("value"))
+
+
+def _command_lines(text: str) -> Iterable[Found]:
+    if "-" not in text and "@" not in text:
+        return
+    for pattern in _COMMAND_LINE:
+        for match in pattern.finditer(text):
+            value = match.group("value")
+            start = match.start("value")
+            if value[0] in _QUOTES and value[-1] in _QUOTES:
+                value, start = value[1:-1], start + 1
+            if value[0] in "-/$~." or not _plausible(value) or not _secret_like(value):
+                continue
+            yield Found(KINDS["password"], start, start + len(value), value)
+
+
 # --- Personal data ------------------------------------------------------------------------------
 
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
 _CARD = re.compile(r"(?<![\w-])(?:\d[ -]?){12,18}\d(?![\w-])")
 # Card networks' first digits (Visa, Mastercard, Amex, Discover, Diners, JCB, UnionPay):
 # with the Luhn check, what tells a card from a long order number.
-_CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[0689]|6(?:011|5|4[4-9]|2))")
+_CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[0689]|35|6(?:011|5|4[4-9]|2))")
 _NUMBER = re.compile(r"\d\d")
+# Cheaper scans than the patterns' own, which a text must pass for them to be run.
+_IBAN_START = re.compile(r"[A-Za-z]{2}\d\d")
+_CARD_DIGITS = re.compile(r"\d{4}")
 _PHONE_HINT = re.compile(r"\d[\d\s().-]{5,}\d")
+# A number said to be a phone's ("Tel.: 06 86 11 74 76", "phone": "020 7946 0899"), in
+# whatever country's format; and what a run of bare digits needs before it to be taken for one
+# (an ISBN or an order number is ten digits too).
+_PHONE_SAID = re.compile(
+    r"(?<!<)\b(?:phone|t[ée]l|telephone|mobile|cell|fax|whatsapp|telefon|t[ée]l[ée]phone|handy|"
+    r"portable|call me(?: at)?|text me(?: at)?|ll[áa]mame(?: al)?|m[óo]vil|celular|"
+    r"telefone|telefono|cellulare|n[uú]mer[oa]?|nummer|numéro|me liga(?: no)?|ruf(?:en sie)?|"
+    r"rückruf|anrufen|chiamami|bel me|mijn nummer is|contact)\b[^\d\n+(]{0,12}"
+    r"(?P<value>\+?\(?\d[\d \t().-]{5,}\d)",
+    re.IGNORECASE,
+)
 
 
-def _personal(text: str) -> Iterable[Found]:
-    for match in EMAIL.finditer(text) if "@" in text else ():
-        yield Found(KINDS["email"], match.start(), match.end(), match.group())
+def _inside_word(text: str, start: int, end: int) -> bool:
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    return before.isalnum() or before == "-" or after.isalnum() or after == "-"
+
+
+def _accounts(text: str) -> Iterable[Found]:
     if not _NUMBER.search(text):
-        return  # IBANs, cards and phones all hold a run of digits
-    for match in _IBAN.finditer(text):
-        if iban.is_valid(match.group()):
-            yield Found(KINDS["iban"], match.start(), match.end(), match.group())
-    for match in _CARD.finditer(text):
+        return  # IBANs and cards hold a run of digits
+    for match in _IBAN.finditer(text) if _IBAN_START.search(text) else ():
+        # The pattern runs on over the words after it ("… 3000 for the rent"): shorter
+        # candidates, a space-separated group at a time, until one is valid.
+        candidate = match.group()
+        # Mod 97 and the country's length; not the national check digits, which some
+        # countries' IBANs carry and others do not.
+        while len(candidate) >= 15 and not iban.is_valid(candidate.upper(), check_country=False):
+            candidate = candidate.rsplit(" ", 1)[0] if " " in candidate else ""
+        if len(candidate) >= 15:
+            start = match.start()
+            yield Found(KINDS["iban"], start, start + len(candidate), candidate)
+    for match in _CARD.finditer(text) if _CARD_DIGITS.search(text) else ():
         digits = re.sub(r"\D", "", match.group())
         if 13 <= len(digits) <= 19 and _CARD_PREFIX.match(digits) and luhn.is_valid(digits):
             yield Found(KINDS["card-number"], match.start(), match.end(), match.group())
+
+
+def _contacts(text: str) -> Iterable[Found]:
+    for match in EMAIL.finditer(text) if "@" in text else ():
+        yield Found(KINDS["email"], match.start(), match.end(), match.group())
     if _PHONE_HINT.search(text):
         matcher = phonenumbers.PhoneNumberMatcher(
             text, settings.PHONE_DEFAULT_REGION, leniency=phonenumbers.Leniency.VALID
         )
-        for match in matcher:
-            yield Found(KINDS["phone"], match.start, match.end, match.raw_string)
+        found = list(matcher)
+        # A number written with its country code ("+31 6 0905…") is a phone's whatever its
+        # validity (the operator's plan, a new range): only its length is checked.
+        found += (
+            [
+                match
+                for match in phonenumbers.PhoneNumberMatcher(
+                    text, None, leniency=phonenumbers.Leniency.POSSIBLE
+                )
+                if not any(match.start == known.start for known in found)
+            ]
+            if "+" in text
+            else []
+        )
+        for match in found:
+            if _inside_word(text, match.start, match.end):
+                continue  # part of an identifier: "ORD-2024-000123"
+            bare = match.raw_string.isdigit()
+            if not bare or _PHONE_SAID.search(text, max(0, match.start - 40), match.end):
+                yield Found(KINDS["phone"], match.start, match.end, match.raw_string)
+        for match in _PHONE_SAID.finditer(text):
+            digits = sum(char.isdigit() for char in match.group("value"))
+            if 7 <= digits <= 15 and not _inside_word(text, *match.span("value")):
+                start, end = match.span("value")
+                yield Found(KINDS["phone"], start, end, match.group("value"))
 
 
 # --- The detector -------------------------------------------------------------------------------
 
 _PLACEHOLDER = re.compile(r"<[a-z-]+>")
 
-_FINDERS = (_private_keys, _tokens, _headers_and_urls, _assigned, _said_passwords, _personal)
+_FINDERS = (
+    _private_keys,
+    _tokens,
+    _structured,
+    _headers_and_urls,
+    _assigned,
+    _command_lines,
+    _code,
+    _said,
+    _pairs,
+    _accounts,
+    _contacts,
+)
 
 
 def sensitive_found(text: str) -> list[Found]:
@@ -463,10 +948,15 @@ def sensitive_redacted_json(
     redacted = {}
     for key, item in value.items():
         name = str(key)
-        if (
+        card_code = _CARD_CODE_NAME.search(name) and re.fullmatch(r"\d{3,4}", str(item))
+        if card_code:
+            redacted[sensitive_redacted(name, mask=mask, known=known)] = (
+                mask or KINDS["card-code"].placeholder
+            )
+        elif (
             isinstance(item, str | int | float)
             and not isinstance(item, bool)
-            and _SECRET_NAME.search(name)
+            and _secret_name(name)
             and _plausible(str(item))
         ):
             redacted[sensitive_redacted(name, mask=mask, known=known)] = (
@@ -491,7 +981,7 @@ def sensitive_known(values: Iterable[Any]) -> list[Found]:
             found += sensitive_known(value)
         elif isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(item, str) and _SECRET_NAME.search(str(key)) and _plausible(item):
+                if isinstance(item, str) and _secret_name(str(key)) and _plausible(item):
                     found.append(Found.given(_name_kind(str(key)).name, item))
             found += sensitive_known([str(key) for key in value] + list(value.values()))
     return found
