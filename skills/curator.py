@@ -31,6 +31,7 @@ from skills.services.skills import (
     MAX_PITFALLS,
     MAX_TRIGGERS,
     SkillContent,
+    quoted,
 )
 
 OPERATIONS = ("create", "edit", "merge", "deprecate", "split", "none")
@@ -230,7 +231,8 @@ def _instructions(
         lines += ["## Steps"]
         for number, tool in enumerate(tools, 1):
             example = next((step for step in steps if step.startswith(f"{tool}(")), "")
-            shown = f" — for example `{example}`" if example and example != tool else ""
+            # A call as a session made it: its arguments are data, quoted.
+            shown = f" — as a session called it: {quoted(example)}" if example else ""
             lines.append(f"{number}. Call `{tool}` with the request's details{shown}.")
         lines.append("")
     if fixes:
@@ -252,20 +254,25 @@ def _description(tools: Sequence[str], triggers: Sequence[str], described: dict[
     )
 
 
+def _said(lesson: LessonView) -> str:
+    """A lesson's title, and what its evidence (a tool's output, a user's words) said, quoted
+    as data: a skill is loaded as instructions, and what a tool returned must not become one."""
+    if not lesson.evidence:
+        return lesson.title
+    source = "the user said" if lesson.signal.startswith("user_") else "the tool said"
+    return f"{lesson.title} ({source}: {quoted(lesson.evidence)})"
+
+
 def _fixes(lessons: Sequence[LessonView]) -> list[str]:
     return [
-        f"{lesson.title}: {lesson.evidence}" if lesson.evidence else lesson.title
+        _said(lesson)
         for lesson in lessons
         if lesson.lesson_type == "learn" and lesson.signal == "tool_error"
     ]
 
 
 def _pitfalls(lessons: Sequence[LessonView]) -> list[str]:
-    return [
-        f"{lesson.title} ({lesson.evidence})" if lesson.evidence else lesson.title
-        for lesson in lessons
-        if lesson.lesson_type == "avoid"
-    ]
+    return [_said(lesson) for lesson in lessons if lesson.lesson_type == "avoid"]
 
 
 def _cluster_content(

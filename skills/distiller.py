@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mirix_site.text import clipped
+from sessions.sensitive import turns_redacted
 from skills.models import Outcome
 from skills.transcripts import first_sentence, verdict_read
 
@@ -65,6 +66,28 @@ class Turn(Protocol):
     tool_calls: list[dict[str, Any]] | None
     name: str
     tool_call_id: str
+
+
+@dataclass(frozen=True)
+class RedactedTurn:
+    """A turn with its sensitive values replaced by placeholders: what lessons are read from,
+    by the structure or by a model, so that no lesson (nor a model's prompt) holds one."""
+
+    pk: int
+    role: str
+    text: str
+    tool_calls: list[dict[str, Any]] | None
+    name: str
+    tool_call_id: str
+
+
+def turns_view(turns: Sequence[Turn]) -> list[RedactedTurn]:
+    """The turns of one session as lessons are read from them: redacted
+    (``sessions.sensitive.turns_redacted``)."""
+    return [
+        RedactedTurn(turn.pk, turn.role, text, tool_calls, turn.name, turn.tool_call_id)
+        for turn, (text, tool_calls) in zip(turns, turns_redacted(turns), strict=True)
+    ]
 
 
 @dataclass(frozen=True)

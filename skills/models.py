@@ -488,12 +488,14 @@ class SkillVersion(Owned):
         OPERATOR = "operator"
         ROLLBACK = "rollback"
         IMPORT = "import"
+        # Sensitive values taken out of an existing skill (skills.services.redaction).
+        REDACTION = "redaction"
 
     skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     snapshot = models.JSONField()
     diff = models.TextField(blank=True)
-    author = models.CharField(max_length=8, choices=Author.choices)
+    author = models.CharField(max_length=9, choices=Author.choices)
     operation = models.CharField(max_length=12, blank=True, help_text="create, edit, merge, ...")
     run = models.ForeignKey(
         LearningRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="versions"

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mirix_site.text import clipped
 from sessions.content import MessageInput
+from sessions.sensitive import turns_redacted
 from skills.models import Outcome
 
 MAX_TASK_CHARS = 300
@@ -65,6 +66,11 @@ def verdict_read(text: str) -> str | None:
 
 
 def transcript_distill(messages: Sequence[MessageInput]) -> Draft:
+    """The task, action and outcome a transcript records, read from its turns redacted."""
+    messages = [
+        replace(message, text=text, tool_calls=tool_calls)
+        for message, (text, tool_calls) in zip(messages, turns_redacted(messages), strict=True)
+    ]
     users = [index for index, message in enumerate(messages) if message.role == "user"]
     if not any(messages[index].text.strip() for index in users):
         raise TranscriptError("The transcript has no user turn with text to take the task from.")

@@ -28,6 +28,7 @@ from memory.retrieval.index import (
     embeddings_write_committed,
 )
 from mirix_site.rows import rows_insert
+from sessions.sensitive import Found, sensitive_redacted, sensitive_redacted_json
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
     OUTCOME_SCORES,
@@ -106,9 +107,10 @@ def score_warning(outcome: str, score: float) -> str | None:
 def _references_check(
     *, tenant: Tenant, end_user: EndUser, items: Sequence[ExperienceInput], prefix: str
 ) -> dict[int, Experience]:
-    """The experiences the items supersede, each the caller's own and of the same user. The
-    first wrong reference refuses the lot (one the caller cannot see: 404; one it may read but
-    not change: 403); otherwise every date in the future is named in one error."""
+    """The experiences the items supersede, each the caller's own and of the same user, as is
+    every recommendation they cite. The first wrong reference refuses the lot: one the caller
+    cannot see and one it reads through a read scope alike (a write counts only for the
+    caller's own rows); otherwise every date in the future is named in one error."""
     errors: dict[str, list[str]] = {}
     wanted = {item.supersedes for item in items if item.supersedes is not None}
     cited = {item.recommendation_id for item in items if item.recommendation_id is not None}
@@ -116,16 +118,14 @@ def _references_check(
     targets = (
         {
             row.pk: row
-            for row in Experience.objects.readable_by(tenant, end_user=end_user).filter(
-                pk__in=wanted
-            )
+            for row in Experience.objects.owned_by(tenant, end_user=end_user).filter(pk__in=wanted)
         }
         if wanted
         else {}
     )
     recommendations = (
         set(
-            Recommendation.objects.readable_by(tenant, end_user=end_user)
+            Recommendation.objects.owned_by(tenant, end_user=end_user)
             .filter(pk__in=cited)
             .values_list("pk", flat=True)
         )
@@ -138,8 +138,6 @@ def _references_check(
             raise ExperienceReferenceError(f"{where}supersedes", "experience")
         if item.recommendation_id is not None and item.recommendation_id not in recommendations:
             raise ExperienceReferenceError(f"{where}recommendation_id", "recommendation")
-        if item.supersedes is not None:
-            _writable(tenant, targets[item.supersedes])
         if item.occurred_at is not None and item.occurred_at > timezone.now() + FUTURE_TOLERANCE:
             errors[f"{where}occurred_at"] = ["Must not be in the future."]
     if errors:
@@ -147,23 +145,43 @@ def _references_check(
     return targets
 
 
+# What an experience says in words, and its structured fields: every one redacted before it
+# is stored (``experience_redacted``).
+_TEXT_FIELDS = ("task", "action", "reason", "title", "content", "evidence", "pool_reason")
+_JSON_FIELDS = ("context", "filter_tags")
+
+
+def experience_redacted(row: Experience, *, known: Sequence[Found] = ()) -> Experience:
+    """``row`` (unsaved, or about to be saved again) with every sensitive value in its text
+    and structured fields replaced by its kind's placeholder (``sessions.sensitive``), and its
+    action's key read from the redacted action. ``known``: values found in the turns it was
+    derived from."""
+    for name in _TEXT_FIELDS:
+        setattr(row, name, sensitive_redacted(getattr(row, name), known=known))
+    for name in _JSON_FIELDS:
+        setattr(row, name, sensitive_redacted_json(getattr(row, name), known=known))
+    row.action_key = action_key(row.action)
+    return row
+
+
 def _row(tenant: Tenant, end_user: EndUser, item: ExperienceInput, now: datetime) -> Experience:
-    return Experience(
-        organization_id=tenant.organization.pk,
-        client_id=tenant.client.pk,
-        end_user=end_user,
-        task=item.task,
-        action=item.action,
-        action_key=action_key(item.action),
-        outcome=item.outcome,
-        score=item.score if item.score is not None else OUTCOME_SCORES[Outcome(item.outcome)],
-        reason=item.reason,
-        context=item.context,
-        filter_tags=item.filter_tags,
-        recommendation_id=item.recommendation_id,
-        occurred_at=item.occurred_at or now,
-        origin=item.origin,
-        transcript_digest=item.transcript_digest,
+    return experience_redacted(
+        Experience(
+            organization_id=tenant.organization.pk,
+            client_id=tenant.client.pk,
+            end_user=end_user,
+            task=item.task,
+            action=item.action,
+            outcome=item.outcome,
+            score=item.score if item.score is not None else OUTCOME_SCORES[Outcome(item.outcome)],
+            reason=item.reason,
+            context=item.context,
+            filter_tags=item.filter_tags,
+            recommendation_id=item.recommendation_id,
+            occurred_at=item.occurred_at or now,
+            origin=item.origin,
+            transcript_digest=item.transcript_digest,
+        )
     )
 
 
@@ -263,7 +281,7 @@ def experience_supersede(*, tenant: Tenant, experience: Experience, by: Experien
     """Mark ``experience`` replaced by ``by`` (both the caller's own, of one user): it leaves
     recall and recommend unless they ask for superseded rows, and stays readable by id."""
     _writable(tenant, experience)
-    if experience.end_user_id != by.end_user_id:
+    if experience.end_user_id != by.end_user_id or not tenant.owns(by):
         raise ExperienceReferenceError("by", "experience")
     if by.pk == experience.pk:
         raise ExperienceConflictError("An experience cannot supersede itself.")

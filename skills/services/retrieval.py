@@ -11,6 +11,7 @@ query. An action that has only failed is never recommended.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
 from memory.retrieval.service import retrieval_search
+from sessions.sensitive import sensitive_redacted, sensitive_redacted_json
 from skills.confidence import evidence, lower_bounds, posterior_draws
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import CURRENT, Outcome, Recommendation
@@ -46,7 +48,8 @@ def decay(*, occurred_at: datetime, now: datetime, half_life_days: float | None)
 
 def _context_condition(context: dict[str, str]) -> Q:
     """``context.<key>=<value>`` filters: the key may be a dotted path into nested objects;
-    the value matches as the JSON it spells (3, true, null) or as the text it is."""
+    the value matches as the JSON it spells (3, true, null; a number too large for a float,
+    1e309, only as text) or as the text it is, redacted as stored contexts are."""
     condition = Q()
     for path, text in context.items():
         values: list[Any] = [text]
@@ -54,14 +57,15 @@ def _context_condition(context: dict[str, str]) -> Q:
             parsed = json.loads(text)
         except ValueError:
             parsed = text
-        if parsed != text and not isinstance(parsed, dict | list):
+        finite = not isinstance(parsed, float) or math.isfinite(parsed)
+        if parsed != text and finite and not isinstance(parsed, dict | list):
             values.append(parsed)
         either = Q()
         for value in values:
             nested: Any = value
             for key in reversed(path.split(".")):
                 nested = {key: nested}
-            either |= Q(context__contains=nested)
+            either |= Q(context__contains=sensitive_redacted_json(nested))
         condition &= either
     return condition
 
@@ -269,7 +273,7 @@ def experience_recommend(
         organization_id=tenant.organization.pk,
         client_id=tenant.client.pk,
         end_user=end_user,
-        task=task,
+        task=sensitive_redacted(task),
         action=winner["action"],
         action_key=winner["action_key"],
         confidence=winner["confidence"],
@@ -338,7 +342,8 @@ def skills_retrieve(
     """The skills most relevant to the task (candidates and active ones), through the engine's
     hybrid search and the gate calibrated for skills and the model. Of equal relevance, a
     proven (active) skill ranks before a candidate. ``session_id``: the task session they are
-    retrieved for, whose outcome will count as their evidence when it closes. ``statuses``:
+    retrieved for (the caller's own), whose outcome will count as evidence for those of them the
+    caller's client owns when it closes. ``statuses``:
     only skills in these (active ones, for a conversation's procedures)."""
     from skills.kinds import SKILL_KIND
     from skills.models import Skill
@@ -362,5 +367,8 @@ def skills_retrieve(
         key=lambda hit: (-round(hit.candidate.score, 9), hit.row.status != Skill.Status.ACTIVE)
     )
     if session_id is not None and found.hits:
-        skill_uses_record(skills=[hit.row for hit in found.hits], session_id=session_id)
+        # A use is evidence the skill's owner counts: only the caller's own skills get one
+        # (another client's, read through a scope, are read-only in every sense).
+        owned = [hit.row for hit in found.hits if tenant.owns(hit.row)]
+        skill_uses_record(skills=owned, session_id=session_id)
     return found

@@ -38,6 +38,7 @@ from memory.providers.embeddings import EmbeddingProvider, cosines
 from memory.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
 from memory.retrieval.index import documents_index
 from sessions.models import Message, Session
+from sessions.sensitive import sensitive_redacted
 from skills.curator import (
     CURATOR_SYSTEM,
     OPERATIONS_SCHEMA,
@@ -50,7 +51,7 @@ from skills.curator import (
     curator_prompt,
     operations_parse,
 )
-from skills.distiller import Distilled, lessons_parse, session_distill
+from skills.distiller import Distilled, Turn, lessons_parse, session_distill, turns_view
 from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
     SERVED_STATUSES,
@@ -63,6 +64,7 @@ from skills.models import (
     Skill,
     SkillVersion,
 )
+from skills.services.experiences import experience_redacted
 from skills.services.grouping import action_key
 from skills.services.learning import learning_run_publish, learning_run_queued
 from skills.services.skills import (
@@ -225,7 +227,7 @@ DISTILL_SCHEMA: dict[str, Any] = {
 }
 
 
-def _turn_text(turn: Message) -> str:
+def _turn_text(turn: Turn) -> str:
     calls = "".join(
         f"\n  calls {(call.get('function') or {}).get('name')}"
         f"({(call.get('function') or {}).get('arguments', '')})"
@@ -235,7 +237,7 @@ def _turn_text(turn: Message) -> str:
     return f"{who}: {turn.text}{calls}"
 
 
-def transcript_parts(turns: Sequence[Message], *, budget: int) -> list[str]:
+def transcript_parts(turns: Sequence[Turn], *, budget: int) -> list[str]:
     """The session's transcript in parts that fit ``budget`` tokens each (a turn longer than
     that is cut to fit)."""
     parts: list[str] = []
@@ -257,7 +259,7 @@ def transcript_parts(turns: Sequence[Message], *, budget: int) -> list[str]:
 
 
 def _distill(
-    claim: Claim, turns: Sequence[Message], llm: LLMProvider | None, budget: _Budget
+    claim: Claim, turns: Sequence[Turn], llm: LLMProvider | None, budget: _Budget
 ) -> Distilled:
     structure = session_distill(turns)
     if llm is None:
@@ -286,31 +288,32 @@ def _lesson_rows(
 ) -> list[Experience]:
     now = timezone.now()
     return [
-        Experience(
-            organization_id=run.organization_id,
-            client_id=run.client_id,
-            end_user_id=run.end_user_id,
-            task=lesson.task or distilled.task or lesson.title,
-            action=lesson.action,
-            action_key=action_key(lesson.action),
-            outcome=lesson.outcome,
-            score={"success": 1.0, "partial": 0.5}.get(lesson.outcome, 0.0),
-            reason=lesson.evidence if lesson.outcome != Outcome.SUCCESS else "",
-            context=distilled.context,
-            filter_tags=tags,
-            origin=Origin.DISTILLED,
-            source_session_id=link.session_id,
-            source_message_ids=list(lesson.source_message_ids),
-            occurred_at=now,
-            title=lesson.title[:200],
-            content=lesson.content,
-            lesson_type=lesson.lesson_type,
-            evidence=lesson.evidence,
-            signal=lesson.signal,
-            importance=lesson.importance,
-            credibility=lesson.credibility,
-            status=LessonStatus.PENDING,
-            distilled_by=run,
+        experience_redacted(
+            Experience(
+                organization_id=run.organization_id,
+                client_id=run.client_id,
+                end_user_id=run.end_user_id,
+                task=lesson.task or distilled.task or lesson.title,
+                action=lesson.action,
+                outcome=lesson.outcome,
+                score={"success": 1.0, "partial": 0.5}.get(lesson.outcome, 0.0),
+                reason=lesson.evidence if lesson.outcome != Outcome.SUCCESS else "",
+                context=distilled.context,
+                filter_tags=tags,
+                origin=Origin.DISTILLED,
+                source_session_id=link.session_id,
+                source_message_ids=list(lesson.source_message_ids),
+                occurred_at=now,
+                title=lesson.title[:200],
+                content=lesson.content,
+                lesson_type=lesson.lesson_type,
+                evidence=lesson.evidence,
+                signal=lesson.signal,
+                importance=lesson.importance,
+                credibility=lesson.credibility,
+                status=LessonStatus.PENDING,
+                distilled_by=run,
+            ),
         )
         for lesson in distilled.lessons
     ]
@@ -325,15 +328,18 @@ def _sessions_distill(
     links = LearningRunSession.objects.filter(run=claim.run, distilled_at__isnull=True)
     for link_id in links.order_by("session_id").values_list("pk", flat=True):
         link = LearningRunSession.objects.get(pk=link_id)
-        turns = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
+        stored = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
+        turns = turns_view(stored)
         distilled = _distill(claim, turns, llm, budget)
         declared = (
             Session.objects.filter(pk=link.session_id).values_list("tools", flat=True).first() or {}
         )
         distilled.tool_descriptions = {
-            tool: declared[tool] for tool in distilled.tools if declared.get(tool)
+            tool: sensitive_redacted(str(declared[tool]))
+            for tool in distilled.tools
+            if declared.get(tool)
         }
-        tags = turns[0].filter_tags if turns else {}
+        tags = stored[0].filter_tags if stored else {}
         with transaction.atomic():
             run = _fenced(claim)
             locked = LearningRunSession.objects.select_for_update().get(pk=link_id)

@@ -14,6 +14,7 @@ sessions it was learned from included.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,8 @@ from django.utils import timezone
 from accounts.tenancy import Tenant
 from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.index import documents_index, documents_reindex
+from mirix_site.text import clipped
+from sessions.sensitive import sensitive_redacted
 from skills.confidence import evidence, lower_bound
 from skills.kinds import SKILL_KIND
 from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
@@ -41,6 +44,15 @@ MAX_INSTRUCTION_LINES = 450
 MAX_INSTRUCTION_CHARS = 40_000
 # An edit rewriting more than this share of a skill's text is flagged for review.
 REWRITE_REVIEW_SHARE = 0.4
+# What a skill quotes from the sessions it was learned from (a user's request, a tool's output)
+# is data for the agent that loads it, never an instruction: one line in double quotes,
+# escaped as JSON, at most this many characters.
+MAX_QUOTED_CHARS = 200
+
+
+def quoted(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``text`` as a skill quotes it: on one line, clipped, in double quotes, escaped."""
+    return json.dumps(clipped(" ".join(text.split()), limit), ensure_ascii=False)
 
 
 class SkillInputError(Exception):
@@ -122,10 +134,23 @@ class SkillContent:
         it and what to avoid."""
         parts = [self.instructions.strip()] if self.instructions.strip() else []
         if self.triggers:
-            parts.append("## When to use\n" + "\n".join(f"- {t}" for t in self.triggers))
+            # The requests it was learned from, quoted: the words of whoever sent them.
+            parts.append("## When to use\n" + "\n".join(f"- {quoted(t)}" for t in self.triggers))
         if self.pitfalls:
             parts.append("## Pitfalls\n" + "\n".join(f"- {p}" for p in self.pitfalls))
         return "\n\n".join(parts) + "\n"
+
+    def redacted(self) -> SkillContent:
+        """The content with every sensitive value replaced by its kind's placeholder
+        (``sessions.sensitive``): what every version stores, whoever wrote it. A name holds
+        none (lowercase letters, digits and hyphens)."""
+        return SkillContent(
+            name=self.name,
+            description=sensitive_redacted(self.description),
+            triggers=tuple(sensitive_redacted(trigger) for trigger in self.triggers),
+            instructions=sensitive_redacted(self.instructions),
+            pitfalls=tuple(sensitive_redacted(pitfall) for pitfall in self.pitfalls),
+        )
 
     def text(self) -> str:
         """Everything a version's diff compares, one line per line of text."""
@@ -221,7 +246,7 @@ def skill_version_write(
     the ``organization_id``/``client_id``/``end_user_id`` it belongs to). An operation whose
     key wrote a version already writes nothing and returns that version. Raises
     SkillInputError for content that breaks the rules and SkillConflictError for a name the
-    user's other skill holds."""
+    user's other skill holds. The content is stored redacted (``SkillContent.redacted``)."""
     if provenance.operation_key:
         done = (
             SkillVersion.objects.select_related("skill")
@@ -230,6 +255,7 @@ def skill_version_write(
         )
         if done is not None:
             return Written(skill=done.skill, version=done, created=False)
+    content = content.redacted()
     errors = content.errors()
     if errors:
         raise SkillInputError(errors)
