@@ -21,7 +21,8 @@ from accounts.tenancy import Tenant
 class ProceduralSource:
     """``find(tenant, end_user, query, limit)``: the items for a query, in the procedural
     shape; ``prefix``: how the source's ids begin (``skill-``); ``delete(tenant, end_user,
-    item_id)``: delete one of them within the user, False when it is not the user's."""
+    item_id)``: delete one of them within the user, False when it is not the user's or not the
+    caller's client's own."""
 
     prefix: str
     find: Callable[[Tenant, EndUser, str, int], list[dict[str, Any]]]

@@ -10,7 +10,7 @@ from typing import Any
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.procedures import ProceduralSource
-from memory.services.records import MemoryReadOnlyError
+from mirix_site.ids import row_id
 from skills.models import Skill
 
 PREFIX = "skill-"
@@ -64,16 +64,16 @@ def _find(tenant: Tenant, end_user: EndUser, query: str, limit: int) -> list[dic
 def _delete(tenant: Tenant, end_user: EndUser, item_id: str) -> bool:
     from skills.services.skills import SkillReadOnlyError, skill_delete
 
-    number = item_id.removeprefix(PREFIX)
-    if not number.isdecimal() or len(number) > 18:
+    pk = row_id(item_id.removeprefix(PREFIX))
+    if pk is None:
         return False
-    skill = Skill.objects.readable_by(tenant, end_user=end_user).filter(pk=int(number)).first()
+    skill = Skill.objects.readable_by(tenant, end_user=end_user).filter(pk=pk).first()
     if skill is None or skill.status == Skill.Status.DELETED:
         return False
     try:
         skill_delete(tenant=tenant, skill=skill)
     except SkillReadOnlyError:
-        raise MemoryReadOnlyError(skill.pk) from None
+        return False  # another client's: read-only, answered as if missing
     return True
 
 

@@ -14,6 +14,7 @@ from images.services import image_fetch_request
 from memory.agent_config import meta_agent_settings_from_provider
 from memory.models import EpisodicMemory
 from memory.services import meta_agent_initialize
+from skills.models import Recommendation
 from tests.factories import (
     TenantFixture,
     chat_turns,
@@ -31,7 +32,7 @@ from tests.factories import (
 class Endpoint:
     method: str
     # Path, body and params may name {user_id}, {agent_id}, {session_id}, {memory_id},
-    # {experience_id}, {image_id}, {fetch_id}, {run_id}, {skill_id}: filled
+    # {experience_id}, {recommendation_id}, {image_id}, {fetch_id}, {run_id}, {skill_id}: filled
     # with objects of the tenant under test (or of another tenant, for the 404 test).
     path: str
     body: dict[str, Any] | None = None
@@ -214,7 +215,7 @@ ENDPOINTS = [
     Endpoint(
         "GET",
         "/skills/{skill_id}/versions/1/diff",
-        route="skills/<str:skill_id>/versions/<int:number>/diff",
+        route="skills/<str:skill_id>/versions/<id:number>/diff",
     ),
     Endpoint(
         "POST",
@@ -224,7 +225,45 @@ ENDPOINTS = [
     ),
     Endpoint("POST", "/images", {"url": data_url(png_bytes(color=(1, 2, 3)))}, route="images"),
     Endpoint("GET", "/images/{image_id}", route="images/<sha256:sha256>"),
-    Endpoint("GET", "/images/fetches/{fetch_id}", route="images/fetches/<int:fetch_id>"),
+    Endpoint("GET", "/images/fetches/{fetch_id}", route="images/fetches/<id:fetch_id>"),
+]
+
+# Writes that name an object in their body (ENDPOINTS name theirs in the path), for the
+# write-boundary check (tests/test_derived_data.py): each is asked with another client's object
+# and with a missing one. ``{own_experience_id}``: the calling client's own. An image is its
+# organization's, content-addressed (``images.selectors``): naming one crosses no client's
+# boundary, and another organization's answers as a missing one (the other-tenant checks).
+REFERENCE_WRITES = [
+    Endpoint(
+        "POST",
+        "/skills/retrieve",
+        {"user_id": "{user_id}", "task": "load a csv file", "session_id": "{session_id}"},
+        route="skills/retrieve",
+    ),
+    *(
+        Endpoint(
+            "POST",
+            "/experiences",
+            {"user_id": "{user_id}", "task": "t", "action": "a", "outcome": "success", **refers},
+            route="experiences",
+        )
+        for refers in (
+            {"recommendation_id": "{recommendation_id}"},
+            {"supersedes": "{experience_id}"},
+        )
+    ),
+    Endpoint(
+        "POST",
+        "/experiences/{own_experience_id}/supersede",
+        {"by": "{experience_id}"},
+        route="experiences/<str:experience_id>/supersede",
+    ),
+    Endpoint(
+        "POST",
+        "/experiences/{experience_id}/supersede",
+        {"by": "{own_experience_id}"},
+        route="experiences/<str:experience_id>/supersede",
+    ),
 ]
 
 # Routes that are deliberately public or not part of the key-authenticated API.
@@ -250,8 +289,9 @@ def call(api, endpoint: Endpoint, **ids: str):
     return method(path, placeholders_filled(endpoint.params, ids))
 
 
-def owned_ids(owner: TenantFixture) -> dict[str, str]:
-    """Ids of objects that exist and belong to ``owner``, for the placeholders."""
+def owned_ids(owner: TenantFixture, *, session_id: str = "owned-session") -> dict[str, str]:
+    """Ids of objects that exist and belong to ``owner``, for the placeholders. Session ids
+    are each client's own: two clients' ``owned_ids`` name two sessions with two of them."""
     user, _ = end_user_create_or_get(tenant=owner.tenant, user_id="owned-user", name=None)
     meta_agent, _ = meta_agent_initialize(
         tenant=owner.tenant,
@@ -264,14 +304,15 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
         "/memory/add",
         {
             "user_id": user.user_id,
-            "session_id": "owned-session",
+            "session_id": session_id,
             "messages": chat_turns("hi", "hello"),
         },
         format="json",
     )
     memories_create(owner, user_id=user.user_id)
     episodic = EpisodicMemory.objects.filter(client=owner.client, end_user=user).first()
-    experience = experiences_create(owner, user_id=user.user_id)
+    experience = experiences_create(owner, user_id=user.user_id, recommended=True)
+    recommendation = Recommendation.objects.filter(client=owner.client).latest("pk")
     image = image_create(owner)
     run = learning_run_create(owner, user_id=user.user_id)
     skill = skill_create(owner, user_id=user.user_id)
@@ -281,9 +322,10 @@ def owned_ids(owner: TenantFixture) -> dict[str, str]:
     return {
         "user_id": user.user_id,
         "agent_id": meta_agent.pk,
-        "session_id": "owned-session",
+        "session_id": session_id,
         "memory_id": str(episodic.pk),
         "experience_id": str(experience.pk),
+        "recommendation_id": str(recommendation.pk),
         "image_id": image.sha256,
         "fetch_id": str(fetch.pk),
         "run_id": str(run.pk),

@@ -68,6 +68,8 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     sibling = owner.another_client(f"{owner.client.name}-sibling")
     client_read_scopes_set(client=owner.client, scopes=[sibling.client])
     end_user_create_or_get(tenant=owner.tenant, user_id="rows-user", name=None)
+    # The sibling names the user too: it holds them (EndUserClient).
+    end_user_create_or_get(tenant=sibling.tenant, user_id="rows-user", name=None)
     meta_agent_initialize(
         tenant=owner.tenant,
         agent_settings=meta_agent_settings_from_provider(

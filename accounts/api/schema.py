@@ -65,7 +65,16 @@ BODY_ERRORS = {
 KEY_ERRORS = {401: "No API key, or one that is malformed, unknown or revoked."}
 THROTTLED = {429: "Over the API key's rate limit; retry after Retry-After seconds."}
 WRITE_ERRORS = {403: "This API key is read-only."}
-NOT_FOUND = {404: "No such object, or one this API key may not see."}
+# What the web server itself answers, before the API reads anything (mirix_site.webserver).
+TRANSPORT_ERRORS = {
+    414: "The request line (the URL with its query string) is longer than the server reads.",
+    431: "The request's header fields are larger than the server reads.",
+}
+NOT_FOUND = {
+    404: "No such object, or one this API key may not see; for a write, also one its client "
+    "does not own (another client's, readable through a read scope, is read-only in every "
+    "sense and answers as if missing)."
+}
 INVALID = {
     422: "Invalid input: `fields` names each parameter or body field at fault (a NUL "
     "character in any query parameter included)."
@@ -129,7 +138,7 @@ class ApiAutoSchema(AutoSchema):
                 answers |= WRITE_ERRORS
         if self._names_an_object(operation):
             answers |= NOT_FOUND
-        return answers | INVALID
+        return answers | INVALID | TRANSPORT_ERRORS
 
     def _names_an_object(self, operation: dict[str, Any]) -> bool:
         parameters = operation.get("parameters", [])

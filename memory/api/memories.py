@@ -7,7 +7,7 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -42,11 +42,9 @@ from sessions.services import (
     SessionTagMismatchError,
 )
 
-READ_ONLY_MEMORY = "This memory belongs to another client; it is read-only here."
 MEMORY_TYPE_IN_PATH = OpenApiParameter(
     "memory_type", str, OpenApiParameter.PATH, enum=memory_type_names(), description="its type"
 )
-READ_ONLY_MEMORY_RESPONSE = error_response(f"{READ_ONLY_MEMORY} Or the API key is read-only.")
 
 
 class MemoryAddApi(TenantAPIView):
@@ -214,7 +212,7 @@ class MemoryDetailApi(TenantAPIView):
     @extend_schema(
         parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
         request=MemoryUpdateSerializer,
-        responses={200: MemorySerializer, 403: READ_ONLY_MEMORY_RESPONSE},
+        responses={200: MemorySerializer},
         summary="Edit a memory (its search text and embeddings follow)",
     )
     def patch(self, request: Request, memory_type: str, memory_id: str) -> Response:
@@ -238,7 +236,7 @@ class MemoryDetailApi(TenantAPIView):
                 embedders=write_embedders(),
             )
         except MemoryReadOnlyError:
-            raise PermissionDenied(READ_ONLY_MEMORY) from None
+            raise NotFound() from None
         return Response(MemorySerializer(row, context={"memory_type": found}).data)
 
     @extend_schema(
@@ -252,17 +250,13 @@ class MemoryDetailApi(TenantAPIView):
                     "memory_type": TextField(),
                 },
             ),
-            403: READ_ONLY_MEMORY_RESPONSE,
         },
         summary="Delete a memory",
     )
     def delete(self, request: Request, memory_type: str, memory_id: str) -> Response:
         source = procedural_source_of(memory_id) if memory_type == "procedural" else None
         if source is not None:  # a skill served as a procedure: its app deletes it
-            try:
-                deleted = source.delete(self.tenant, self.query_end_user(), memory_id)
-            except MemoryReadOnlyError:
-                raise PermissionDenied(READ_ONLY_MEMORY) from None
+            deleted = source.delete(self.tenant, self.query_end_user(), memory_id)
             if not deleted:
                 raise NotFound()
             return Response({"success": True, "id": memory_id, "memory_type": "procedural"})
@@ -270,5 +264,5 @@ class MemoryDetailApi(TenantAPIView):
         try:
             memory_delete(tenant=self.tenant, memory_type=found, row=row)
         except MemoryReadOnlyError:
-            raise PermissionDenied(READ_ONLY_MEMORY) from None
+            raise NotFound() from None
         return Response({"success": True, "id": memory_id, "memory_type": found.name})

@@ -10,7 +10,7 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -61,13 +61,13 @@ from skills.services.experiences import (
 from skills.services.retrieval import experience_recommend, experiences_recall
 from skills.transcripts import TranscriptError, transcript_distill
 
-READ_ONLY = "Another client's experience: readable with this key, not writable."
 CONTEXT_PARAM = re.compile(r"^context\.([A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
 MAX_CONTEXT_FILTERS = 10
 
 BY_MISSING = "`by` names no experience of this user."
 REFERENCE_MISSING = error_response(
-    "supersedes or recommendation_id names nothing of this user (missing, or another's)."
+    "supersedes or recommendation_id names nothing of this user that this client owns "
+    "(missing, another user's or another client's alike)."
 )
 RECORDED = inline_serializer(
     "ExperienceRecorded",
@@ -93,7 +93,7 @@ def _record(tenant: Any, user_id: str, items: list[Any], prefix: str = "") -> Re
     except ExperienceReferenceError as error:
         raise NotFound(str(error)) from None
     except ExperienceReadOnlyError:
-        raise PermissionDenied(READ_ONLY) from None
+        raise NotFound() from None
     except ExperienceInputError as error:
         raise UnprocessableEntity(error.fields) from None
 
@@ -101,7 +101,7 @@ def _record(tenant: Any, user_id: str, items: list[Any], prefix: str = "") -> Re
 class ExperienceRecordApi(TenantAPIView):
     @extend_schema(
         request=ExperienceRecordSerializer,
-        responses={201: RECORDED, 403: error_response(READ_ONLY), 404: REFERENCE_MISSING},
+        responses={201: RECORDED, 404: REFERENCE_MISSING},
         summary="Record an experience, or a batch of up to 1,000 ({user_id, experiences: [...]})",
         description="A batch is validated whole: one bad item refuses them all, named "
         "experiences.<index>.<field>. A score that contradicts the outcome is stored, with "
@@ -136,7 +136,7 @@ class ExperienceRecordApi(TenantAPIView):
 class ExperienceFailureApi(TenantAPIView):
     @extend_schema(
         request=FailureRecordSerializer,
-        responses={201: RECORDED, 403: error_response(READ_ONLY), 404: REFERENCE_MISSING},
+        responses={201: RECORDED, 404: REFERENCE_MISSING},
         summary="Record a dead end and why, so that it is not tried again",
     )
     def post(self, request: Request) -> Response:
@@ -384,7 +384,6 @@ class ExperienceDetailApi(_ExperienceApi):
             200: inline_serializer(
                 "ExperienceDeleted", {"success": BooleanField(), "id": TextField()}
             ),
-            403: error_response(READ_ONLY),
         },
         summary="Delete an experience (what it superseded becomes current again)",
     )
@@ -393,7 +392,7 @@ class ExperienceDetailApi(_ExperienceApi):
         try:
             experience_delete(tenant=self.tenant, experience=row)
         except ExperienceReadOnlyError:
-            raise PermissionDenied(READ_ONLY) from None
+            raise NotFound() from None
         return Response({"success": True, "id": experience_id})
 
 
@@ -402,7 +401,6 @@ class ExperienceSupersedeApi(_ExperienceApi):
         request=SupersedeSerializer,
         responses={
             200: ExperienceSerializer,
-            403: error_response(READ_ONLY),
             409: error_response(
                 f"{BY_MISSING} Or it would supersede itself, directly or through a cycle."
             ),
@@ -423,7 +421,7 @@ class ExperienceSupersedeApi(_ExperienceApi):
         try:
             row = experience_supersede(tenant=self.tenant, experience=row, by=by)
         except ExperienceReadOnlyError:
-            raise PermissionDenied(READ_ONLY) from None
+            raise NotFound() from None
         except ExperienceReferenceError:
             raise Conflict(BY_MISSING) from None
         except ExperienceConflictError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -23,8 +23,6 @@ from skills.services.learning import (
     learning_run_request,
     learning_run_retry,
 )
-
-READ_ONLY = "Another client's learning run: readable with this key, not changeable."
 
 
 class LearningRunSerializer(serializers.Serializer):
@@ -125,7 +123,6 @@ class LearningRunRetryApi(TenantAPIView):
         request=None,
         responses={
             200: LearningRunSerializer,
-            403: error_response(f"{READ_ONLY} Or the API key is read-only."),
             409: error_response("The run did not stop short, or a run of the user is queued."),
         },
         summary="Queue a run that failed (or hit its context or budget limit) again",
@@ -134,7 +131,7 @@ class LearningRunRetryApi(TenantAPIView):
         try:
             run = learning_run_retry(tenant=self.tenant, run=_run(self, run_id))
         except LearningRunReadOnlyError:
-            raise PermissionDenied(READ_ONLY) from None
+            raise NotFound() from None
         except LearningRunConflictError as error:
             raise Conflict(str(error), code="not_retryable") from None
         return Response(

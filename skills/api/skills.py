@@ -17,7 +17,7 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -28,7 +28,7 @@ from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField, UserQuerySerializer
 from accounts.selectors import end_user_get
 from sessions.models import Session
-from sessions.selectors import session_get
+from sessions.selectors import session_get_own
 from skills.export import discovery_index, skill_md, skills_zip
 from skills.models import Skill, SkillVersion
 from skills.selectors import (
@@ -52,7 +52,6 @@ from skills.services.skills import (
     skill_rollback,
 )
 
-READ_ONLY = "Another client's skill: readable with this key, not changeable."
 SKILL_ID = OpenApiParameter("skill_id", str, OpenApiParameter.PATH, description="the skill's id")
 MAX_RETRIEVE = 50
 # Naming a session_id links the skills found to the session, whose outcome then counts as
@@ -207,7 +206,7 @@ def _change_refusals() -> Iterator[None]:
     try:
         yield
     except SkillReadOnlyError:
-        raise PermissionDenied(READ_ONLY) from None
+        raise NotFound() from None
     except SkillInputError as error:
         raise UnprocessableEntity(error.fields) from None
     except SkillConflictError as error:
@@ -245,7 +244,6 @@ class SkillDetailApi(_SkillApi):
         request=SkillPatchSerializer,
         responses={
             200: SkillDetailSerializer,
-            403: error_response(READ_ONLY),
             409: error_response("The name is another skill's of the user, or it is deleted."),
         },
         summary="Change a skill: new text is a new version (author operator)",
@@ -313,7 +311,6 @@ class SkillRollbackApi(_SkillApi):
         request=RollbackSerializer,
         responses={
             200: SkillDetailSerializer,
-            403: error_response(READ_ONLY),
             409: error_response("No such version, or the skill is deleted."),
         },
         summary="Write a new version equal to an old one",
@@ -352,7 +349,9 @@ class SkillRetrieveApi(TenantAPIView):
                 },
             ),
             403: error_response(LINK_NEEDS_WRITE),
-            404: error_response("No such user, or session_id names no session of the user."),
+            404: error_response(
+                "No such user, or session_id names no session of the user that this client owns."
+            ),
         },
         summary="The skills for a task, ranked, each with its confidence and why it passed",
     )
@@ -364,7 +363,8 @@ class SkillRetrieveApi(TenantAPIView):
         session = None
         if data.get("session_id"):
             try:
-                session = session_get(
+                # Linking writes: the session must be the caller's own.
+                session = session_get_own(
                     tenant=self.tenant, end_user=end_user, session_id=data["session_id"]
                 )
             except Session.DoesNotExist:

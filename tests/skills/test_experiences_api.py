@@ -263,19 +263,32 @@ def test_a_sibling_clients_experience_is_readable_but_not_writable(org: TenantFi
     mine = record(org, task="reports", action="view", outcome="success")
     client_read_scopes_set(client=org.client, scopes=[sibling.client])
     assert org.api.get(f"/experiences/{theirs['id']}").status_code == 200
-    assert org.api.delete(f"/experiences/{theirs['id']}").status_code == 403
-    response = org.api.post(
-        f"/experiences/{theirs['id']}/supersede", {"by": mine["id"]}, format="json"
-    )
-    assert response.status_code == 403
-    body = {
-        "user_id": "ada",
-        "task": "r",
-        "action": "x",
-        "outcome": "success",
-        "supersedes": theirs["id"],
-    }
-    assert org.api.post("/experiences", body, format="json").status_code == 403
+    # Read-only in every sense: each write answers as it does for a missing experience.
+    missing = "999999999"
+
+    def writes(target: str) -> list[tuple[int, dict]]:
+        answers = [
+            org.api.post(f"/experiences/{target}/supersede", {"by": mine["id"]}, format="json"),
+            org.api.post(f"/experiences/{mine['id']}/supersede", {"by": target}, format="json"),
+            org.api.post(
+                "/experiences",
+                {
+                    "user_id": "ada",
+                    "task": "r",
+                    "action": "x",
+                    "outcome": "success",
+                    "supersedes": target,
+                },
+                format="json",
+            ),
+            org.api.delete(f"/experiences/{target}"),
+        ]
+        return [(answer.status_code, answer.json()) for answer in answers]
+
+    assert writes(theirs["id"]) == writes(missing)
+    assert [status for status, _ in writes(missing)] == [404, 409, 404, 404]
+    assert org.api.get(f"/experiences/{theirs['id']}").json()["superseded_by"] is None
+    assert org.api.get(f"/experiences/{mine['id']}").json()["superseded_by"] is None
 
 
 def test_recent_lists_newest_first_in_pages(org: TenantFixture) -> None:
