@@ -128,6 +128,25 @@ class EndUser(models.Model):
         return self.user_id
 
 
+class EndUserClient(models.Model):
+    """A client that holds something about an end user it did not create: it wrote about them,
+    or asked for them by name. A client's user list shows the users that it, or a client it
+    reads, created or holds; not every user of its organization."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="client_links")
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["end_user", "client"], name="end_user_client_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client_id} holds {self.end_user_id}"
+
+
 class OwnedQuerySet(models.QuerySet):
     """Rows of an ``Owned`` model, narrowed by the tenancy rule (``accounts.tenancy.Scope``)."""
 

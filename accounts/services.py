@@ -11,7 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from accounts.keys import key_format, key_generate, secret_digest
-from accounts.models import ApiKey, Client, EndUser, Organization, owned_models
+from accounts.models import ApiKey, Client, EndUser, EndUserClient, Organization, owned_models
 from accounts.tenancy import Tenant
 
 
@@ -138,6 +138,18 @@ def end_user_create_or_get(
     for _attempt in range(3):
         existing = _end_user_held(tenant=tenant, user_id=user_id)
         if existing is not None:
+            if existing.created_by_id != tenant.client.pk:
+                # Another client's user: this one holds them too from now on (its list).
+                EndUserClient.objects.bulk_create(
+                    [
+                        EndUserClient(
+                            organization=tenant.organization,
+                            end_user=existing,
+                            client=tenant.client,
+                        )
+                    ],
+                    ignore_conflicts=True,
+                )
             return existing, False
         try:
             with transaction.atomic():
@@ -178,6 +190,11 @@ def end_user_delete_own(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
     model label: nothing about other clients' rows, not even whether there are any."""
     _end_user_lock(end_user)
     counts: dict[str, int] = {}
+    # The client no longer holds the user: off its list, whoever else still does.
+    EndUserClient.objects.filter(end_user=end_user, client=tenant.client).delete()
+    if end_user.created_by_id == tenant.client.pk:
+        end_user.created_by = None
+        end_user.save(update_fields=["created_by"])
     for model in owned_models():
         _, per_model = model.objects.owned_by(tenant, end_user=end_user).delete()
         for label, count in per_model.items():

@@ -5,6 +5,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from rest_framework import serializers
+from rest_framework.test import APIClient
 
 from accounts.api.serializers import datetime_text
 from accounts.models import EndUser, owned_models
@@ -192,3 +193,28 @@ def test_a_client_deletes_only_its_own_rows_about_a_user(org: TenantFixture) -> 
     assert org.api.delete("/users/victim").json()["deleted"] == first_rows
     assert not EndUser.objects.filter(pk=user.pk).exists()
     assert second.api.get("/users/victim").status_code == 404
+
+
+def test_the_user_list_shows_the_users_this_client_or_its_scopes_hold(org: TenantFixture) -> None:
+    """Users only other clients (outside its read scopes) wrote about are not listed; a user
+    named by this client, or held by a client it reads, is."""
+    from accounts.services import client_read_scopes_set
+
+    second = org.another_client("second")
+    second.api.post("/users/create_or_get", {"user_id": "only-second"}, format="json")
+    org.api.post("/users/create_or_get", {"user_id": "mine"}, format="json")
+
+    def listed(api: APIClient) -> set[str]:
+        return {user["id"] for user in api.get("/users").json()["results"]}
+
+    assert {"mine"} <= listed(org.api) and "only-second" not in listed(org.api)
+    assert "only-second" in listed(second.api) and "mine" not in listed(second.api)
+    # Naming the other's user makes this client hold them too.
+    org.api.post("/users/create_or_get", {"user_id": "only-second"}, format="json")
+    assert "only-second" in listed(org.api)
+    # A read scope lists what the scoped client holds; forgetting a user takes them off.
+    third = org.another_client("third")
+    client_read_scopes_set(client=third.client, scopes=[second.client])
+    assert listed(third.api) >= {"only-second"} and "mine" not in listed(third.api)
+    assert org.api.delete("/users/mine").status_code == 200
+    assert "mine" not in listed(org.api)
