@@ -16,7 +16,7 @@ KEY_ID_LENGTH = 16
 SECRET_LENGTH = 40
 _SECRET_ALPHABET = string.ascii_letters + string.digits
 _KEY_PATTERN = re.compile(
-    rf"^{KEY_PREFIX}_(?P<key_id>[0-9a-f]{{{KEY_ID_LENGTH}}})_(?P<secret>[A-Za-z0-9]{{{SECRET_LENGTH}}})$"
+    rf"{KEY_PREFIX}_(?P<key_id>[0-9a-f]{{{KEY_ID_LENGTH}}})_(?P<secret>[A-Za-z0-9]{{{SECRET_LENGTH}}})"
 )
 
 
@@ -38,7 +38,7 @@ def key_format(*, key_id: str, secret: str) -> str:
 
 
 def key_parse(presented: str) -> PresentedKey | None:
-    match = _KEY_PATTERN.match(presented)
+    match = _KEY_PATTERN.fullmatch(presented)
     if match is None:
         return None
     return PresentedKey(key_id=match["key_id"], secret=match["secret"])

@@ -10,6 +10,7 @@ from accounts.tenancy import Tenant
 from memory.models import MetaAgent
 from memory.models.records import CURRENT
 from memory.types import MemoryType
+from mirix_site.ids import row_id
 
 
 def meta_agent_list(*, tenant: Tenant) -> QuerySet[MetaAgent]:
@@ -48,8 +49,9 @@ def memory_get(
     *, tenant: Tenant, memory_type: MemoryType, memory_id: str, include_superseded: bool = False
 ) -> models.Model:
     """One memory of ``memory_list``; raises the model's ``DoesNotExist`` for anything else."""
-    if not (memory_id.isascii() and memory_id.isdigit()):
+    pk = row_id(memory_id)
+    if pk is None:
         raise memory_type.model.DoesNotExist(memory_id)
     return memory_list(
         tenant=tenant, memory_type=memory_type, include_superseded=include_superseded
-    ).get(pk=int(memory_id))
+    ).get(pk=pk)

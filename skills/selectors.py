@@ -9,6 +9,7 @@ from django.db.models import Count, Q, QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.ids import row_id
 from mirix_site.rowsmemo import rows_memo
 from skills.confidence import confidence_band
 from skills.models import (
@@ -32,12 +33,13 @@ def experience_get(
     *, tenant: Tenant, experience_id: str, end_user: EndUser | None = None
 ) -> Experience:
     """One experience the tenant may read (of ``end_user``, when given), superseded or not."""
-    if not experience_id.isdecimal() or len(experience_id) > 18:
+    pk = row_id(experience_id)
+    if pk is None:
         raise ExperienceNotFoundError(experience_id)
     found = (
         Experience.objects.readable_by(tenant, end_user=end_user)
         .select_related("end_user")
-        .filter(pk=int(experience_id))
+        .filter(pk=pk)
         .first()
     )
     if found is None:
@@ -143,9 +145,10 @@ def learning_runs_list(*, tenant: Tenant, end_user: EndUser | None = None) -> Qu
 
 
 def learning_run_get(*, tenant: Tenant, run_id: str) -> LearningRun:
-    if not run_id.isdecimal() or len(run_id) > 18:
+    pk = row_id(run_id)
+    if pk is None:
         raise LearningRunNotFoundError(run_id)
-    found = learning_runs_list(tenant=tenant).filter(pk=int(run_id)).first()
+    found = learning_runs_list(tenant=tenant).filter(pk=pk).first()
     if found is None:
         raise LearningRunNotFoundError(run_id)
     return found
@@ -167,14 +170,10 @@ def skills_list(
 
 
 def skill_get(*, tenant: Tenant, skill_id: str) -> Skill:
-    if not skill_id.isdecimal() or len(skill_id) > 18:
+    pk = row_id(skill_id)
+    if pk is None:
         raise SkillNotFoundError(skill_id)
-    found = (
-        Skill.objects.readable_by(tenant)
-        .select_related("end_user")
-        .filter(pk=int(skill_id))
-        .first()
-    )
+    found = Skill.objects.readable_by(tenant).select_related("end_user").filter(pk=pk).first()
     if found is None:
         raise SkillNotFoundError(skill_id)
     return found

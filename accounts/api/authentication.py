@@ -23,18 +23,23 @@ UNAUTHENTICATED_DETAIL = "Missing or invalid API key."
 AUTH_FAILURES_DETAIL = "Too many failed authentications from this address; try again later."
 
 
+# What HTTP itself allows around a header's value (RFC 9110 5.5): only this is trimmed, so a
+# key with any other character before or after it (a no-break space) is not the key.
+_HTTP_WHITESPACE = " \t"
+
+
 def presented_key(request: Request) -> str | None:
     header_key = request.META.get("HTTP_X_API_KEY")
     if header_key:
-        return header_key.strip()
+        return header_key.strip(_HTTP_WHITESPACE)
     authorization = request.META.get("HTTP_AUTHORIZATION")
     if not authorization:
         return None
-    scheme, _, credentials = authorization.strip().partition(" ")
+    scheme, _, credentials = authorization.strip(_HTTP_WHITESPACE).partition(" ")
     if scheme.lower() != "bearer":
         # Some other scheme: a key was offered but not one we accept. Refuse it, do not ignore it.
         return ""
-    return credentials.strip()
+    return credentials.strip(_HTTP_WHITESPACE)
 
 
 def client_address(request: HttpRequest) -> str:

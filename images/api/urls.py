@@ -19,6 +19,6 @@ register_converter(Sha256Converter, "sha256")
 
 urlpatterns = [
     path("images", views.ImageUploadApi.as_view(), name="image-upload"),
-    path("images/fetches/<int:fetch_id>", views.ImageFetchDetailApi.as_view(), name="image-fetch"),
+    path("images/fetches/<id:fetch_id>", views.ImageFetchDetailApi.as_view(), name="image-fetch"),
     path("images/<sha256:sha256>", views.ImageDetailApi.as_view(), name="image-detail"),
 ]

@@ -19,12 +19,13 @@ from accounts.api.fields import (
 )
 from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import FilterTagsField, messages_check
+from mirix_site.ids import ROW_ID_PATTERN
 from sessions.api.serializers import MessageInputField
 from skills.models import Experience, Outcome
 from skills.services.experiences import ExperienceInput
 
-ID_PATTERN = "^[0-9]{1,18}$"
-ID_INVALID = "An id: 1-18 digits."
+ID_PATTERN = f"^{ROW_ID_PATTERN}$"
+ID_INVALID = "An id: 1-18 digits, the first not 0."
 MAX_TASK_CHARS = 4000
 MAX_ACTION_CHARS = 2000
 MAX_REASON_CHARS = 4000

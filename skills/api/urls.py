@@ -64,7 +64,7 @@ urlpatterns = [
         name="skill-versions",
     ),
     path(
-        "skills/<str:skill_id>/versions/<int:number>/diff",
+        "skills/<str:skill_id>/versions/<id:number>/diff",
         skills.SkillVersionDiffApi.as_view(),
         name="skill-version-diff",
     ),

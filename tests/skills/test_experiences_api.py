@@ -522,3 +522,15 @@ def test_a_user_the_worker_takes_past_the_exact_scan_gets_an_index_at_once(
     assert own_indexes_request({(EXPERIENCE_KIND, model): {large}}) is False
     redis_client().delete(REQUEST_MARKER)
     assert own_indexes_request({(EXPERIENCE_KIND, model): {small}}) is False  # 1 row: not due
+
+
+@pytest.mark.parametrize("spelling", ["0{}", "{}\u00a0", "{arabic}", "+{}", " {}"])
+def test_an_id_has_one_spelling(org: TenantFixture, spelling: str) -> None:
+    """ASCII digits without a leading zero: "017" or Arabic-Indic digits do not name row 17."""
+    row = record(org, task="reports", action="cache", outcome="success")
+    arabic = "".join(chr(0x0660 + int(digit)) for digit in row["id"])
+    other = spelling.format(row["id"], arabic=arabic)
+    assert org.api.get(f"/experiences/{row['id']}").status_code == 200
+    for path in (f"/experiences/{other}", f"/skills/{other}", f"/learning-runs/{other}"):
+        response = org.api.get(path)
+        assert (response.status_code, response.json()["code"]) == (404, "not_found"), path
