@@ -239,18 +239,17 @@ def _target_vet(*, target: _Target, allow_hosts: frozenset[str], resolver: Resol
     """``target`` with the addresses it may connect to, from a single lookup; all must pass."""
     if target.address is not None:
         return replace(target, addresses=(str(target.address),))
+    # One reason for a name that does not resolve and one that resolves to a private address,
+    # never naming the address: either distinction would let callers map this network's
+    # internal DNS through the error messages.
+    reason = f"The image host {target.host} does not resolve to a public internet address."
     try:
         answers = resolver(target.host, target.port)
     except (OSError, UnicodeError) as error:
         raise ImageFetchError(
-            f"The image host {target.host} could not be resolved.",
-            transient=getattr(error, "errno", None) == socket.EAI_AGAIN,
+            reason, transient=getattr(error, "errno", None) == socket.EAI_AGAIN
         ) from None
-    # The reason never names the address a name resolved to: that would let callers map this
-    # network's internal DNS through the error messages.
-    refused = ImageFetchError(
-        f"The image host {target.host} does not resolve to a public internet address."
-    )
+    refused = ImageFetchError(reason)
     if not answers:
         raise refused
     addresses = []

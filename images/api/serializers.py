@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.api.fields import IntegerField, TextField
@@ -28,7 +29,10 @@ class ImageUrlInputSerializer(serializers.Serializer):
 
 
 class ImageSerializer(serializers.Serializer):
-    """A stored image. ``id`` is its SHA-256, ``url`` where to download it."""
+    """A stored image. ``id`` is its SHA-256, ``url`` where to download it. ``created_at`` is
+    when it was first stored, shown only when a client whose rows the caller reads stored it
+    (the context's ``readable_client_ids``): an image is its organization's, and another
+    client's upload time would tell when it had the same bytes."""
 
     id = TextField(source="sha256")
     sha256 = TextField()
@@ -37,10 +41,21 @@ class ImageSerializer(serializers.Serializer):
     height = IntegerField()
     bytes = IntegerField(source="byte_size")
     url = serializers.SerializerMethodField()
-    created_at = serializers.DateTimeField()
+    created_at = serializers.SerializerMethodField()
 
     def get_url(self, image: ImageObject) -> str:
         return reverse("image-detail", kwargs={"sha256": image.sha256})
+
+    @extend_schema_field(
+        serializers.DateTimeField(
+            allow_null=True,
+            help_text="null when a client this key does not read stored the image first",
+        )
+    )
+    def get_created_at(self, image: ImageObject) -> str | None:
+        if image.created_by_id not in self.context.get("readable_client_ids", ()):
+            return None
+        return serializers.DateTimeField().to_representation(image.created_at)
 
 
 class ImageFetchSerializer(serializers.Serializer):

@@ -35,6 +35,9 @@ UPLOAD_INPUT = {
 class ImageUploadApi(TenantAPIView):
     parser_classes = [JsonBodyParser, MultiPartParser]
 
+    def _readable(self) -> dict[str, object]:
+        return {"readable_client_ids": set(self.tenant.readable_client_ids)}
+
     @extend_schema(
         request=UPLOAD_INPUT,
         responses={
@@ -57,11 +60,16 @@ class ImageUploadApi(TenantAPIView):
                 fetch = image_fetch_request(
                     organization=self.tenant.organization, client=self.tenant.client, url=source.url
                 )
-                return Response(ImageFetchSerializer(fetch).data, status=status.HTTP_202_ACCEPTED)
+                return Response(
+                    ImageFetchSerializer(fetch, context=self._readable()).data,
+                    status=status.HTTP_202_ACCEPTED,
+                )
             image = image_store(
                 organization=self.tenant.organization, client=self.tenant.client, image=source.image
             )
-        return Response(ImageSerializer(image).data, status=status.HTTP_201_CREATED)
+        return Response(
+            ImageSerializer(image, context=self._readable()).data, status=status.HTTP_201_CREATED
+        )
 
     def _upload(self, request: Request) -> ImageObject:
         limit = settings.IMAGE_MAX_BYTES
@@ -118,4 +126,8 @@ class ImageFetchDetailApi(TenantAPIView):
             fetch = image_fetch_get(tenant=self.tenant, fetch_id=fetch_id)
         except ImageFetch.DoesNotExist:
             raise NotFound() from None
-        return Response(ImageFetchSerializer(fetch).data)
+        return Response(
+            ImageFetchSerializer(
+                fetch, context={"readable_client_ids": set(self.tenant.readable_client_ids)}
+            ).data
+        )

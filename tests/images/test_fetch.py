@@ -397,6 +397,19 @@ def test_refusal_of_a_name_does_not_say_where_it_resolves(resolver: FakeResolver
     assert "intranet.test" in refused.value.reason
 
 
+def test_a_name_that_does_not_resolve_reads_as_one_that_resolves_privately(
+    resolver: FakeResolver,
+) -> None:
+    """Telling the two apart would map this network's internal names from outside."""
+    reasons = []
+    for host in ("intranet.test", "nowhere.test"):
+        with pytest.raises(ImageFetchError) as refused:
+            fetch(f"http://{host}/a.png", resolver)
+        reasons.append(refused.value.reason.replace(host, "HOST"))
+    assert "nowhere.test" not in resolver.answers
+    assert reasons[0] == reasons[1]
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -13,6 +13,7 @@ import pytest
 from django.core.files.storage import storages
 from PIL import Image
 
+from accounts.services import client_read_scopes_set
 from images.models import ImageFetch, ImageObject
 from tests.factories import TenantFixture, data_url, png_bytes
 
@@ -80,6 +81,20 @@ def test_a_data_url_is_stored_like_an_upload(org: TenantFixture) -> None:
     assert by_url.status_code == by_file.status_code == 201
     assert by_url.json()["sha256"] == by_file.json()["sha256"]
     assert ImageObject.objects.filter(organization=org.organization).count() == 1
+
+
+def test_a_repeated_upload_tells_no_time_of_another_clients(org: TenantFixture) -> None:
+    """An image is its organization's; when another client, whose rows this one does not read,
+    stored the same bytes first, the answer does not say when."""
+    data = png_bytes(color=(12, 34, 56))
+    first = _upload(org.api, data).json()
+    assert first["created_at"] is not None
+    second = org.another_client("second")
+    again = _upload(second.api, data)
+    assert again.status_code == 201
+    assert again.json()["sha256"] == first["sha256"] and again.json()["created_at"] is None
+    client_read_scopes_set(client=second.client, scopes=[org.client])
+    assert _upload(second.api, data).json()["created_at"] == first["created_at"]
 
 
 def test_the_same_bytes_in_two_organizations_are_two_objects(
