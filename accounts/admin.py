@@ -49,14 +49,45 @@ class OrganizationAdmin(admin.ModelAdmin):
             organization_delete(organization=organization)
 
 
+class ClientForm(forms.ModelForm):
+    """A client's read scopes name clients of its own organization only: another one's is a
+    form error on the field, not a refusal after the save."""
+
+    class Meta:
+        model = Client
+        fields = ["name", "organization", "read_scopes"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        organization = (
+            self.instance.organization if self.instance.pk else cleaned.get("organization")
+        )
+        foreign = [
+            scope.name
+            for scope in cleaned.get("read_scopes") or []
+            if organization is not None and scope.organization_id != organization.pk
+        ]
+        if foreign:
+            self.add_error(
+                "read_scopes",
+                f"Clients of another organization cannot be read: {', '.join(foreign)}.",
+            )
+        return cleaned
+
+
 @admin.register(Client)
 class ClientAdmin(admin.ModelAdmin):
+    form = ClientForm
     list_display = ["name", "organization", "id", "created_at"]
     list_filter = ["organization"]
     search_fields = ["name", "id", "organization__name"]
     list_select_related = ["organization"]
     readonly_fields = ["id", "created_at"]
     filter_horizontal = ["read_scopes"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Client | None = None) -> list[str]:
+        # A client's rows all carry its organization: moving it would split them.
+        return [*self.readonly_fields, "organization"] if obj is not None else self.readonly_fields
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         scopes = list(form.cleaned_data.pop("read_scopes", []))

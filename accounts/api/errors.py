@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address
+from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address, presented_key
 from accounts.keycache import address_failure_record
 from mirix_site.database import database_unreachable
 
@@ -125,11 +125,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         response.data = error_body(UNAUTHENTICATED_DETAIL, "not_authenticated")
         # Counted here, where every 401 leaves (a missing key is refused by the permission
         # check, a bad one by the authentication); the authentication refuses past the limit.
-        address_failure_record(
-            scope="api",
-            address=client_address(context["request"]),
-            rate=settings.AUTH_FAILURE_RATE_LIMIT,
-        )
+        # A browser's CORS preflight (OPTIONS, never with credentials) is no attempt.
+        request = context["request"]
+        if not (request.method == "OPTIONS" and presented_key(request) is None):
+            address_failure_record(
+                scope="api",
+                address=client_address(request),
+                rate=settings.AUTH_FAILURE_RATE_LIMIT,
+            )
     elif isinstance(exc, exceptions.ValidationError):
         response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
         response.data = validation_body(_flatten(exc.detail))

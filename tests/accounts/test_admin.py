@@ -39,6 +39,33 @@ def test_admin_creates_a_key_and_shows_it_once(operator, org: TenantFixture) -> 
     assert key not in operator.get("/admin/accounts/apikey/").content.decode()
 
 
+def test_a_read_scope_of_another_organization_is_a_form_error(
+    operator, org: TenantFixture, other_org: TenantFixture
+) -> None:
+    sibling = org.another_client("sibling")
+    page = f"/admin/accounts/client/{org.client.pk}/change/"
+    response = operator.post(
+        page,
+        {"name": org.client.name, "read_scopes": [sibling.client.pk, other_org.client.pk]},
+    )
+    assert response.status_code == 200  # the form again, not a 500
+    assert "Clients of another organization cannot be read" in response.content.decode()
+    assert list(org.client.read_scopes.all()) == []
+    # A client stays in its organization; its own organization's clients are fine.
+    moved = operator.post(
+        page,
+        {
+            "name": org.client.name,
+            "organization": other_org.organization.pk,
+            "read_scopes": [sibling.client.pk],
+        },
+    )
+    assert moved.status_code == 302
+    org.client.refresh_from_db()
+    assert org.client.organization == org.organization
+    assert list(org.client.read_scopes.all()) == [sibling.client]
+
+
 def test_admin_revoke_action(operator, org: TenantFixture) -> None:
     response = operator.post(
         "/admin/accounts/apikey/",

@@ -219,6 +219,30 @@ def test_failed_authentications_are_limited_per_address(org: TenantFixture, sett
     assert bad_key.get("/users", REMOTE_ADDR=other).status_code == 401
 
 
+def test_cors_preflights_are_not_failed_authentications(org: TenantFixture, settings) -> None:
+    settings.AUTH_FAILURE_RATE_LIMIT = "2/d"
+    address = _address()
+    browser = api_client_with(None)
+    for _ in range(5):
+        preflight = browser.options(
+            "/users",
+            REMOTE_ADDR=address,
+            HTTP_ORIGIN="https://app.example.com",
+            HTTP_ACCESS_CONTROL_REQUEST_METHOD="GET",
+        )
+        assert preflight.status_code == 401
+    assert org.api.get("/users", REMOTE_ADDR=address).status_code == 200
+
+
+@pytest.mark.parametrize("padding", ["\u00a0", "\u2003", "\n"])
+def test_a_key_with_anything_but_http_whitespace_around_it_is_refused(
+    org: TenantFixture, padding: str
+) -> None:
+    assert api_client_with(f" {org.key}\t").get("/users").status_code == 200
+    response = api_client_with(org.key + padding).get("/users")
+    assert (response.status_code, response.json()) == (401, UNAUTHENTICATED)
+
+
 def test_admin_logins_are_limited_per_address(settings, db) -> None:
     settings.ADMIN_LOGIN_FAILURE_RATE_LIMIT = "2/d"
     get_user_model().objects.create_superuser("operator", "op@example.com", "right-password")
