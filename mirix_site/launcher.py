@@ -354,7 +354,8 @@ def web_command(*, port: str, environ: Mapping[str, str] = os.environ) -> list[s
         "--workers",
         environ.get("WEB_CONCURRENCY", "4"),
         "--worker-class",
-        "gthread",
+        # gthread, its refusals (414, 431, 400) in the API's JSON error shape.
+        "mirix_site.webserver.JsonErrorWorker",
         "--threads",
         environ.get("WEB_THREADS", "2"),
         # Idle connections stay open longer than clients pause between requests: a client

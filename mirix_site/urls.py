@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from django.urls import include, path, register_converter
+from drf_spectacular.views import SpectacularSwaggerView
 
+from accounts.api.schema_view import SchemaApi
 from mirix_site.health import HealthApi
+from mirix_site.ids import RowIdConverter
+
+# Before the apps' URLs, which name row ids in their paths as <id:...>.
+register_converter(RowIdConverter, "id")
 
 handler404 = "accounts.api.errors.json_404"
 handler500 = "accounts.api.errors.json_500"
@@ -18,7 +23,7 @@ urlpatterns = [
     path("", include("memory.api.urls")),
     path("", include("skills.api.urls")),
     path("", include("images.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SchemaApi.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("admin/", admin.site.urls),
 ]
