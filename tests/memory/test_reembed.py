@@ -98,7 +98,9 @@ def test_reembed_resumes_indexes_and_switches_reads_only_when_complete(
     body = org.api.get(
         "/memory/search", {"user_id": "ana", "query": "draft", "search_method": "embedding"}
     ).json()
-    assert body["results"] and body["results"][0]["memory_type"] in {"episodic", "resource"}
+    # The loopback model's vectors are hashes of the text: which memory ranks first is chance;
+    # that the vector lane of the new model answers is not.
+    assert body["results"] and all(hit["ranks"]["embedding"] for hit in body["results"])
 
 
 def test_reembed_fills_every_registered_kind_and_its_index(
