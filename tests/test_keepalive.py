@@ -48,3 +48,29 @@ def test_a_connection_idle_longer_than_a_clients_pause_still_answers(
             response.read()
     finally:
         client.close()
+
+
+REFUSALS = {
+    "long-url": ({}, "/memory/search?query=" + "q" * 9000, 414, "uri_too_long"),
+    "large-header": ({"X-Padding": "p" * 20_000}, "/users", 431, "headers_too_large"),
+}
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_the_servers_own_refusals_are_in_the_error_shape(
+    web_server: str, org: TenantFixture, refusal: str
+) -> None:
+    """What gunicorn refuses before Django reads it answers in JSON too (mirix_site.webserver),
+    as the schema declares for every operation."""
+    headers, path, status, code = REFUSALS[refusal]
+    address = urlsplit(web_server)
+    client = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    try:
+        client.request("GET", path, headers={"X-API-Key": org.key, **headers})
+        response = client.getresponse()
+        assert response.status == status
+        assert response.getheader("Content-Type") == "application/json"
+        body = json.loads(response.read())
+        assert body["code"] == code and body["detail"]
+    finally:
+        client.close()

@@ -78,3 +78,29 @@ def test_the_api_answers_as_its_schema_says(live_server) -> None:
 
     report = result.stdout[result.stdout.find("FAILURES") :] if result.returncode else ""
     assert result.returncode == 0, report or result.stdout + result.stderr
+
+
+@pytest.mark.django_db
+def test_the_schema_is_generated_once_and_declares_the_servers_refusals(
+    client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from drf_spectacular.generators import SchemaGenerator
+
+    from accounts.api.schema_view import SchemaApi
+
+    SchemaApi._generated.clear()
+    calls = []
+    generate = SchemaGenerator.get_schema
+
+    def counted(self, *args: object, **kwargs: object):
+        calls.append(1)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    first = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    second = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert first.status_code == second.status_code == 200
+    assert first.content == second.content and len(calls) == 1
+    for path in first.json()["paths"].values():
+        for operation in path.values():
+            assert {"414", "431"} <= set(operation["responses"]), operation["operationId"]

@@ -534,3 +534,26 @@ def test_an_id_has_one_spelling(org: TenantFixture, spelling: str) -> None:
     for path in (f"/experiences/{other}", f"/skills/{other}", f"/learning-runs/{other}"):
         response = org.api.get(path)
         assert (response.status_code, response.json()["code"]) == (404, "not_found"), path
+
+
+@pytest.mark.parametrize("value", ["1e309", "-1e400", "NaN", "Infinity"])
+def test_a_context_filter_too_large_for_a_number_matches_as_text(
+    org: TenantFixture, value: str
+) -> None:
+    row = org.api.post(
+        "/experiences",
+        {
+            "user_id": "ada",
+            "task": "reports",
+            "action": "cache",
+            "outcome": "success",
+            "context": {"service": value},
+        },
+        format="json",
+    )
+    assert row.status_code == 201
+    found = org.api.get(
+        "/experiences/recall", {"user_id": "ada", "query": "reports", "context.service": value}
+    )
+    assert found.status_code == 200, found.content
+    assert [item["id"] for item in found.json()["results"]] == [row.json()["experience"]["id"]]
