@@ -2,21 +2,22 @@
 
 Keyset pagination: a page costs one indexed query however deep it is, and rows added while a
 client pages through do not shift what it sees. Newest first by ``(created_at, id)`` unless a
-view orders otherwise (a session's messages go by ``position``). The cursor is opaque to
-callers (base64 of the last row's ordering values).
+view orders otherwise (a session's messages go by ``position``).
+
+The cursor is the last row's ordering values, each a number (a time as microseconds since
+1970, in UTC), joined by ``_``: ``1733312345678901_4821``. The schema states its whole
+format, so that every cursor a client could write is one the server reads (a page after any
+such point, perhaps empty), not only the ones it wrote.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Model, Q, QuerySet
-from django.utils.dateparse import parse_datetime
 from rest_framework.pagination import BasePagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,45 +26,38 @@ from rest_framework.views import APIView
 
 from accounts.api.errors import UnprocessableEntity
 
-# Unpadded base64url, as ``_cursor_encode`` writes it.
-CURSOR_PATTERN = "^[A-Za-z0-9_-]*$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A time's microseconds: 17 digits reach the year 5138, within what datetime holds; an id or
+# a position: 18 digits, within PostgreSQL's bigint.
+_TIME_DIGITS, _NUMBER_DIGITS = "[0-9]{1,17}", "[0-9]{1,18}"
 
 
-def _value_encode(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
+def _is_time(field: str) -> bool:
+    return field.endswith("_at")
 
 
-# The ordering keys are times (``*_at``) and integers (ids, positions), PostgreSQL bigints.
-_BIGINT = range(-(2**63), 2**63)
+def cursor_pattern(fields: list[str]) -> str:
+    """The cursor's format for a list ordered by ``fields``."""
+    return "^" + "_".join(_TIME_DIGITS if _is_time(f) else _NUMBER_DIGITS for f in fields) + "$"
 
 
-def _value_decode(field: str, value: Any) -> Any:
-    """A cursor value back to its key's type; anything else is not a cursor we wrote."""
-    if field.endswith("_at"):
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-        if parsed is None:
-            raise ValueError(value)
-        return parsed
-    if isinstance(value, bool) or not isinstance(value, int) or value not in _BIGINT:
-        raise ValueError(value)
-    return value
+def _value_encode(value: Any) -> str:
+    if isinstance(value, datetime):
+        return str((value - _EPOCH) // timedelta(microseconds=1))
+    return str(value)
 
 
 def _cursor_encode(row: Model, fields: list[str]) -> str:
-    position = json.dumps([_value_encode(getattr(row, field)) for field in fields])
-    return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+    return "_".join(_value_encode(getattr(row, field)) for field in fields)
 
 
 def _cursor_decode(cursor: str, fields: list[str]) -> list[Any]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        # validate: refuse what is not base64url (b64decode would skip it), as the schema does.
-        values = json.loads(base64.b64decode(padded.encode(), altchars=b"-_", validate=True))
-        if not isinstance(values, list) or len(values) != len(fields):
-            raise ValueError(cursor)
-        return [_value_decode(field, value) for field, value in zip(fields, values, strict=True)]
-    except (ValueError, TypeError, binascii.Error, json.JSONDecodeError):
-        raise UnprocessableEntity({"cursor": ["Invalid cursor."]}) from None
+    if not re.fullmatch(cursor_pattern(fields), cursor):
+        raise UnprocessableEntity({"cursor": ["Invalid cursor: the next_cursor of a page."]})
+    return [
+        _EPOCH + timedelta(microseconds=int(value)) if _is_time(field) else int(value)
+        for field, value in zip(fields, cursor.split("_"), strict=True)
+    ]
 
 
 def _after(ordering: tuple[str, ...], values: list[Any]) -> Q:
@@ -157,8 +151,12 @@ class KeysetPage(BasePagination):
                 "name": "cursor",
                 "in": "query",
                 "required": False,
-                "description": "the next_cursor of the previous page, as the server wrote it",
-                "schema": {"type": "string", "pattern": CURSOR_PATTERN},
+                "description": "the next_cursor of the previous page: its last row's ordering "
+                "values (a time in microseconds since 1970), joined by _",
+                "schema": {
+                    "type": "string",
+                    "pattern": cursor_pattern([key.lstrip("-") for key in self.ordering]),
+                },
             },
         ]
 

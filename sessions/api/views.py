@@ -43,6 +43,10 @@ class SessionDetailApi(TenantAPIView):
 
 
 class SessionMessagesApi(TenantAPIView):
+    # A session's turns go by position: its pages, and the cursor the schema states, are
+    # PositionPage's.
+    pagination_class = PositionPage
+
     @extend_schema(
         parameters=[UserQuerySerializer],
         responses=MessageSerializer(many=True),
@@ -58,7 +62,6 @@ class SessionMessagesApi(TenantAPIView):
         return self.paginate(
             messages,
             MessageSerializer,
-            paginator_class=PositionPage,
             secrets_of=self.tenant.secrets_of,
         )
 

@@ -96,9 +96,15 @@ def test_reinitialize_updates_only_when_asked(org: TenantFixture) -> None:
     assert MetaAgent.objects.filter(client=org.client).count() == 1
 
 
+def test_initialize_without_a_configuration_takes_the_servers(org: TenantFixture) -> None:
+    for body in ({}, {"config": {}}, {"config": None}):
+        response = org.api.post("/agents/meta/initialize", body, format="json")
+        assert response.status_code in (200, 201), response.content
+        assert response.json()["llm_config"]["model"] == "deterministic"
+
+
 def test_initialize_rejects_what_it_cannot_understand(org: TenantFixture) -> None:
     cases = [
-        ({}, "config"),
         ({"provider": "nobody"}, "provider"),
         ({"config": {"llm_config": {"model": ""}}}, "config.llm_config.model"),
         (

@@ -29,8 +29,9 @@ class MetaAgentConfigField(serializers.DictField):
 
 
 class MetaAgentInitializeInputSerializer(serializers.Serializer):
-    """Either ``provider`` (quick setup, with ``api_key`` and ``model``) or a ``config`` that
-    is not empty; ``provider`` wins when both are given, but a config given is valid."""
+    """``provider`` (quick setup, with ``api_key`` and ``model``), or a ``config``;
+    ``provider`` wins when both are given, but a config given is valid. With neither (or an
+    empty config) the meta agent is configured as the server runs (``server_llm_config``)."""
 
     config = MetaAgentConfigField(required=False, allow_null=True)
     provider = TextChoiceField(choices=PROVIDERS, required=False, allow_null=True)
@@ -40,12 +41,8 @@ class MetaAgentInitializeInputSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         provider, config = attrs.get("provider"), attrs.get("config")
-        if not provider and not config:
-            raise serializers.ValidationError(
-                {"config": ["Give either `provider` (quick setup) or a `config` object."]}
-            )
         try:
-            from_config = meta_agent_settings_from_config(config) if config else None
+            from_config = meta_agent_settings_from_config(config or {})
             agent_settings = (
                 meta_agent_settings_from_provider(
                     provider=provider, api_key=attrs.get("api_key"), model=attrs.get("model")
