@@ -911,10 +911,17 @@ def sensitive_values(text: str) -> list[tuple[str, str, str]]:
 _KNOWN_MIN_CHARS = 6
 
 
+# No text shorter than this holds a value the detector finds (the shortest, a PIN, needs the
+# word before it): half of what a recorded experience's context holds is such words.
+_SHORTEST_TEXT = 6
+
+
 def sensitive_redacted(text: str, *, mask: str | None = None, known: Iterable[Found] = ()) -> str:
     """``text`` with every sensitive value replaced by ``mask``, or by its kind's placeholder
     (``<password>``). ``known``: values found elsewhere (in the other turns of a session),
     replaced here too wherever they appear."""
+    if len(text) < _SHORTEST_TEXT and not known:
+        return text
     found = sensitive_found(text)
     parts, position = [], 0
     for item in found:
