@@ -162,7 +162,7 @@ _OWN_TOKENS: list[tuple[str, str]] = [
     ("api-key", r"lin_api_[A-Za-z0-9]{40}"),
     ("api-key", r"(?:secret|ntn)_[A-Za-z0-9]{43,}"),
     ("api-key", r"rubygems_[0-9a-f]{48}"),
-    ("api-key", r"dop_v1_[0-9a-f]{64}"),
+    ("api-key", r"do[opr]_v1_[0-9a-f]{64}"),
     ("api-key", r"shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}"),
     ("secret", r"whsec_[A-Za-z0-9+/=]{24,}"),
     ("api-key", r"NRAK-[A-Z0-9]{27}"),
@@ -236,6 +236,7 @@ _SECRET_WORDS = "|".join(
         "requirepass",
         "pass",
         "appid",
+        "sig",
         r"(?:access|auth|bearer|refresh|session|api|bot|app|personal[_-]access|id)?[_-]?token",
         r"(?:access|secret|signing|encryption|master|license|app|application|client|api|"
         r"subscription|account)[_-]?key",
@@ -251,7 +252,7 @@ _SECRET_WORDS = "|".join(
 # The name must end with the word, at a word's start: ``max_tokens``, ``token_count``,
 # ``password_min_length`` and ``io.jsonwebtoken`` name no secret; ``dbPassword`` does.
 _SECRET_NAME = re.compile(
-    rf"(?:^|(?<=[_.\-\s\"'])|(?<=[a-z0-9])(?=(?-i:[A-Z])))(?:{_SECRET_WORDS})$", re.IGNORECASE
+    rf"(?:^|(?<=[_.\-\s\"'])|(?<=(?-i:[a-z]))(?=(?-i:[A-Z])))(?:{_SECRET_WORDS})$", re.IGNORECASE
 )
 # Names of tokens that are no credential: a page's cursor, a form's CSRF value.
 _NOT_SECRET_NAME = re.compile(
@@ -260,7 +261,7 @@ _NOT_SECRET_NAME = re.compile(
 # Names that are ordinary words as often as secrets ("session", "auth"): their value must
 # look like a credential (``_secret_like``, and long).
 _LOOSE_NAME = re.compile(
-    r"(?:^|[_.\-])(?:auth|sess(?:ion)?(?:[_-]?id)?|sid|jsessionid|phpsessid)$", re.IGNORECASE
+    r"(?:^|[_.\-])(?:auth|sess(?:ion)?(?:[_-]?id)?|sid|sig|jsessionid|phpsessid)$", re.IGNORECASE
 )
 # A value in quotes, also inside JSON that is itself a string ({\"password\": \"…\"}).
 _QUOTED = r"\\?\"(?P<dq>(?:[^\"\\\n]|\\[^\"\n])*)\\?\"|'(?P<sq>[^'\n]*)'"
@@ -309,7 +310,8 @@ _NOT_A_VALUE = re.compile(
     r"https?://.*|(?-i:[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?)|-?\d{1,3}|<.*|\(sensitive.*|"
     r"\(known.*|sensitive|write|read|[?].*|"
     r".*(?:your|example|placeholder|dummy|sample|fake|replace[_-]?me|insert[_-]?here).*|"
-    r"(?-i:.*EXAMPLE.*)|[•*]{3,}.*)$",
+    r"(?-i:.*EXAMPLE.*)|.*[•*]{3,}.*|[a-z][a-z0-9+.-]*://.*|(?:vault|arn|ref|sm|ssm|kms):.*|"
+    r"(?-i:(?:/|~/|\./)?[a-z0-9_.-]+(?:/[a-z0-9_.-]+)+/?))$",
     re.IGNORECASE,
 )
 
@@ -363,8 +365,10 @@ def _assigned(text: str) -> Iterable[Found]:
                 continue
             if group == "bare" and name.startswith("-") and not _secret_like(value):
                 continue  # a command's option: --secret=slack-bot-token names a secret
-            if group == "bare" and not (_secret_like(value) or len(value) >= 8):
-                continue  # "id-token: write", "token: none": a word
+            if group == "bare" and not (
+                _secret_like(value) or (len(value) >= 8 and value.islower())
+            ):
+                continue  # "id-token: write", "1Password: Engineering": a word
             start = match.start(group)
             yield Found(_name_kind(name), start, start + len(value), value)
 
@@ -435,7 +439,8 @@ class _Spoken:
 _SPOKEN = [
     _Spoken(
         r"pass(?:word|wd)s?|passwort|kennwort|mot de passe|contrase[ñn]a|clave|senha|has[łl]o|"
-        r"wachtwoord|parola\w*|lösenord|şifre\w*|пароль|wi-?fi (?:password|key|code)|"
+        r"wachtwoord|parola\w*|lösenord\w*|şifre\w*|пароль|wi-?fi (?:password|key|code)|"
+        r"mdp|palavra-passe|密码|密碼|口令|パスワード|暗証番号|"
         r"code wi-?fi|wlan-?(?:passwort|schlüssel)",
         "password",
         6,
@@ -476,13 +481,18 @@ _SPOKEN = [
 ]
 _SPOKEN_NAME = re.compile(
     # Not a part of an identifier: ".Data.password", "arn:…:secret:…", "--password-stdin".
-    "(?:(?<![\\w:/.-])|(?<=[^\\W\\d_]-))(?:"
+    "(?:(?<![A-Za-z0-9_:/.-])|(?<=[^\\W\\d_]-))(?:"
     + "|".join(f"(?P<n{index}>{spoken.names})" for index, spoken in enumerate(_SPOKEN))
-    + ")(?![\\w-])",
+    + ")(?![A-Za-z0-9_-])",
     re.IGNORECASE,
 )
 # What every name of ``_SPOKEN`` holds (lowercased): a text without any has none of them.
 _SPOKEN_STEMS = (
+    "mdp",
+    "密",
+    "口令",
+    "パスワード",
+    "暗証",
     "pass",
     "pw",
     "pin",
@@ -518,14 +528,17 @@ _SPOKEN_STEMS = (
 _GIVES = frozenset(
     re.findall(
         r"\S+",
-        "is are was were ist lautet sind est es é è jest será sera era to it's its c'est "
+        "is are was were ist lautet sind est es é è jest será sera era to it's its c'est är "
+        "是 为 は \uff1a \uff1d "
         "en na a op -> → => \u2014 \u2013",
     )
 )
 # A word of the same line (a name and its value are on one line).
 _TOKEN = re.compile(r"[ \t]*(\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|“[^”\n]{1,200}”|[^\s]+)")
 _QUOTES = "\"'“”`"
-_PUNCTUATION = ".,;:!?()[]{}*\"'"
+# Punctuation a word may carry, typographic quotes included.
+_QUOTE_MARKS = "\"'`\u201c\u201d\u201e\u201a\u2018\u2019\u00ab\u00bb"
+_PUNCTUATION = ".,;:!?()[]{}*" + _QUOTE_MARKS
 # Words that follow "the password is" without being one.
 _NOT_A_PASSWORD = frozenset(
     re.findall(
@@ -568,7 +581,7 @@ def _shaped(value: str, shape: str) -> bool:
 
 # A passphrase of words ("river ember saffron mango"): the words up to the end of the line or
 # sentence, when they are three to twenty-four (a wallet's seed phrase).
-_PASSPHRASE = re.compile(r"[^\W\d_]+(?:[ \t]+[^\W\d_]+){2,23}(?=[ \t]*(?:[.,;!?\n]|$))")
+_PASSPHRASE = re.compile(r"[^\W\d_]+(?:[ \t]+[^\W\d_]+){2,23}(?=[ \t]*(?:[.,;!?\n\"]|\\n|$))")
 _DIGITS_RUN = re.compile(r"\d+(?:[ -]\d+)*")
 
 
@@ -593,7 +606,7 @@ def _spoken_value(text: str, position: int, spoken: _Spoken) -> tuple[int, str] 
         if _ALREADY_REDACTED.fullmatch(word.strip(_PUNCTUATION.replace("*", ""))):
             break  # the value is a placeholder or a mask already
         token, start = word, word_start
-        if not given and token[0] in ":=" and len(token) > 1 and token[1] not in ":=":
+        if not given and token[0] in ":=\uff1a是为は" and len(token) > 1 and token[1] not in ":=":
             # "pass:N1mbus", ": value" glued: the sign gives, the rest is the value
             given, token = True, token[1:].lstrip()
             start = word_start + len(word) - len(token)
@@ -606,7 +619,7 @@ def _spoken_value(text: str, position: int, spoken: _Spoken) -> tuple[int, str] 
                 given = True
             elif index == 0 and spoken.bare and _shaped(token.strip(_PUNCTUATION), spoken.shape):
                 return start, token
-            elif index >= spoken.context_words or token[-1] in ".!?":
+            elif index >= spoken.context_words or (token[-1] in ".!?" and not token[:-1].isdigit()):
                 return None
             continue
         if token.lower() in _GIVES or token.lower() in _ARTICLES:
@@ -628,7 +641,7 @@ def _said(text: str) -> Iterable[Found]:
     if not any(stem in lower for stem in _SPOKEN_STEMS):
         return
     for match in _SPOKEN_NAME.finditer(text):
-        if match.end() < len(text) and text[match.end()] not in " \t:=,":
+        if match.end() < len(text) and text[match.end()] not in " \t:=,\uff1a是为は":
             continue  # part of something else: an attribute's value, "<password>", a name
         group = next(name for name, value in match.groupdict().items() if value is not None)
         spoken = _SPOKEN[int(group[1:])]
@@ -638,7 +651,7 @@ def _said(text: str) -> Iterable[Found]:
         start, value = found
         quoted_value = start > 0 and text[start - 1] in _QUOTES
         if not quoted_value:
-            value = value.rstrip(".,;:!?)]}*\"'").lstrip("([{*\"'")
+            value = value.rstrip(".,;:!?)]}*" + _QUOTE_MARKS).lstrip("([{*" + _QUOTE_MARKS)
         if not value or value.lower() in _NOT_A_PASSWORD:
             continue
         if spoken.shape != "digits" and not (_plausible(value) and _plausible(found[1])):
@@ -713,6 +726,11 @@ _COMMAND_LINE = [
     re.compile(r"\b(?:smbclient|rpcclient|smbmap)\b[^\n]*?[ \t]-U[ \t]+[^\s%]+%(?P<value>\S+)"),
     re.compile(r"\bredis-cli\b[^\n]*?[ \t]-a[ \t]+" + _VALUE),
     re.compile(r"(?<!\S)(?:-u|--user)[ \t]+[^\s:,]+[:,]" + _VALUE),
+    # An exec-form command list: ["redis-server", "--requirepass", "…"].
+    re.compile(
+        r"[\"']--?(?:requirepass|password|passwd|pass|token|secret|api-key|auth)[\"'][ \t]*,"
+        r"[ \t]*[\"'](?P<value>[^\"'\n]+)[\"']"
+    ),
     # A password piped to a login that reads it: echo '…' | docker login … --password-stdin
     re.compile(r"\becho[ \t]+" + _VALUE + r"[ \t]*\|[^\n]*\blogin\b"),
     re.compile(r"(?<![\w/.@-])[\w.-]+/(?P<value>[^\s/@\"']{4,})@(?!sha\d+:)(?://)?[\w.-]+[.:/]"),
@@ -783,6 +801,7 @@ _NUMBER = re.compile(r"\d\d")
 # Cheaper scans than the patterns' own, which a text must pass for them to be run.
 _IBAN_START = re.compile(r"[A-Za-z]{2}\d\d")
 _CARD_DIGITS = re.compile(r"\d{4}")
+_IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}")
 _PHONE_HINT = re.compile(r"\d[\d\s().-]{5,}\d")
 # A number said to be a phone's ("Tel.: 06 86 11 74 76", "phone": "020 7946 0899"), in
 # whatever country's format; and what a run of bare digits needs before it to be taken for one
@@ -791,16 +810,21 @@ _PHONE_SAID = re.compile(
     r"(?<!<)\b(?:phone|t[ée]l|telephone|mobile|cell|fax|whatsapp|telefon|t[ée]l[ée]phone|handy|"
     r"portable|call me(?: at)?|text me(?: at)?|ll[áa]mame(?: al)?|m[óo]vil|celular|"
     r"telefone|telefono|cellulare|n[uú]mer[oa]?|nummer|numéro|me liga(?: no)?|ruf(?:en sie)?|"
-    r"rückruf|anrufen|chiamami|bel me|mijn nummer is|contact)\b[^\d\n+(]{0,12}"
+    r"rückruf|anrufen|chiamami|bel me|mijn nummer is|contact|handynummer|telefonnummer|"
+    r"mobilnummer|rufnummer|call \w+ at)\b[^\d\n+(]{0,12}"
     r"(?P<value>\+?\(?\d[\d \t().-]{5,}\d)",
     re.IGNORECASE,
 )
 
 
 def _inside_word(text: str, start: int, end: int) -> bool:
+    """Part of something longer: an identifier ("ORD-2024-000123"), an address (10.1.2.3)."""
     before = text[start - 1] if start else " "
     after = text[end] if end < len(text) else " "
-    return before.isalnum() or before == "-" or after.isalnum() or after == "-"
+    dotted = (before == "." and start > 1 and text[start - 2].isdigit()) or (
+        after == "." and end + 1 < len(text) and text[end + 1].isdigit()
+    )
+    return dotted or before.isalnum() or before == "-" or after.isalnum() or after == "-"
 
 
 def _accounts(text: str) -> Iterable[Found]:
@@ -845,14 +869,18 @@ def _contacts(text: str) -> Iterable[Found]:
             else []
         )
         for match in found:
-            if _inside_word(text, match.start, match.end):
-                continue  # part of an identifier: "ORD-2024-000123"
+            if _inside_word(text, match.start, match.end) or _IPV4.search(match.raw_string):
+                continue  # part of an identifier: "ORD-2024-000123", or an address
             bare = match.raw_string.isdigit()
             if not bare or _PHONE_SAID.search(text, max(0, match.start - 40), match.end):
                 yield Found(KINDS["phone"], match.start, match.end, match.raw_string)
         for match in _PHONE_SAID.finditer(text):
             digits = sum(char.isdigit() for char in match.group("value"))
-            if 7 <= digits <= 15 and not _inside_word(text, *match.span("value")):
+            if (
+                7 <= digits <= 15
+                and not _inside_word(text, *match.span("value"))
+                and not _IPV4.search(match.group("value"))
+            ):
                 start, end = match.span("value")
                 yield Found(KINDS["phone"], start, end, match.group("value"))
 
