@@ -3,11 +3,21 @@
 from django.db import migrations, models
 from django.db.models import F
 
-# A skill's versions stay immutable, but for a redaction of sensitive values (the one change
-# made to them), which says so for its transaction: set_config('skills.redacting', 'on', true).
-REDACTABLE_VERSIONS = """
-CREATE OR REPLACE FUNCTION skills_skillversion_immutable() RETURNS trigger AS $$
-BEGIN
+# A skill's versions stay immutable (migration 0005's trigger), but for a redaction of sensitive
+# values, the one change made to their text, which says so for its transaction:
+# set_config('skills.redacting', 'on', true).
+_REFUSAL = """
+    IF (NEW.skill_id, NEW.number, NEW.snapshot, NEW.diff, NEW.author, NEW.operation,
+        NEW.experience_ids, NEW.operation_key, NEW.needs_review, NEW.note, NEW.created_at)
+       IS DISTINCT FROM
+       (OLD.skill_id, OLD.number, OLD.snapshot, OLD.diff, OLD.author, OLD.operation,
+        OLD.experience_ids, OLD.operation_key, OLD.needs_review, OLD.note, OLD.created_at)
+    THEN
+        RAISE EXCEPTION 'skill versions are immutable (version %)', OLD.id
+            USING ERRCODE = 'restrict_violation';
+    END IF;
+"""
+_REDACTION = """
     IF current_setting('skills.redacting', true) = 'on'
        AND (NEW.skill_id, NEW.number, NEW.author, NEW.operation, NEW.experience_ids,
             NEW.operation_key, NEW.needs_review, NEW.created_at)
@@ -17,35 +27,18 @@ BEGIN
     THEN
         RETURN NEW;
     END IF;
-    IF (NEW.skill_id, NEW.number, NEW.snapshot, NEW.diff, NEW.author, NEW.operation,
-        NEW.experience_ids, NEW.operation_key, NEW.needs_review, NEW.note, NEW.created_at)
-       IS DISTINCT FROM
-       (OLD.skill_id, OLD.number, OLD.snapshot, OLD.diff, OLD.author, OLD.operation,
-        OLD.experience_ids, OLD.operation_key, OLD.needs_review, OLD.note, OLD.created_at)
-    THEN
-        RAISE EXCEPTION 'skill versions are immutable (version %)', OLD.id
-            USING ERRCODE = 'restrict_violation';
-    END IF;
-    RETURN NEW;
-END;
-$$ LANGUAGE plpgsql;
 """
-IMMUTABLE_VERSIONS = """
-CREATE OR REPLACE FUNCTION skills_skillversion_immutable() RETURNS trigger AS $$
-BEGIN
-    IF (NEW.skill_id, NEW.number, NEW.snapshot, NEW.diff, NEW.author, NEW.operation,
-        NEW.experience_ids, NEW.operation_key, NEW.needs_review, NEW.note, NEW.created_at)
-       IS DISTINCT FROM
-       (OLD.skill_id, OLD.number, OLD.snapshot, OLD.diff, OLD.author, OLD.operation,
-        OLD.experience_ids, OLD.operation_key, OLD.needs_review, OLD.note, OLD.created_at)
-    THEN
-        RAISE EXCEPTION 'skill versions are immutable (version %)', OLD.id
-            USING ERRCODE = 'restrict_violation';
-    END IF;
-    RETURN NEW;
-END;
-$$ LANGUAGE plpgsql;
-"""
+
+
+def _trigger_function(body):
+    return (
+        "CREATE OR REPLACE FUNCTION skills_skillversion_immutable() RETURNS trigger AS $$\n"
+        f"BEGIN{body}    RETURN NEW;\nEND;\n$$ LANGUAGE plpgsql;"
+    )
+
+
+REDACTABLE_VERSIONS = _trigger_function(_REDACTION + _REFUSAL)
+IMMUTABLE_VERSIONS = _trigger_function(_REFUSAL)
 
 
 def cross_client_links_removed(apps, schema_editor):
