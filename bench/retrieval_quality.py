@@ -686,9 +686,9 @@ def _cited_ids(payload: dict[str, Any], kind: str | None = None) -> set[str]:
     """The message ids the memories of ``_memories`` cite (only those of ``kind``, if named)."""
     return {
         str(value)
-        for name, memories in payload["memories"].items()
-        if kind is None or name == kind
-        for memory in memories
+        for name, group in payload["memories"].items()
+        if (kind is None and name != "knowledge") or name == kind
+        for memory in group["items"]
         for value in memory.get("source_message_ids") or []
     }
 

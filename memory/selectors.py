@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import QuerySet
 
@@ -55,3 +57,37 @@ def memory_get(
     return memory_list(
         tenant=tenant, memory_type=memory_type, include_superseded=include_superseded
     ).get(pk=pk)
+
+
+def memory_totals(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
+    """How many current memories of each type the caller may read of the user (MIRIX's
+    ``total_count`` of a retrieval's every type)."""
+    from memory.types import MEMORY_TYPES
+
+    return {
+        name: memory_list(tenant=tenant, memory_type=memory_type, end_user=end_user).count()
+        for name, memory_type in MEMORY_TYPES.items()
+    }
+
+
+def episodes_recent(
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    limit: int,
+    filter_tags: dict,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> list[models.Model]:
+    """The user's latest current episodes (by when they happened), within the filters: what
+    MIRIX answers as a retrieval's ``episodic.recent``, whatever the query."""
+    from memory.types import MEMORY_TYPES
+
+    rows = memory_list(tenant=tenant, memory_type=MEMORY_TYPES["episodic"], end_user=end_user)
+    if filter_tags:
+        rows = rows.filter(filter_tags__contains=filter_tags)
+    if start is not None:
+        rows = rows.filter(occurred_at__gte=start)
+    if end is not None:
+        rows = rows.filter(occurred_at__lte=end)
+    return list(rows.order_by("-occurred_at", "-id")[:limit])

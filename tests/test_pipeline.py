@@ -41,7 +41,7 @@ def test_the_mirix_quickstart_sees_its_episodic_memories(live_server, worker) ->
 
     def episodic() -> list[dict]:
         components = client.list_memory_components(user_id="demo-user")
-        return components["memories"]["episodic"]
+        return components["memories"]["episodic"]["items"]
 
     wait_until(lambda: len(episodic()) == 1)
     [memory] = episodic()

@@ -101,7 +101,14 @@ class MemoryComponentsApi(TenantAPIView):
                     "user_id": TextField(),
                     "memory_type": TextField(),
                     "limit": IntegerField(),
-                    "memories": serializers.DictField(child=MemorySerializer(many=True)),
+                    "memories": serializers.DictField(
+                        child=inline_serializer(
+                            "MemoryComponentGroup",
+                            {"total_count": IntegerField(), "items": MemorySerializer(many=True)},
+                        ),
+                        help_text="per type (MIRIX's shape): its total and the newest items; "
+                        "the vault under knowledge_vault and MIRIX's knowledge alike",
+                    ),
                     "counts": serializers.DictField(child=IntegerField()),
                 },
             ),
@@ -129,7 +136,12 @@ class MemoryComponentsApi(TenantAPIView):
                 page = page[: data["limit"]]
             page = list(page)
             context = {"memory_type": memory_type} | secrets | images_context(page)
-            memories[memory_type.name] = MemorySerializer(page, many=True, context=context).data
+            memories[memory_type.name] = {
+                "total_count": counts[memory_type.name],
+                "items": MemorySerializer(page, many=True, context=context).data,
+            }
+        if "knowledge_vault" in memories:
+            memories["knowledge"] = memories["knowledge_vault"]
         return Response(
             {
                 "success": True,

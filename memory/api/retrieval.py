@@ -23,6 +23,7 @@ from memory.api.serializers.retrieval import (
     RetrievedByConversationSerializer,
     RetrievedByTopicSerializer,
     RetrieveTopicParamsSerializer,
+    SearchAllUsersOutputSerializer,
     SearchOutputSerializer,
     SearchParamsSerializer,
     SearchResultSerializer,
@@ -30,11 +31,11 @@ from memory.api.serializers.retrieval import (
     memories_grouped,
 )
 from memory.retrieval.engine import SearchOutcome, SearchRequest
-from memory.retrieval.service import retrieval_search
 from memory.services.retrieval import (
     Retrieved,
     memories_retrieve_by_topic,
     memories_retrieve_for_conversation,
+    memories_search,
 )
 
 
@@ -57,14 +58,11 @@ class RetrievalApiView(TenantAPIView):
             )
         return response
 
-    def memories(self, retrieved: Retrieved) -> dict[str, list[dict[str, Any]]]:
+    def memories(self, retrieved: Retrieved) -> dict[str, dict[str, Any]]:
         """The MIRIX ``memories`` of a topic or conversation retrieval (its timings go out in
-        the header), with what the procedural sources found (active skills) after the
-        extracted procedures."""
+        the header)."""
         self.outcome = retrieved.outcome
-        grouped = memories_grouped(retrieved.outcome, retrieved.core)
-        grouped["procedural"] += retrieved.procedures
-        return grouped
+        return memories_grouped(retrieved)
 
 
 class MemorySearchApi(RetrievalApiView):
@@ -87,7 +85,7 @@ class MemorySearchApi(RetrievalApiView):
             search_field=data["search_field"],
             spoken_range=data["spoken_range"],
         )
-        self.outcome = retrieval_search(
+        self.outcome = memories_search(
             tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
         )
         context = secrets_context(self.tenant, requested=data["include_secrets"])
@@ -104,6 +102,7 @@ class MemorySearchApi(RetrievalApiView):
             "temporal_range": date_range_shape(*(search.spoken_range or (None, None))),
             "results": results,
             "count": len(results),
+            "filter_tags": data["filter_tags"],
         }
 
     @extend_schema(
@@ -120,15 +119,21 @@ class MemorySearchAllUsersApi(MemorySearchApi):
 
     @extend_schema(
         parameters=[SearchParamsSerializer],
-        responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
+        responses={200: SearchAllUsersOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
         summary="Search the memories of every user the client may read",
     )
     def get(self, request: Request) -> Response:
         body = self.search(request, all_users=True)
+        client_id = self.tenant.client.pk
         body |= {
-            "client_id": self.tenant.client.pk,
+            "client_id": client_id,
             "organization_id": self.tenant.organization.pk,
-            "client_scope": sorted(self.tenant.readable_client_ids),
+            # MIRIX 0.1.7 names the client's scope (a string) and the tags it searched with,
+            # the scope added; MIRIX's main names the scopes the client reads. A client here
+            # is its own scope and reads the clients its read scopes name.
+            "client_scope": client_id,
+            "read_scopes": sorted(self.tenant.readable_client_ids),
+            "filter_tags": {**body.pop("filter_tags"), "scope": client_id},
         }
         return Response(body)
 
@@ -178,7 +183,9 @@ class RetrieveConversationApi(RetrievalApiView):
         return Response(
             {
                 "success": True,
-                "topics": retrieved.topics,
+                # MIRIX's: a comma-separated string, or null when there were none.
+                "topics": ", ".join(retrieved.topics) or None,
+                "topic_list": retrieved.topics,
                 "temporal_expression": retrieved.temporal_expression,
                 "date_range": date_range_shape(retrieved.start, retrieved.end),
                 "temporal_range": date_range_shape(*(retrieved.spoken_range or (None, None))),

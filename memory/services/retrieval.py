@@ -4,7 +4,7 @@ searchable memory type at once through the retrieval engine, and the user's core
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from memory.retrieval.fusion import Candidate
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.log import retrieval_log_write
 from memory.retrieval.service import retrieval_search
-from memory.selectors import memory_list
+from memory.selectors import episodes_recent, memory_list, memory_totals
 from memory.types import MEMORY_TYPES, memory_kinds
 from sessions.content import MessageInput
 from sessions.selectors import messages_showing
@@ -39,6 +39,31 @@ class Retrieved:
     end: datetime | None = None
     spoken_range: tuple[datetime, datetime] | None = None  # the time phrase's: a preference
     procedures: list[dict[str, Any]] = field(default_factory=list)  # memory.procedures' finds
+    # MIRIX's overview beside what was found: each type's total, the latest episodes.
+    totals: dict[str, int] = field(default_factory=dict)
+    recent_episodes: list[Any] = field(default_factory=list)
+
+
+def _overviewed(
+    retrieved: Retrieved,
+    *,
+    tenant: Tenant,
+    end_user: EndUser,
+    limit: int,
+    filter_tags: dict[str, Any],
+) -> Retrieved:
+    return replace(
+        retrieved,
+        totals=memory_totals(tenant=tenant, end_user=end_user),
+        recent_episodes=episodes_recent(
+            tenant=tenant,
+            end_user=end_user,
+            limit=limit,
+            filter_tags=filter_tags,
+            start=retrieved.start,
+            end=retrieved.end,
+        ),
+    )
 
 
 def _core_blocks(tenant: Tenant, end_user: EndUser) -> list[CoreMemoryBlock]:
@@ -57,11 +82,17 @@ def memories_retrieve_by_topic(
             kinds=memory_kinds(), query=topic, limit=limit, filter_tags=filter_tags
         ),
     )
-    return Retrieved(
-        outcome=outcome,
-        core=_core_blocks(tenant, end_user),
-        topics=[topic],
-        procedures=procedures_find(tenant=tenant, end_user=end_user, query=topic, limit=limit),
+    return _overviewed(
+        Retrieved(
+            outcome=outcome,
+            core=_core_blocks(tenant, end_user),
+            topics=[topic],
+            procedures=procedures_find(tenant=tenant, end_user=end_user, query=topic, limit=limit),
+        ),
+        tenant=tenant,
+        end_user=end_user,
+        limit=limit,
+        filter_tags=filter_tags,
     )
 
 
@@ -110,18 +141,24 @@ def memories_retrieve_for_conversation(
         ),
         extra={"topics": found.topics} if query.strip() else None,
     )
-    return Retrieved(
-        outcome=outcome,
-        core=_core_blocks(tenant, end_user),
-        topics=found.topics,
-        temporal_expression=found.date_range.expression if found.date_range else None,
-        start=start,
-        end=end,
-        spoken_range=spoken,
-        # Skills are for what the user asks now: its last turn is the task.
-        procedures=procedures_find(
-            tenant=tenant, end_user=end_user, query=" ".join(user_texts[-1:]), limit=limit
+    return _overviewed(
+        Retrieved(
+            outcome=outcome,
+            core=_core_blocks(tenant, end_user),
+            topics=found.topics,
+            temporal_expression=found.date_range.expression if found.date_range else None,
+            start=start,
+            end=end,
+            spoken_range=spoken,
+            # Skills are for what the user asks now: its last turn is the task.
+            procedures=procedures_find(
+                tenant=tenant, end_user=end_user, query=" ".join(user_texts[-1:]), limit=limit
+            ),
         ),
+        tenant=tenant,
+        end_user=end_user,
+        limit=limit,
+        filter_tags=filter_tags,
     )
 
 
@@ -191,9 +228,51 @@ def _retrieve_for_images(
         latency_ms=(time.perf_counter() - began) * 1000,
         extra={"image_ids": sorted(image_ids)},
     )
-    return Retrieved(outcome=outcome, core=_core_blocks(tenant, end_user), topics=[])
+    return _overviewed(
+        Retrieved(outcome=outcome, core=_core_blocks(tenant, end_user), topics=[]),
+        tenant=tenant,
+        end_user=end_user,
+        limit=limit,
+        filter_tags=filter_tags,
+    )
 
 
 def _listed(kind: SearchableKind, row: Any, why: str) -> Hit:
     """A memory found by listing, not searching: no lane ranked it; ``gate`` says why."""
     return Hit(kind=kind, row=row, candidate=Candidate(document_id=row.pk, gate=why))
+
+
+def memories_search(
+    *, tenant: Tenant, end_user: EndUser | None, endpoint: str, request: SearchRequest
+) -> SearchOutcome:
+    """``/memory/search`` and ``/memory/search_all_users``: the engine's search, or, for a
+    blank query, the newest memories of each kind asked (``limit`` of each, within the tags
+    and dates), as MIRIX lists them for ``query=""`` (``rest_api.search_memory``)."""
+    if request.query.strip():
+        return retrieval_search(
+            tenant=tenant, end_user=end_user, endpoint=endpoint, request=request
+        )
+    began = time.perf_counter()
+    hits = []
+    for kind in request.kinds:
+        rows = kind.model.objects.readable_by(tenant, end_user=end_user).filter(kind.current)
+        if request.filter_tags and kind.tags_field:
+            rows = rows.filter(**{f"{kind.tags_field}__contains": request.filter_tags})
+        if kind.time_field and request.start is not None:
+            rows = rows.filter(**{f"{kind.time_field}__gte": request.start})
+        if kind.time_field and request.end is not None:
+            rows = rows.filter(**{f"{kind.time_field}__lte": request.end})
+        newest = rows.select_related("end_user").order_by("-created_at", "-id")[: request.limit]
+        hits += [_listed(kind, row, "listed: no query, newest first") for row in newest]
+    outcome = SearchOutcome(hits=hits, embedding_model=None)
+    retrieval_log_write(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        query="",
+        method="list",
+        kinds=[kind.name for kind in request.kinds],
+        outcome=outcome,
+        latency_ms=(time.perf_counter() - began) * 1000,
+    )
+    return outcome

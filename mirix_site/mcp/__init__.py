@@ -471,7 +471,9 @@ def server_create(settings: Settings) -> MemoryServer:
     @server.tool(annotations=READ_ONLY)
     async def search_memories(
         *,
-        query: Annotated[str, Field(description="What to look for, in words.")],
+        query: Annotated[
+            str, Field(description="What to look for, in words; blank lists the newest.")
+        ],
         memory_type: Annotated[
             MemoryType, Field(description="One type of memory, or all of them.")
         ] = "all",

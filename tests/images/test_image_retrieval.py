@@ -77,7 +77,7 @@ def test_memories_name_the_images_of_their_turns(
     cat = ImageObject.objects.get()
     listed = org.api.get(
         "/memory/components", {"user_id": "u1", "memory_type": "episodic", "limit": 10}
-    ).json()["memories"]["episodic"]
+    ).json()["memories"]["episodic"]["items"]
     by_id = {memory["id"]: memory for memory in listed}
     assert by_id[str(remembered["Tom"].pk)]["image_ids"] == [cat.sha256]
     assert by_id[str(remembered["bike"].pk)]["image_ids"] == []
@@ -90,7 +90,7 @@ def test_an_image_alone_finds_the_memories_of_turns_that_showed_it(
 ) -> None:
     cat = ImageObject.objects.get()
     for shown in (_image(CAT), {"type": "image", "image_id": cat.sha256}):
-        episodic = _retrieve(org.api, shown)["memories"]["episodic"]
+        episodic = _retrieve(org.api, shown)["memories"]["episodic"]["relevant"]
         # The cat's memory first, though it is the oldest; then the most recent others.
         assert [memory["id"] for memory in episodic] == [
             str(remembered[word].pk) for word in ("Tom", "Porto", "bike")
@@ -101,7 +101,7 @@ def test_an_image_alone_finds_the_memories_of_turns_that_showed_it(
 def test_an_unknown_image_alone_gives_the_most_recent_memories(
     org: TenantFixture, remembered: dict[str, EpisodicMemory]
 ) -> None:
-    episodic = _retrieve(org.api, _image(DOG))["memories"]["episodic"]
+    episodic = _retrieve(org.api, _image(DOG))["memories"]["episodic"]["relevant"]
     assert [memory["id"] for memory in episodic] == [
         str(remembered[word].pk) for word in ("Porto", "bike", "Tom")
     ]
@@ -116,7 +116,7 @@ def test_another_users_turns_showing_the_image_are_not_used(
         {"user_id": "u1", "messages": [{"role": "user", "content": [_image(CAT)]}]},
         format="json",
     )
-    episodic = _retrieve(other_org.api, _image(CAT))["memories"]["episodic"]
+    episodic = _retrieve(other_org.api, _image(CAT))["memories"]["episodic"]["relevant"]
     assert not {memory["id"] for memory in episodic} & {str(m.pk) for m in remembered.values()}
 
 
@@ -143,7 +143,7 @@ def test_a_model_that_reads_images_names_the_topics_searched(
         )
     )
 
-    episodic = _retrieve(org.api, _image(DOG))["memories"]["episodic"]
+    episodic = _retrieve(org.api, _image(DOG))["memories"]["episodic"]["relevant"]
 
     [request] = vision_llm.requests
     shown = image_validate(data=DOG, max_bytes=10**6).data  # what the store keeps of it

@@ -529,7 +529,7 @@ def test_llm_extraction_makes_one_call_per_batch_and_stores_once(
     assert (
         org.api.get("/memory/components", {"user_id": "sam", "memory_type": "core"}).json()[
             "memories"
-        ]["core"][0]["value"]
+        ]["core"]["items"][0]["value"]
         == "Sam prefers tea."
     )
 

@@ -22,6 +22,8 @@ def test_components_group_memories_by_type(
     memories_create(org, user_id="sam")
     with django_assert_max_num_queries(20):
         body = org.api.get("/memory/components", {"user_id": "sam"}).json()
+    # MIRIX's shape (rest_api.py, get_memory_components): per type {total_count, items}, the
+    # vault as "knowledge" (and our "knowledge_vault", the same).
     assert set(body["memories"]) == {
         "core",
         "episodic",
@@ -29,13 +31,15 @@ def test_components_group_memories_by_type(
         "procedural",
         "resource",
         "knowledge_vault",
+        "knowledge",
     }
-    assert body["counts"]["episodic"] == 1
-    episode = body["memories"]["episodic"][0]
+    assert body["memories"]["knowledge"] == body["memories"]["knowledge_vault"]
+    assert body["counts"]["episodic"] == body["memories"]["episodic"]["total_count"] == 1
+    episode = body["memories"]["episodic"]["items"][0]
     assert episode["memory_type"] == "episodic"
     assert episode["user_id"] == "sam"
     assert all(source.isdigit() for source in episode["source_message_ids"])
-    vault = body["memories"]["knowledge_vault"][0]
+    vault = body["memories"]["knowledge_vault"]["items"][0]
     assert vault["secret_value"] == "********"
     revealer = api_client_with(
         api_key_create(client=org.client, name="ops", reveals_secrets=True).plaintext
@@ -44,8 +48,8 @@ def test_components_group_memories_by_type(
         "/memory/components",
         {"user_id": "sam", "memory_type": "knowledge", "include_secrets": "true"},
     ).json()
-    assert list(revealed["memories"]) == ["knowledge_vault"]
-    assert revealed["memories"]["knowledge_vault"][0]["secret_value"] == "sam@example.com"
+    assert set(revealed["memories"]) == {"knowledge_vault", "knowledge"}
+    assert revealed["memories"]["knowledge"]["items"][0]["secret_value"] == "sam@example.com"
     assert (
         org.api.get("/memory/components", {"user_id": "sam", "memory_type": "dreams"}).status_code
         == 422
@@ -209,14 +213,17 @@ def test_a_superseded_memory_answers_like_a_missing_one_unless_asked_for(
     ):
         assert (response.status_code, response.json()) == (404, missing.json())
     components = org.api.get("/memory/components", {"user_id": "sam"}).json()
-    assert [m["id"] for m in components["memories"]["episodic"]] == [str(new.pk)]
+    assert [m["id"] for m in components["memories"]["episodic"]["items"]] == [str(new.pk)]
     found = org.api.get("/memory/search", {"user_id": "sam", "query": "kayak"}).json()
     assert [m["id"] for m in found["results"]] == [str(new.pk)]
 
     everything = org.api.get(
         "/memory/components", {"user_id": "sam", "include_superseded": "true"}
     ).json()
-    assert {m["id"] for m in everything["memories"]["episodic"]} == {str(old.pk), str(new.pk)}
+    assert {m["id"] for m in everything["memories"]["episodic"]["items"]} == {
+        str(old.pk),
+        str(new.pk),
+    }
     edited = org.api.patch(
         f"/memory/episodic/{old.pk}?include_superseded=true", {"summary": "old"}, format="json"
     )

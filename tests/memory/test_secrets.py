@@ -30,7 +30,7 @@ def _vault_values(api, path: str, params: dict[str, str], *, asking: bool = True
     assert response.status_code == 200, response.content[:300]
     body = response.json()
     if "memories" in body:
-        return [item["secret_value"] for item in body["memories"]["knowledge_vault"]]
+        return [item["secret_value"] for item in body["memories"]["knowledge_vault"]["items"]]
     return [hit["secret_value"] for hit in body["results"] if "secret_value" in hit]
 
 

@@ -16,7 +16,7 @@ def _procedural(org: TenantFixture) -> list[dict]:
         format="json",
     )
     assert response.status_code == 200, response.content
-    return response.json()["memories"]["procedural"]
+    return response.json()["memories"]["procedural"]["items"]
 
 
 def test_active_skills_are_served_as_procedures(org: TenantFixture, learned: Skill) -> None:
@@ -28,7 +28,7 @@ def test_active_skills_are_served_as_procedures(org: TenantFixture, learned: Ski
     topic = org.api.get(
         "/memory/retrieve/topic", {"user_id": "agent-user", "topic": "read a CSV file"}
     ).json()
-    assert [p["id"] for p in topic["memories"]["procedural"]] == [f"skill-{learned.pk}"]
+    assert [p["id"] for p in topic["memories"]["procedural"]["items"]] == [f"skill-{learned.pk}"]
 
 
 def test_a_skill_deleted_as_a_procedure_is_a_version_and_no_longer_served(

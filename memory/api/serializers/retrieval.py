@@ -21,9 +21,9 @@ from memory.api.serializers.memories import (
     include_secrets_field,
     messages_check,
 )
-from memory.models import CoreMemoryBlock
 from memory.query.temporal import temporal_range
-from memory.retrieval.engine import METHODS, SearchOutcome
+from memory.retrieval.engine import METHODS
+from memory.services.retrieval import Retrieved
 from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
 from sessions.api.serializers import MessageInputField
 
@@ -59,7 +59,15 @@ class SearchParamsSerializer(serializers.Serializer):
     ``spoken_range`` (with ``temporal``, the range of a time phrase in the query: a preference)
     and ``temporal_expression``."""
 
-    query = TextField(max_length=10_000, trim_whitespace=True)
+    query = TextField(
+        max_length=10_000,
+        trim_whitespace=True,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="what to search for; empty (MIRIX's default): the newest memories of each "
+        "type asked, limit of each",
+    )
     memory_type = TextChoiceField(
         ["all", *memory_type_names(searchable=True)], required=False, default="all"
     )
@@ -170,7 +178,7 @@ class SearchResultSerializer(MemorySerializer):
 
 class SearchOutputSerializer(serializers.Serializer):
     success = BooleanField()
-    query = TextField()
+    query = TextField(allow_blank=True, help_text="as asked; empty: the newest were listed")
     memory_type = TextField()
     search_field = TextField(allow_null=True)
     search_method = TextField()
@@ -181,20 +189,89 @@ class SearchOutputSerializer(serializers.Serializer):
     )
     results = SearchResultSerializer(many=True)
     count = IntegerField()
+    filter_tags = serializers.DictField(help_text="the tags searched within")
 
 
-def memories_grouped(
-    outcome: SearchOutcome, core: list[CoreMemoryBlock]
-) -> dict[str, list[dict[str, Any]]]:
-    """The MIRIX ``memories`` shape: every type present, core blocks whole, secrets masked."""
-    grouped: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
-    context = {"secrets_of": None} | images_context([*(hit.row for hit in outcome.hits), *core])
+class SearchAllUsersOutputSerializer(SearchOutputSerializer):
+    """MIRIX's answer of ``/memory/search_all_users``: 0.1.7's (``client_scope``, and the
+    ``scope`` it adds to ``filter_tags``) and ``main``'s (``read_scopes``) alike."""
+
+    client_id = TextField()
+    organization_id = TextField()
+    client_scope = TextField(help_text="the client's own scope: its id")
+    read_scopes = serializers.ListField(
+        child=TextField(), help_text="the clients whose memories were searched, this one too"
+    )
+    filter_tags = serializers.DictField(help_text="the tags searched within, and scope")
+
+
+def _episode(data: dict[str, Any]) -> dict[str, Any]:
+    # MIRIX names an episode's time ``timestamp``; ours is ``occurred_at``: both.
+    return data | {"timestamp": data.get("occurred_at")}
+
+
+def memories_grouped(retrieved: Retrieved) -> dict[str, dict[str, Any]]:
+    """MIRIX's ``memories`` (``rest_api.retrieve_memories_by_keywords``): per type its
+    ``total_count`` and ``items``; episodic its latest (``recent``) and the ones found
+    (``relevant``); the vault under MIRIX's ``knowledge`` and our ``knowledge_vault`` alike;
+    core blocks whole; secrets masked; what the procedural sources found (active skills)
+    after the extracted procedures."""
+    outcome, core = retrieved.outcome, retrieved.core
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in MEMORY_TYPES}
+    rows = [*(hit.row for hit in outcome.hits), *core, *retrieved.recent_episodes]
+    context = {"secrets_of": None} | images_context(rows)
     for hit in outcome.hits:
-        grouped[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
-    grouped["core"] = MemorySerializer(
+        found[hit.kind.name].append(SearchResultSerializer(hit, context=context).data)
+    found["procedural"] += retrieved.procedures
+    recent = MemorySerializer(
+        retrieved.recent_episodes,
+        many=True,
+        context=context | {"memory_type": MEMORY_TYPES["episodic"]},
+    ).data
+    core_items = MemorySerializer(
         core, many=True, context=context | {"memory_type": MEMORY_TYPES["core"]}
     ).data
-    return grouped
+
+    def group(name: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"total_count": max(retrieved.totals.get(name, 0), len(items)), "items": items}
+
+    vault = group("knowledge_vault", found["knowledge_vault"])
+    return {
+        "episodic": {
+            "total_count": max(retrieved.totals.get("episodic", 0), len(recent)),
+            "recent": [_episode(item) for item in recent],
+            "relevant": [_episode(item) for item in found["episodic"]],
+        },
+        "semantic": group("semantic", found["semantic"]),
+        "procedural": group("procedural", found["procedural"]),
+        "resource": group("resource", found["resource"]),
+        "knowledge_vault": vault,
+        "knowledge": vault,
+        "core": {"total_count": len(core_items), "items": core_items},
+    }
+
+
+class _MemoryGroupSerializer(serializers.Serializer):
+    total_count = IntegerField()
+    items = SearchResultSerializer(many=True)
+
+
+class _EpisodesSerializer(serializers.Serializer):
+    total_count = IntegerField()
+    recent = MemorySerializer(many=True, help_text="the latest episodes, whatever the query")
+    relevant = SearchResultSerializer(many=True, help_text="the episodes found")
+
+
+class _MemoriesSerializer(serializers.Serializer):
+    """MIRIX's ``memories`` of a retrieval."""
+
+    episodic = _EpisodesSerializer()
+    semantic = _MemoryGroupSerializer()
+    procedural = _MemoryGroupSerializer()
+    resource = _MemoryGroupSerializer()
+    knowledge_vault = _MemoryGroupSerializer()
+    knowledge = _MemoryGroupSerializer(help_text="MIRIX's name of knowledge_vault: the same")
+    core = _MemoryGroupSerializer()
 
 
 class RetrieveTopicParamsSerializer(serializers.Serializer):
@@ -211,7 +288,7 @@ class RetrieveTopicParamsSerializer(serializers.Serializer):
 class RetrievedByTopicSerializer(serializers.Serializer):
     success = BooleanField()
     topic = TextField()
-    memories = serializers.DictField(child=SearchResultSerializer(many=True))
+    memories = _MemoriesSerializer()
 
 
 class RetrieveConversationInputSerializer(serializers.Serializer):
@@ -251,10 +328,14 @@ class RetrieveConversationInputSerializer(serializers.Serializer):
 
 class RetrievedByConversationSerializer(serializers.Serializer):
     success = BooleanField()
-    topics = serializers.ListField(child=TextField())
+    topics = TextField(
+        allow_null=True,
+        help_text="the topics read from the conversation, comma-separated, or null (MIRIX)",
+    )
+    topic_list = serializers.ListField(child=TextField(), help_text="the same, one by one")
     temporal_expression = TextField(allow_null=True)
     date_range = serializers.DictField(allow_null=True, help_text="start_date/end_date: a filter")
     temporal_range = serializers.DictField(
         allow_null=True, help_text="the time temporal_expression names: favoured, not a filter"
     )
-    memories = serializers.DictField(child=SearchResultSerializer(many=True))
+    memories = _MemoriesSerializer()
