@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from accounts.admin import ReadOnlyAdmin
 from memory.models import (
+    AgentPromptVersion,
     CoreMemoryBlock,
     EmbeddingSpace,
     EpisodicMemory,
@@ -27,9 +28,28 @@ from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 
 
+class AgentPromptVersionInline(admin.TabularInline):
+    """Each system prompt an agent was given through the API, in order (read-only)."""
+
+    model = AgentPromptVersion
+    fields = ["agent_type", "number", "system", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(MetaAgent)
 class MetaAgentAdmin(admin.ModelAdmin):
-    """Configured through the API (it validates the configuration); shown here read-only."""
+    """Configured through the API (it validates the configuration); shown here read-only,
+    with the system prompts its agents were given."""
+
+    inlines = [AgentPromptVersionInline]
 
     list_display = ["id", "client", "organization", "name", "updated_at"]
     list_filter = ["organization"]

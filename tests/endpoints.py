@@ -59,6 +59,18 @@ ENDPOINTS = [
     Endpoint("GET", "/agents", route="agents"),
     Endpoint("GET", "/agents/{agent_id}", route="agents/<str:agent_id>"),
     Endpoint(
+        "PATCH",
+        "/agents/{agent_id}/system",
+        {"system_prompt": "Note only what the user states."},
+        route="agents/<str:agent_id>/system",
+    ),
+    Endpoint(
+        "PATCH",
+        "/agents/by-name/episodic_memory_agent/system",
+        {"system_prompt": "Note only what the user states."},
+        route="agents/by-name/<str:agent_name>/system",
+    ),
+    Endpoint(
         "POST",
         "/memory/add",
         {"user_id": "{user_id}", "messages": [{"role": "user", "content": "hello"}]},

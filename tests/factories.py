@@ -64,19 +64,21 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     from accounts.services import client_read_scopes_set, end_user_create_or_get
     from memory.agent_config import meta_agent_settings_from_provider
     from memory.services import meta_agent_initialize
+    from memory.services.agents import agent_system_prompt_set
 
     sibling = owner.another_client(f"{owner.client.name}-sibling")
     client_read_scopes_set(client=owner.client, scopes=[sibling.client])
     end_user_create_or_get(tenant=owner.tenant, user_id="rows-user", name=None)
     # The sibling names the user too: it holds them (EndUserClient).
     end_user_create_or_get(tenant=sibling.tenant, user_id="rows-user", name=None)
-    meta_agent_initialize(
+    meta_agent, _ = meta_agent_initialize(
         tenant=owner.tenant,
         agent_settings=meta_agent_settings_from_provider(
             provider="openai", api_key="k", model=None
         ),
         update=True,
     )
+    agent_system_prompt_set(meta_agent=meta_agent, component=None, system_prompt="Remember.")
     memories_create(owner, user_id="rows-user")
     experiences_create(owner, user_id="rows-user", recommended=True)
     from images.services import image_fetch_request

@@ -93,6 +93,12 @@ def validation_body(fields: dict[str, list[str]]) -> dict[str, Any]:
     return error_body(f"Invalid input. {where}{messages[0]}", "invalid", fields)
 
 
+class NamedNotFound(exceptions.NotFound):
+    """A 404 whose sentence names what is missing among the caller's own things (an agent
+    name of its meta agent, as MIRIX words it); never about another tenant's, which answers
+    as any missing object does."""
+
+
 def _as_api_exception(exc: Exception) -> Exception:
     if isinstance(exc, Http404 | ObjectDoesNotExist):
         return exceptions.NotFound(NOT_FOUND_DETAIL)
@@ -136,6 +142,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     elif isinstance(exc, exceptions.ValidationError):
         response.status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
         response.data = validation_body(_flatten(exc.detail))
+    elif isinstance(exc, NamedNotFound):
+        response.data = error_body(str(exc.detail), "not_found")
     elif isinstance(exc, exceptions.NotFound):
         response.data = error_body(NOT_FOUND_DETAIL, "not_found")
     elif isinstance(exc, exceptions.APIException):

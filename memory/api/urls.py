@@ -11,7 +11,17 @@ urlpatterns = [
         name="meta-agent-initialize",
     ),
     path("agents", agents.AgentListApi.as_view(), name="agent-list"),
+    path(
+        "agents/by-name/<str:agent_name>/system",
+        agents.AgentSystemPromptByNameApi.as_view(),
+        name="agent-system-by-name",
+    ),
     path("agents/<str:agent_id>", agents.AgentDetailApi.as_view(), name="agent-detail"),
+    path(
+        "agents/<str:agent_id>/system",
+        agents.AgentSystemPromptApi.as_view(),
+        name="agent-system",
+    ),
     path("memory/add", memories.MemoryAddApi.as_view(), name="memory-add"),
     path("memory/components", memories.MemoryComponentsApi.as_view(), name="memory-components"),
     path("memory/clear", memories.MemoryClearApi.as_view(), name="memory-clear"),

@@ -3,7 +3,7 @@ meta agents, extraction jobs, and the retrieval engine's tables (``search``)."""
 
 from __future__ import annotations
 
-from memory.models.agents import MetaAgent
+from memory.models.agents import AgentPromptVersion, MetaAgent
 from memory.models.jobs import ExtractionJob
 from memory.models.records import (
     CoreMemoryBlock,
@@ -30,6 +30,7 @@ from memory.models.search import (
 )
 
 __all__ = [
+    "AgentPromptVersion",
     "CoreMemoryBlock",
     "DocumentStats",
     "Embedding",

@@ -51,3 +51,27 @@ class MetaAgent(models.Model):
 
     def core_block_id(self, label: str) -> str:
         return f"block-{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.pk}/block/{label}')}"
+
+
+class AgentPromptVersion(models.Model):
+    """One system prompt an agent of a meta agent was given (``PATCH /agents/by-name/{name}/
+    system``), in order: the agent's prompt is its last version's. The server's extractor
+    reads it only with an LLM configured; without one it is kept and shown."""
+
+    meta_agent = models.ForeignKey(MetaAgent, on_delete=models.CASCADE, related_name="prompts")
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    agent_type = models.CharField(max_length=64, help_text="meta_memory_agent, or a component's")
+    number = models.PositiveIntegerField()
+    system = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["meta_agent", "agent_type", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["meta_agent", "agent_type", "number"], name="agent_prompt_version_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_type} v{self.number}"

@@ -113,6 +113,7 @@ class AgentView:
     llm_config: dict[str, Any]
     embedding_config: dict[str, Any] | None
     organization_id: str
+    created_by_id: str
     parent_id: str | None
     memory: dict[str, Any]
     children: list[AgentView] | None
@@ -126,6 +127,7 @@ def agent_view(meta_agent: MetaAgent, component: str | None = None) -> AgentView
         "llm_config": meta_agent.llm_config,
         "embedding_config": meta_agent.embedding_config,
         "organization_id": meta_agent.organization_id,
+        "created_by_id": meta_agent.client_id,
         "created_at": meta_agent.created_at,
         "updated_at": meta_agent.updated_at,
     }
@@ -172,6 +174,7 @@ class AgentStateSerializer(serializers.Serializer):
     llm_config = LLMConfigSerializer()
     embedding_config = EmbeddingConfigSerializer(allow_null=True)
     organization_id = TextField()
+    created_by_id = TextField(help_text="the client that created it (MIRIX's actor)")
     parent_id = TextField(allow_null=True)
     memory = AgentMemorySerializer()
     tools = serializers.SerializerMethodField()
@@ -193,3 +196,15 @@ class AgentStateSerializer(serializers.Serializer):
         if agent.children is None:
             return None
         return AgentStateSerializer(agent.children, many=True).data
+
+
+class SystemPromptInputSerializer(serializers.Serializer):
+    system_prompt = TextField(max_length=100_000)
+
+
+class AgentListParamsSerializer(serializers.Serializer):
+    parent_id = TextField(required=False, allow_blank=True, help_text="list this agent's children")
+    limit = IntegerField(required=False, min_value=1, max_value=1000)
+    query_text = TextField(required=False, allow_blank=True)
+    tags = TextField(required=False, allow_blank=True)
+    cursor = TextField(required=False, allow_blank=True)
