@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
@@ -19,17 +20,39 @@ def session_list(*, tenant: Tenant, end_user: EndUser) -> QuerySet[Session]:
     return Session.objects.readable_by(tenant, end_user=end_user)
 
 
+# The name of a default conversation (turns sent without a session_id, as the MIRIX client
+# sends them), which has no caller id: "default.<its number>", outside session_id's pattern so
+# that it names no caller's session; "default" alone, when the user has no session of that
+# name, is the latest.
+_DEFAULT_NAMED = re.compile(r"default\.([1-9][0-9]{0,17})")
+
+
+def session_name(session: Session) -> str:
+    """How reads name the session: its caller id, or a default conversation's name."""
+    return session.session_id or f"default.{session.pk}"
+
+
+def _named(sessions: QuerySet[Session], session_id: str) -> QuerySet[Session]:
+    numbered = _DEFAULT_NAMED.fullmatch(session_id)
+    if numbered:
+        return sessions.filter(session_id__isnull=True, pk=int(numbered.group(1)))
+    named = sessions.filter(session_id=session_id)
+    if session_id == "default" and not named.exists():
+        return sessions.filter(session_id__isnull=True)
+    return named
+
+
 def session_get(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Session:
-    """The session with this caller id, the caller's own first when a client in its read
-    scopes used the same id. Raises ``Session.DoesNotExist``."""
+    """The session with this caller id (or a default conversation's name, ``session_name``),
+    the caller's own first when a client in its read scopes used the same id. Raises
+    ``Session.DoesNotExist``."""
     own_first = Case(
         When(client_id=tenant.client.pk, then=Value(0)),
         default=Value(1),
         output_field=IntegerField(),
     )
     session = (
-        session_list(tenant=tenant, end_user=end_user)
-        .filter(session_id=session_id)
+        _named(session_list(tenant=tenant, end_user=end_user), session_id)
         .order_by(own_first, "-created_at")
         .first()
     )
@@ -39,8 +62,16 @@ def session_get(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Sessio
 
 
 def session_get_own(*, tenant: Tenant, end_user: EndUser, session_id: str) -> Session:
-    """The caller's own session (for writes such as close). Raises ``Session.DoesNotExist``."""
-    return Session.objects.owned_by(tenant, end_user=end_user).get(session_id=session_id)
+    """The caller's own session (for writes such as close), by its caller id or a default
+    conversation's name. Raises ``Session.DoesNotExist``."""
+    session = (
+        _named(Session.objects.owned_by(tenant, end_user=end_user), session_id)
+        .order_by("-created_at")
+        .first()
+    )
+    if session is None:
+        raise Session.DoesNotExist(session_id)
+    return session
 
 
 def message_list(*, tenant: Tenant, session: Session) -> QuerySet[Message]:

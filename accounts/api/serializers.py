@@ -10,8 +10,13 @@ from accounts.api.fields import BooleanField, IntegerField, PatternField, TextFi
 from accounts.models import EndUser
 from accounts.selectors import EndUserRow
 
-# user_id is also a URL path segment (/users/{user_id}): no slashes, spaces or control characters.
-USER_ID_PATTERN = r"^[A-Za-z0-9_.@:+-]{1,255}$"
+# What MIRIX accepts (its own sample user is "caring cathy"), but for what a URL path segment
+# (/users/{user_id}) cannot hold or hides: no slash, no control character (C0, DEL, C1), no
+# space at either end, and no U+FFFD, which the JSON parser puts for a NUL or a lone surrogate
+# (accounts.api.parsers): a user id that held one is refused, not stored altered.
+_USER_ID_CHAR = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD/]"
+_USER_ID_EDGE = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD/ ]"
+USER_ID_PATTERN = f"^{_USER_ID_EDGE}(?:{_USER_ID_CHAR}{{0,253}}{_USER_ID_EDGE})?$"
 
 
 class UserIdField(PatternField):
@@ -20,7 +25,8 @@ class UserIdField(PatternField):
         super().__init__(
             USER_ID_PATTERN,
             error_messages={
-                "invalid": "Must be 1-255 characters: letters, digits and _ . @ : + - only."
+                "invalid": "Must be 1-255 characters, without a slash, a control or NUL "
+                "character, or a space at either end."
             },
             **kwargs,
         )

@@ -8,7 +8,8 @@ from rest_framework import serializers
 from accounts.api.fields import IntegerField, TextField
 from accounts.api.serializers import UserIdField
 from sessions.content import message_schema
-from sessions.models import Message, MessageImage
+from sessions.models import Message, MessageImage, Session
+from sessions.selectors import session_name
 from sessions.sensitive import MASK, sensitive_redacted_json
 
 MESSAGE_ROLES = tuple(role.value for role in Message.Role)
@@ -22,7 +23,13 @@ class MessageInputField(serializers.JSONField):
 
 class SessionSerializer(serializers.Serializer):
     id = TextField(source="pk")
-    session_id = TextField(allow_null=True)
+    session_id = TextField(
+        allow_null=True, help_text="the caller's id; null: the default conversation"
+    )
+    name = serializers.SerializerMethodField(
+        help_text="what /sessions/{session_id} reads take: the caller's id, or for the user's "
+        "default conversation (turns sent without one) default.<number>"
+    )
     user_id = TextField(source="end_user.user_id")
     client_id = TextField()
     tag = TextField()
@@ -36,6 +43,9 @@ class SessionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
     closed_at = serializers.DateTimeField(allow_null=True)
+
+    def get_name(self, session: Session) -> str:
+        return session_name(session)
 
 
 class MessageImageSerializer(serializers.Serializer):

@@ -39,8 +39,8 @@ def test_name_defaults_to_user_id(org: TenantFixture) -> None:
 
 def test_invalid_user_id_is_422_and_stores_nothing(org: TenantFixture) -> None:
     # A final newline passes Python's "$", a surrounding space DRF's trimming: the schema's
-    # pattern, which clients check, refuses both.
-    for bad in ["has space", "a/b", "x" * 256, "", "bob\n", " bob"]:
+    # pattern, which clients check, refuses both (a space inside is a user id, as in MIRIX).
+    for bad in ["bob ", "a/b", "x" * 256, "", "bob\n", " bob", "tab\tbed"]:
         response = org.api.post("/users/create_or_get", {"user_id": bad})
         assert response.status_code == 422, bad
         body = response.json()
