@@ -91,3 +91,16 @@ def episodes_recent(
     if end is not None:
         rows = rows.filter(occurred_at__lte=end)
     return list(rows.order_by("-occurred_at", "-id")[:limit])
+
+
+def core_blocks_list(
+    *, tenant: Tenant, end_user: EndUser | None, filter_tags: dict, limit: int
+) -> list[models.Model]:
+    """The core blocks the caller may read (of one user, or of every user), within the tags:
+    what MIRIX's newer client asks a search to answer beside what it found."""
+    from memory.types import MEMORY_TYPES
+
+    rows = memory_list(tenant=tenant, memory_type=MEMORY_TYPES["core"], end_user=end_user)
+    if filter_tags:
+        rows = rows.filter(filter_tags__contains=filter_tags)
+    return list(rows.order_by("end_user_id", "label", "id")[:limit])

@@ -12,9 +12,11 @@ from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
 from accounts.api.serializers import UserQuerySerializer
+from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
     SECRETS_DENIED_RESPONSE,
+    MemorySerializer,
     images_context,
     secrets_context,
 )
@@ -31,12 +33,14 @@ from memory.api.serializers.retrieval import (
     memories_grouped,
 )
 from memory.retrieval.engine import SearchOutcome, SearchRequest
+from memory.selectors import core_blocks_list
 from memory.services.retrieval import (
     Retrieved,
     memories_retrieve_by_topic,
     memories_retrieve_for_conversation,
     memories_search,
 )
+from memory.types import MEMORY_TYPES
 
 
 class RetrievalApiView(TenantAPIView):
@@ -91,6 +95,8 @@ class MemorySearchApi(RetrievalApiView):
         context = secrets_context(self.tenant, requested=data["include_secrets"])
         context |= images_context(hit.row for hit in self.outcome.hits)
         results = SearchResultSerializer(self.outcome.hits, many=True, context=context).data
+        if data["include_core_memory"]:
+            results += self.core_blocks(end_user, data, context)
         return {
             "success": True,
             "query": search.query,
@@ -104,6 +110,23 @@ class MemorySearchApi(RetrievalApiView):
             "count": len(results),
             "filter_tags": data["filter_tags"],
         }
+
+    def core_blocks(
+        self, end_user: EndUser | None, data: dict[str, Any], context: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        # MIRIX main's core results (rest_api.py: memory_type core, label, value, and the
+        # scope: the client that wrote the block).
+        blocks = core_blocks_list(
+            tenant=self.tenant,
+            end_user=end_user,
+            filter_tags=data["block_filter_tags"],
+            limit=data["limit"],
+        )
+        context = context | images_context(blocks) | {"memory_type": MEMORY_TYPES["core"]}
+        return [
+            MemorySerializer(block, context=context).data | {"scope": block.client_id}
+            for block in blocks
+        ]
 
     @extend_schema(
         parameters=[UserQuerySerializer, SearchParamsSerializer],

@@ -54,7 +54,10 @@ def agent_component_resolve(meta_agent: MetaAgent, name: str) -> str | None:
         agent_type = COMPONENT_AGENT_TYPES[component]
         if bare in (agent_type, component) or _SHORT_NAMES.get(bare) == component:
             return component
-    available = [meta_agent.name, *(COMPONENT_AGENT_TYPES[c] for c in meta_agent.memory_components)]
+    available = [
+        meta_agent.name,
+        *(f"{meta_agent.name}_{COMPONENT_AGENT_TYPES[c]}" for c in meta_agent.memory_components),
+    ]
     raise AgentNotFoundError(
         f"Agent with name '{name}' not found for client {meta_agent.client_id}. "
         f"Available agents: {', '.join(available)}."

@@ -26,18 +26,22 @@ def _children(mirix: Mirix) -> dict:
 
 def test_an_agent_named_as_mirix_names_it_gets_a_new_system_prompt(mirix: Mirix) -> None:
     meta_agent = MetaAgent.objects.get(client=mirix.tenant.client)
-    before = _children(mirix)["episodic_memory_agent"].system
+    before = _children(mirix)["meta_memory_agent_episodic_memory_agent"].system
 
     updated = mirix.client.update_system_prompt(
         agent_name="episodic", system_prompt="Note only what the user states."
     )
 
-    assert updated.name == "episodic_memory_agent"
+    # MIRIX main's name (agent_manager.py: meta agent name + type), which its tests read.
+    assert updated.name == "meta_memory_agent_episodic_memory_agent"
     assert updated.agent_type.value == "episodic_memory_agent"
     assert updated.system == "Note only what the user states." != before
     assert updated.parent_id == meta_agent.pk
     # Read back as MIRIX's tests do, and as the meta agent's child.
-    assert _children(mirix)["episodic_memory_agent"].system == "Note only what the user states."
+    assert (
+        _children(mirix)["meta_memory_agent_episodic_memory_agent"].system
+        == "Note only what the user states."
+    )
     assert mirix.client.get_agent(updated.id).system == "Note only what the user states."
     # Every name MIRIX documents for it (rest_api.py 645-655) names the same agent.
     for name in ("episodic_memory_agent", "meta_memory_agent_episodic_memory_agent"):
@@ -45,6 +49,9 @@ def test_an_agent_named_as_mirix_names_it_gets_a_new_system_prompt(mirix: Mirix)
         assert again.id == updated.id and again.system == f"By {name}."
     knowledge = mirix.client.update_system_prompt(agent_name="knowledge", system_prompt="Vault.")
     assert knowledge.agent_type.value == "knowledge_memory_agent"
+    # Kept as sent (MIRIX's test_update_agent_system_prompt compares the prompt whole).
+    kept = mirix.client.update_system_prompt(agent_name="semantic", system_prompt=" Facts.\n")
+    assert kept.system == " Facts.\n"
     meta = mirix.client.update_system_prompt(agent_name="meta_memory_agent", system_prompt="Meta.")
     assert meta.id == meta_agent.pk and meta.system == "Meta."
     assert mirix.client.list_agents()[0].system == "Meta."
@@ -68,7 +75,7 @@ def test_an_unknown_agent_name_is_404_naming_it_and_the_agents_there_are(mirix: 
     message = str(refused.value)
     assert "404" in str(refused.value.__cause__)
     assert "Agent with name 'reflexion' not found for client" in message
-    assert "episodic_memory_agent" in message and "meta_memory_agent" in message
+    assert "meta_memory_agent_episodic_memory_agent" in message
     assert not AgentPromptVersion.objects.exists()
 
 
@@ -76,7 +83,7 @@ def test_an_agent_of_another_client_is_missing_by_id_and_by_name(mirix: Mirix, l
     from tests.factories import tenant_fixture
 
     other = tenant_fixture("other-client")
-    episodic = _children(mirix)["episodic_memory_agent"]
+    episodic = _children(mirix)["meta_memory_agent_episodic_memory_agent"]
     response = other.api.patch(
         f"/agents/{episodic.id}/system", {"system_prompt": "mine now"}, format="json"
     )
@@ -92,7 +99,7 @@ def test_an_agent_of_another_client_is_missing_by_id_and_by_name(mirix: Mirix, l
     mirix_client(other, live_server.url).update_system_prompt(
         agent_name="episodic", system_prompt="mine"
     )
-    assert _children(mirix)["episodic_memory_agent"].system != "mine"
+    assert _children(mirix)["meta_memory_agent_episodic_memory_agent"].system != "mine"
 
 
 def test_list_agents_with_parent_id_lists_its_sub_agents(mirix: Mirix) -> None:

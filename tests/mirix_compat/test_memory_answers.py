@@ -129,3 +129,31 @@ def test_search_all_users_names_the_scope_as_both_clients_read_it(
     scoped = mirix_client(mirix.tenant, live_server.url).search_all_users(query="tea")
     assert scoped["client_scope"] == client_id
     assert scoped["read_scopes"] == sorted([client_id, sibling.client.pk])
+
+
+def test_mains_include_core_memory_answers_the_blocks_beside_what_was_found(mirix: Mirix) -> None:
+    # MIRIX main's client sends include_core_memory (and block_filter_tags) to both searches;
+    # its server appends each block as {memory_type: core, id, user_id, label, value, scope}
+    # (main's rest_api.py, search_memory and search_memory_all_users). 0.1.7 never sends it.
+    api = mirix.tenant.api
+    plain = api.get("/memory/search", {"user_id": USER_ID, "query": "tea"}).json()
+    assert "core" not in {result["memory_type"] for result in plain["results"]}
+
+    asked = api.get(
+        "/memory/search", {"user_id": USER_ID, "query": "tea", "include_core_memory": "true"}
+    ).json()
+    (core,) = [result for result in asked["results"] if result["memory_type"] == "core"]
+    assert (core["user_id"], core["label"], core["value"]) == (USER_ID, "human", "Sam likes tea.")
+    assert core["scope"] == mirix.tenant.client.pk
+    assert asked["count"] == len(asked["results"]) == plain["count"] + 1
+
+    across = api.get(
+        "/memory/search_all_users",
+        {"query": "tea", "include_core_memory": "true", "block_filter_tags": '{"team": "a"}'},
+    ).json()
+    assert "core" not in {result["memory_type"] for result in across["results"]}
+    bad = api.get(
+        "/memory/search_all_users",
+        {"query": "tea", "include_core_memory": "true", "block_filter_tags": "{not json"},
+    )
+    assert bad.status_code == 422 and "block_filter_tags" in bad.json()["fields"]

@@ -135,7 +135,9 @@ def agent_view(meta_agent: MetaAgent, component: str | None = None) -> AgentView
         agent_type = COMPONENT_AGENT_TYPES[component]
         return AgentView(
             id=meta_agent.component_agent_id(component),
-            name=agent_type,
+            # MIRIX main's name for a sub-agent (agent_manager.py: the meta agent's name, then
+            # the type), which its by-name route and tests read; 0.1.7 reads none.
+            name=f"{meta_agent.name}_{agent_type}",
             agent_type=agent_type,
             system=meta_agent.system_prompts.get(agent_type, ""),
             parent_id=meta_agent.pk,
@@ -199,7 +201,8 @@ class AgentStateSerializer(serializers.Serializer):
 
 
 class SystemPromptInputSerializer(serializers.Serializer):
-    system_prompt = TextField(max_length=100_000)
+    # Kept as sent, as MIRIX keeps it: a prompt's closing newline is the prompt's.
+    system_prompt = TextField(max_length=100_000, trim_whitespace=False)
 
 
 class AgentListParamsSerializer(serializers.Serializer):

@@ -111,6 +111,15 @@ class SearchParamsSerializer(serializers.Serializer):
         help_text="ISO 8601, not before start_date; episodic memories only",
     )
     include_secrets = include_secrets_field()
+    include_core_memory = BooleanField(
+        required=False,
+        default=False,
+        help_text="also answer the core blocks (memory_type core, whole, not searched; limit "
+        "of them), as MIRIX's newer client asks",
+    )
+    block_filter_tags = filter_tags_query_field(
+        help_text="with include_core_memory: the blocks whose tags contain these"
+    )
     temporal = BooleanField(
         required=False,
         default=True,
@@ -126,6 +135,9 @@ class SearchParamsSerializer(serializers.Serializer):
     )
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
+
+    def validate_block_filter_tags(self, value: Any) -> dict[str, Any]:
         return filter_tags_check(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -148,6 +160,7 @@ class SearchParamsSerializer(serializers.Serializer):
             "kinds": kinds,
             "search_field": field,
             "filter_tags": attrs.get("filter_tags") or {},
+            "block_filter_tags": attrs.get("block_filter_tags") or {},
             "start": attrs.get("start_date"),
             "end": attrs.get("end_date"),
             "spoken_range": (found.start, found.end) if found is not None else None,
@@ -282,6 +295,9 @@ class RetrieveTopicParamsSerializer(serializers.Serializer):
     use_cache = BooleanField(required=False)
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
+        return filter_tags_check(value)
+
+    def validate_block_filter_tags(self, value: Any) -> dict[str, Any]:
         return filter_tags_check(value)
 
 
