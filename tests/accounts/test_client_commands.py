@@ -72,3 +72,32 @@ def test_client_commands_refuse_what_does_not_exist_or_is_another_organizations(
     # Nothing was half-made by the refused commands.
     assert list(Client.objects.filter(name="x")) == []
     assert list(org.client.read_scopes.all()) == []
+
+
+def test_an_operator_may_keep_the_ids_an_organization_and_its_clients_had(db) -> None:
+    # Moving from MIRIX: its organization and client ids stay, so created_by_id and scopes
+    # read as before (MIRIX's tests compare created_by_id with the client id they chose).
+    output = _run("create_tenant", "Acme", "--id", "acme-org", "--client-id", "acme-app")
+    assert _printed(output, "organization:") == "acme-org"
+    assert _printed(output, "client:") == "acme-app"
+    api = api_client_with(_printed(output, "api key:"))
+    agent = api.post("/agents/meta/initialize", {"provider": "openai"}, format="json").json()
+    assert agent["created_by_id"] == "acme-app" and agent["organization_id"] == "acme-org"
+    second = _run("create_client", "acme-org", "reports", "--id", "test-client-b.2")
+    assert _printed(second, "client:") == "test-client-b.2"
+
+    with pytest.raises(CommandError, match="id 'acme-app' already exists"):
+        _run("create_client", "acme-org", "again", "--id", "acme-app")
+    with pytest.raises(CommandError, match="id 'acme-org' already exists"):
+        _run("create_tenant", "Acme again", "--id", "acme-org")
+    for bad in ("-leading", "has space", "a/b", "x" * 65):
+        with pytest.raises(CommandError, match="letters, digits"):
+            _run("create_client", "acme-org", "bad", f"--id={bad}")
+    # Refused whole: no organization without its client.
+    with pytest.raises(CommandError):
+        _run("create_tenant", "Half", "--id", "half-org", "--client-id", "acme-app")
+    assert not Client.objects.filter(organization_id="half-org").exists()
+    from accounts.models import Organization
+
+    assert not Organization.objects.filter(pk="half-org").exists()
+    assert Client.objects.filter(organization_id="acme-org").count() == 2
