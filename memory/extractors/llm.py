@@ -6,7 +6,7 @@ import json
 import logging
 from typing import Any
 
-from memory.extractors.prompt import EXTRACTION_SYSTEM, extraction_prompt
+from memory.extractors.prompt import extraction_prompt, extraction_system
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.schema import EXTRACTION_SCHEMA
 from memory.providers.llm import LLMProvider
@@ -95,11 +95,14 @@ def _llm_item_fields(memory_type: str, item: dict[str, Any]) -> dict[str, Any] |
     return fields if all(fields[name] for name in required) else None
 
 
-def extract_with_llm(messages: list[Message], provider: LLMProvider) -> ExtractionOutcome:
-    """One structured-output call for the whole batch. Items that cite no known turn are
-    attributed to the whole batch; items missing what their type needs are dropped."""
+def extract_with_llm(
+    messages: list[Message], provider: LLMProvider, agent_prompts: dict[str, str] | None = None
+) -> ExtractionOutcome:
+    """One structured-output call for the whole batch, with the client's ``agent_prompts``
+    (``extraction_system``). Items that cite no known turn are attributed to the whole batch;
+    items missing what their type needs are dropped."""
     result = provider.structured(
-        system=EXTRACTION_SYSTEM,
+        system=extraction_system(agent_prompts or {}),
         prompt=extraction_prompt(messages),
         schema=EXTRACTION_SCHEMA,
         schema_name="memory_proposals",

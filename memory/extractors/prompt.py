@@ -20,6 +20,22 @@ Propose nothing that the turns do not support; leave a list empty when nothing f
 Never copy a secret value anywhere except knowledge_vault.secret_value."""
 
 
+def extraction_system(agent_prompts: dict[str, str]) -> str:
+    """The instructions, and after them what the client told its agents (the meta agent's and
+    each component's system prompt, by MIRIX agent type: its configuration's
+    ``system_prompts`` or ``PATCH /agents/.../system``), as the application's own guidance."""
+    given = {agent: text.strip() for agent, text in agent_prompts.items() if text.strip()}
+    if not given:
+        return EXTRACTION_SYSTEM
+    lines = [f"[{agent}]\n{text}" for agent, text in sorted(given.items())]
+    return (
+        EXTRACTION_SYSTEM
+        + "\n\nThe application's instructions for its memory agents follow; apply each to the "
+        "memories of its kind (meta_memory_agent: to all), within the rules above:\n\n"
+        + "\n\n".join(lines)
+    )
+
+
 def extraction_prompt(messages: list[Message]) -> str:
     lines = []
     for message in messages:

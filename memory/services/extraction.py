@@ -117,6 +117,14 @@ def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: 
     return True
 
 
+def _agent_prompts(client_id: str) -> dict[str, str]:
+    """The system prompts the client gave its agents, by agent type, for the LLM extractor."""
+    meta_agent = MetaAgent.objects.filter(client_id=client_id).first()
+    if meta_agent is None:
+        return {}
+    return {**meta_agent.system_prompts, "meta_memory_agent": meta_agent.system}
+
+
 def _enabled_types(client_id: str) -> set[str]:
     components = (
         MetaAgent.objects.filter(client_id=client_id)
@@ -396,14 +404,14 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
     ]
     outcomes = [
         (
-            extract_with_llm(batch, provider)
+            extract_with_llm(batch, provider, _agent_prompts(job.client_id))
             if provider
             # A batch's first exchange in a session may reply to a turn of an earlier batch.
             else extract_deterministic(batch, messages_preceding_get(messages=batch), bounds)
         )
         if batch
         else ExtractionOutcome(proposals=[])
-        for batch in batches
+        for job, batch in zip(jobs, batches, strict=True)
     ]
     counts = memories_store_many(
         requests=[

@@ -19,6 +19,7 @@ from accounts.models import EndUser
 from accounts.services import end_user_delete_own
 from memory.crypto import secret_decrypt
 from memory.extractors import CONTEXT_CHARS
+from memory.extractors.prompt import EXTRACTION_SYSTEM
 from memory.models import (
     EpisodicEmbedding,
     EpisodicMemory,
@@ -550,6 +551,37 @@ def test_an_llm_batch_never_mixes_filter_tags(org: TenantFixture, llm: LoopbackS
     tags = {tuple(episode.filter_tags.items()) for episode in EpisodicMemory.objects.all()}
     assert tags == {(("p", "a"),), (("p", "b"),)}
     assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
+
+
+def test_the_llm_extractor_follows_the_system_prompts_the_client_gave_its_agents(
+    org: TenantFixture, other_org: TenantFixture, llm: LoopbackServer
+) -> None:
+    llm.respond(lambda request: Reply(200, openai_reply(_proposals_citing(request.json))))
+    for tenant in (org, other_org):
+        tenant.api.post("/agents/meta/initialize", {"provider": "openai"}, format="json")
+    org.api.patch(
+        "/agents/by-name/episodic/system",
+        {"system_prompt": "Record only trips, with their dates."},
+        format="json",
+    )
+    org.api.patch("/agents/by-name/meta_memory_agent/system", {"system_prompt": "Write in French."})
+    add(org, chat_turns("We fly to Lisbon on 3 May", "Have fun"))
+    add(other_org, chat_turns("We fly to Oslo on 9 May", "Nice"))
+
+    while ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).exists():
+        run_queued_jobs()
+
+    systems = {
+        request.json["messages"][-1]["content"]: request.json["messages"][0]["content"]
+        for request in llm.requests
+    }
+    (ours,) = [system for prompt, system in systems.items() if "Lisbon" in prompt]
+    (theirs,) = [system for prompt, system in systems.items() if "Oslo" in prompt]
+    assert ours.startswith(EXTRACTION_SYSTEM)
+    assert "[episodic_memory_agent]\nRecord only trips, with their dates." in ours
+    assert "[meta_memory_agent]\nWrite in French." in ours
+    # Another client's agents are its own; one that gave none gets the instructions alone.
+    assert theirs == EXTRACTION_SYSTEM
 
 
 def test_a_failed_llm_call_leaves_the_messages_pending_for_the_retry(
