@@ -1,5 +1,5 @@
 """The local embedding model's two runtimes, side by side in one process and one run: the server's
-(ONNX Runtime over the export, ``memory.providers.local_model``) and sentence-transformers over
+(ONNX Runtime over the export, ``mirix_site.providers.local_model``) and sentence-transformers over
 torch (the runtime before it, and the reference for the vectors).
 
 For each: p50 / p95 of one query (what every recall, recommend and search waits for), and texts
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from memory.providers.local_model import local_model_load, local_model_weights
+    from mirix_site.providers.local_model import local_model_load, local_model_weights
 
     torch.set_num_threads(1)
     exported = local_model_load(arguments.model_dir, threads=1)

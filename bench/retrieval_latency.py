@@ -122,8 +122,8 @@ if TYPE_CHECKING:
     from django.db import models
 
     from accounts.tenancy import Scope, Tenant
-    from memory.providers.embeddings import EmbeddingProvider
     from memory.retrieval.kinds import SearchableKind
+    from mirix_site.providers.embeddings import EmbeddingProvider
 
 GOAL_SEARCH_P95_MS = 30.0
 LIMIT = 10
@@ -1261,7 +1261,7 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     """Both layouts, loaded, measured and cleaned up; raises BenchError with what went wrong."""
     api_key = api_key_read(arguments, key_file=arguments.data_dir / "demo-api-key")
     database = django_setup(arguments)
-    from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
+    from mirix_site.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 
     embedder = embedding_provider_from_settings()
     if embedder.model_name != LOCAL_MODEL_NAME:

@@ -36,7 +36,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Besides every 5xx: a request timeout or a rate limit may pass. The provider list in
-# memory.providers.http also retries 409 and 425, answers of APIs, not of image hosts.
+# mirix_site.providers.http also retries 409 and 425, answers of APIs, not of image hosts.
 _TRANSIENT_STATUSES = frozenset({408, 429})
 # Whitespace, control characters and backslashes: browsers and Python's parser disagree on what
 # they mean inside a URL (``http://127.0.0.1\@example.com/``), so no reading of them is trusted.

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 
 from accounts.api.fields import NOT_BLANK_PATTERN
 from memory.models.agents import MEMORY_COMPONENTS
-from memory.providers.embeddings import (
+from mirix_site.providers.embeddings import (
     GEMINI_MODEL_DIMENSIONS,
     LOCAL_MODEL_DIMENSIONS,
     LOCAL_MODEL_NAME,

@@ -8,8 +8,6 @@ import random
 from celery import shared_task
 from celery.exceptions import MaxRetriesExceededError
 
-from memory.providers.embeddings import EmbeddingTransientError
-from memory.providers.llm import LLMTransientError
 from memory.retrieval.vector_indexes import vector_indexes_sync
 from memory.services import (
     extraction_job_requeue,
@@ -18,6 +16,8 @@ from memory.services import (
     retrieval_logs_purge,
 )
 from mirix_site.database import database_unreachable
+from mirix_site.providers.embeddings import EmbeddingTransientError
+from mirix_site.providers.llm import LLMTransientError
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import redis
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-from memory.providers.embeddings import EmbeddingProvider
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.redis import redis_client
 from skills.services.experiences import experiences_embed
 from skills.tasks import embedding_fault_passing, experiences_embed_drain_task

@@ -33,7 +33,7 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 
-from memory.providers.embeddings import EmbeddingProvider, unit_rows
+from mirix_site.providers.embeddings import EmbeddingProvider, unit_rows
 from skills.models import SERVED_STATUSES, Skill, SkillEmbedding, SkillPhrasing
 
 logger = logging.getLogger(__name__)

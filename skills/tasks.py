@@ -11,9 +11,9 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from memory.providers.embeddings import EmbeddingTransientError
 from memory.retrieval.spaces import write_embedders
 from mirix_site.database import database_unreachable
+from mirix_site.providers.embeddings import EmbeddingTransientError
 from skills.services.experiences import experiences_embed, experiences_unembedded
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     leaves a stale heartbeat, and the beat (``recover_learning_runs``) publishes the run again.
     A provider's overload or a database restart puts the run back in the queue and retries
     with backoff."""
-    from memory.providers.llm import LLMTransientError, llm_provider_from_settings
+    from mirix_site.providers.llm import LLMTransientError, llm_provider_from_settings
     from skills.services.runs import (
         RunLostError,
         SliceDoneError,

@@ -174,9 +174,9 @@ def memories_create(owner: TenantFixture, *, user_id: str) -> None:
     from accounts.selectors import end_user_get
     from memory.extractors import Proposal
     from memory.models import ExtractionJob
-    from memory.providers.embeddings import embedding_provider_from_settings
     from memory.services import extraction_job_run, memories_store, memory_add
     from memory.services.records import Owner
+    from mirix_site.providers.embeddings import embedding_provider_from_settings
     from sessions.content import message_normalize
 
     texts = chat_turns(

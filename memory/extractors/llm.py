@@ -9,7 +9,7 @@ from typing import Any
 from memory.extractors.prompt import extraction_prompt, extraction_system
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.schema import EXTRACTION_SCHEMA
-from memory.providers.llm import LLMProvider
+from mirix_site.providers.llm import LLMProvider
 from sessions.models import Message
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from django.db.models.functions import Cast
 from pgvector.django import HnswIndex, VectorField
 
 from accounts.models import EndUser, Owned, OwnedIndexedByModel
-from memory.providers.embeddings import LOCAL_MODEL_DIMENSIONS, LOCAL_MODEL_NAME
+from mirix_site.providers.embeddings import LOCAL_MODEL_DIMENSIONS, LOCAL_MODEL_NAME
 
 
 class IndexOwned(OwnedIndexedByModel):

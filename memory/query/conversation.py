@@ -16,9 +16,9 @@ from datetime import datetime
 
 from django.conf import settings
 
-from memory.providers.llm import LLMError, PromptImage, llm_provider_from_settings
 from memory.query.temporal import DateRange, temporal_range
 from memory.query.topics import topics_extract
+from mirix_site.providers.llm import LLMError, PromptImage, llm_provider_from_settings
 
 logger = logging.getLogger(__name__)
 

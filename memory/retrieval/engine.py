@@ -18,7 +18,6 @@ from django.db.models import Q
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.bm25 import bm25_search, query_lexemes
 from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
 from memory.retrieval.gate import gate_thresholds
@@ -26,6 +25,7 @@ from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.lanes import Lane
 from memory.retrieval.query_vectors import QueryVector, query_vector_lane
 from memory.retrieval.vectors import distances_of, vector_search
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rows import instance_build, model_columns
 
 T = TypeVar("T")

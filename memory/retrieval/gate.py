@@ -21,9 +21,9 @@ from functools import cache
 from pathlib import Path
 
 from memory.models import GateCalibration
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.fusion import Thresholds
 from memory.retrieval.kinds import SearchableKind
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rowsmemo import rows_memo
 
 logger = logging.getLogger(__name__)

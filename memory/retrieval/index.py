@@ -21,9 +21,9 @@ from django.db import IntegrityError, connection, models, transaction
 
 from accounts.models import Client, EndUser
 from memory.models import DocumentStats, Posting, TermStats
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.kinds import SearchableKind
 from memory.retrieval.vector_indexes import own_indexes_request
+from mirix_site.providers.embeddings import EmbeddingProvider
 
 _TABLES = {
     "postings": Posting._meta.db_table,

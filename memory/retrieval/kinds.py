@@ -23,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, models
 from django.db.models import Q
 
 if TYPE_CHECKING:
-    from memory.providers.embeddings import EmbeddingProvider
+    from mirix_site.providers.embeddings import EmbeddingProvider
 
 # A posting row names its kind by this small number: PostgreSQL's smallint, unsigned.
 MAX_CODE = 32767

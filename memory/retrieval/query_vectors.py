@@ -12,8 +12,8 @@ from functools import partial
 
 import redis
 
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.lanes import Lane
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.redis import redis_client
 
 logger = logging.getLogger(__name__)

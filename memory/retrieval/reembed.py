@@ -20,15 +20,15 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from memory.models import EmbeddingSpace
-from memory.providers.embeddings import (
-    LOCAL_MODEL_NAME,
-    EmbeddingProvider,
-    embedding_provider_from_settings,
-)
 from memory.retrieval.index import embeddings_write_committed
 from memory.retrieval.kinds import SearchableKind, kinds
 from memory.retrieval.vector_indexes import hnsw_index_create, index_exists, vector_indexes_sync
 from memory.retrieval.vectors import shared_index_name
+from mirix_site.providers.embeddings import (
+    LOCAL_MODEL_NAME,
+    EmbeddingProvider,
+    embedding_provider_from_settings,
+)
 
 
 class SpaceMismatchError(ValueError):

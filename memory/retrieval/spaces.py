@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from memory.models import EmbeddingSpace
-from memory.providers.embeddings import (
+from mirix_site.providers.embeddings import (
     EmbeddingProvider,
     EmbeddingSettings,
     embedding_provider,

@@ -18,7 +18,6 @@ from accounts.tenancy import Tenant
 from memory.crypto import secret_encrypt
 from memory.extractors import Proposal
 from memory.models import CoreMemoryBlock, KnowledgeVaultItem
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.index import (
     documents_index,
     documents_reindex,
@@ -26,6 +25,7 @@ from memory.retrieval.index import (
     index_clear,
 )
 from memory.types import MEMORY_TYPES, MemoryType, memory_kinds
+from mirix_site.providers.embeddings import EmbeddingProvider
 
 
 class MemoryReadOnlyError(Exception):

@@ -13,7 +13,6 @@ from accounts.tenancy import Tenant
 from images.selectors import image_bytes, images_fetched_from, images_get
 from memory.models import CoreMemoryBlock
 from memory.procedures import procedures_find
-from memory.providers.llm import PromptImage
 from memory.query.conversation import conversation_query, conversation_reads_images
 from memory.query.topics import topics_query
 from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
@@ -23,6 +22,7 @@ from memory.retrieval.log import retrieval_log_write
 from memory.retrieval.service import retrieval_search
 from memory.selectors import episodes_recent, memory_list, memory_totals
 from memory.types import MEMORY_TYPES, memory_kinds
+from mirix_site.providers.llm import PromptImage
 from sessions.content import MessageInput
 from sessions.selectors import messages_showing
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from phonenumbers import SUPPORTED_REGIONS
 
 # Safe before Django is set up: that module imports nothing of Django when imported.
-from memory.providers.embeddings import LOCAL_MODEL_NAME
+from mirix_site.providers.embeddings import LOCAL_MODEL_NAME
 from mirix_site.settings.env import (
     env_bool,
     env_choice,
@@ -320,7 +320,7 @@ EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 2, minimum=1)
 # many as the worker has processes (Celery's default, one per core), each embedding on its own.
 EXPERIENCE_EMBED_DRAINS = env_int("EXPERIENCE_EMBED_DRAINS", os.cpu_count() or 1, minimum=1)
 # Where the local model's ONNX export is written, once, by the first process that needs it
-# (memory.providers.local_model).
+# (mirix_site.providers.local_model).
 LOCAL_MODEL_DIR = Path(env_str("LOCAL_MODEL_DIR", str(MIRIX_DATA_DIR / "models"))).resolve()
 # Failed extraction jobs a message survives before it is marked failed and left alone.
 EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)

@@ -11,7 +11,7 @@ from django.db import migrations
 def calibrate_bundled_model(apps, schema_editor) -> None:  # noqa: ANN001
     if not settings.GATE_CALIBRATE_ON_MIGRATE or settings.EMBEDDING_PROVIDER != "local":
         return
-    from memory.providers.embeddings import embedding_provider_from_settings
+    from mirix_site.providers.embeddings import embedding_provider_from_settings
     from skills.services.grouping import bundled_pairs, grouping_measure
 
     calibrations = apps.get_model("skills", "ActionGroupingCalibration")

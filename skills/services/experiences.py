@@ -20,13 +20,13 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.index import (
     documents_index,
     documents_reindex,
     documents_unindex,
     embeddings_write_committed,
 )
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rows import rows_insert
 from sessions.sensitive import Found, sensitive_redacted, sensitive_redacted_json
 from skills.kinds import EXPERIENCE_KIND

@@ -27,7 +27,7 @@ import numpy as np
 import snowballstemmer
 from django.db import transaction
 
-from memory.providers.embeddings import EmbeddingProvider, cosines
+from mirix_site.providers.embeddings import EmbeddingProvider, cosines
 from skills.models import ActionGroupingCalibration, ActionPhrase, Experience
 
 logger = logging.getLogger(__name__)

@@ -34,9 +34,9 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory.providers.embeddings import EmbeddingProvider, cosines
-from memory.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
 from memory.retrieval.index import documents_index
+from mirix_site.providers.embeddings import EmbeddingProvider, cosines
+from mirix_site.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
 from sessions.models import Message, Session
 from sessions.sensitive import sensitive_redacted
 from skills.curator import (

@@ -26,8 +26,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.tenancy import Tenant
-from memory.providers.embeddings import EmbeddingProvider
 from memory.retrieval.index import documents_index, documents_reindex
+from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.text import clipped
 from sessions.sensitive import sensitive_redacted
 from skills.confidence import evidence, lower_bound

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from memory.models import EpisodicMemory, ExtractionJob
-from memory.providers.embeddings import embedding_provider_from_settings
 from memory.services import extraction_job_run
+from mirix_site.providers.embeddings import embedding_provider_from_settings
 from tests.factories import TenantFixture
 
 START = datetime(2026, 5, 1, 18, 0, tzinfo=UTC)

@@ -28,8 +28,6 @@ from memory.models import (
     ResourceMemory,
     SemanticMemory,
 )
-from memory.providers.embeddings import EmbeddingTransientError
-from memory.providers.llm import LLMTransientError
 from memory.retrieval.spaces import write_embedders
 from memory.services import (
     extraction,
@@ -38,6 +36,8 @@ from memory.services import (
     extraction_jobs_recover,
 )
 from memory.services.extraction import RUN_LOCK_BASE
+from mirix_site.providers.embeddings import EmbeddingTransientError
+from mirix_site.providers.llm import LLMTransientError
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
 from tests.loopback import LoopbackServer, Reply, openai_reply

@@ -18,8 +18,8 @@ import pytest
 from django.core.management import call_command
 
 from memory.models import GateCalibration
-from memory.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 from memory.retrieval.gate import bundled_pairs, gate_measure
+from mirix_site.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
 from skills.kinds import SKILL_KIND
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

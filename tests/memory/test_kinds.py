@@ -219,8 +219,8 @@ def test_a_code_once_given_to_a_kind_is_refused_to_another(db: None) -> None:
 def test_a_kind_that_writes_its_own_vectors_is_handed_its_rows(org: TenantFixture) -> None:
     import dataclasses
 
-    from memory.providers.embeddings import embedding_provider_from_settings
     from memory.retrieval.index import embeddings_write
+    from mirix_site.providers.embeddings import embedding_provider_from_settings
 
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
     first, second = notes_create(org, sam, NOTES[:2])

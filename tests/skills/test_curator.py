@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from memory.providers.llm import estimate_tokens
+from mirix_site.providers.llm import estimate_tokens
 from skills.curator import (
     LessonView,
     SkillView,

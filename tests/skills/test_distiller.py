@@ -216,7 +216,7 @@ def test_a_session_without_signals_teaches_nothing() -> None:
 
 
 def test_a_long_session_is_split_into_parts_that_fit_the_window() -> None:
-    from memory.providers.llm import estimate_tokens
+    from mirix_site.providers.llm import estimate_tokens
     from skills.services.runs import transcript_parts
 
     session = Session().say("user", "Migrate the database.")

@@ -12,8 +12,8 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from memory.providers.embeddings import EmbeddingTransientError
 from memory.retrieval.spaces import write_embedders
+from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.redis import redis_client
 from skills import embedding_queue, tasks
 from skills.embedding_queue import DRAINING, QUEUE, RECORDING, experiences_embed_drain

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memory.providers.llm import estimate_tokens
+from mirix_site.providers.llm import estimate_tokens
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture

@@ -13,9 +13,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from memory.models import GateCalibration
-from memory.providers.embeddings import EmbeddingProvider, embedding_provider_from_settings
 from memory.retrieval.gate import BUNDLED_PAIRS, gate_calibrate, gate_calibration_ensure
 from memory.retrieval.kinds import kind_get, kinds
+from mirix_site.providers.embeddings import EmbeddingProvider, embedding_provider_from_settings
 
 
 class Command(BaseCommand):

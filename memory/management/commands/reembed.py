@@ -11,13 +11,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.providers.embeddings import (
+from memory.retrieval.reembed import SpaceMismatchError, reembed_run
+from mirix_site.providers.embeddings import (
     EmbeddingProvider,
     EmbeddingSettings,
     embedding_provider,
     embedding_provider_from_settings,
 )
-from memory.retrieval.reembed import SpaceMismatchError, reembed_run
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.providers.embeddings import embedding_provider_from_settings
+from mirix_site.providers.embeddings import embedding_provider_from_settings
 from skills.services.grouping import (
     BUNDLED_PAIRS,
     grouping_calibrate,

@@ -22,9 +22,9 @@ from urllib.parse import quote
 import numpy as np
 import requests
 
-from memory.providers.chunking import chunk_text
-from memory.providers.http import post_json_object
-from memory.providers.local_model import LocalModel, local_model_load
+from mirix_site.providers.chunking import chunk_text
+from mirix_site.providers.http import post_json_object
+from mirix_site.providers.local_model import LocalModel, local_model_load
 
 __all__ = [
     "LOCAL_MODEL_DIMENSIONS",
@@ -84,7 +84,7 @@ class EmbeddingError(Exception):
 
 class EmbeddingTransientError(EmbeddingError):
     """A failure that may pass: a timeout, a dropped connection, a rate limit, a 5xx (the list
-    is ``memory.providers.http.TRANSIENT_HTTP_STATUSES``). Retry later."""
+    is ``mirix_site.providers.http.TRANSIENT_HTTP_STATUSES``). Retry later."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -138,7 +138,7 @@ class EmbeddingProvider(ABC):
 
     def chunk(self, text: str) -> list[str]:
         """Split ``text`` into chunks of at most ``max_chunk_tokens`` tokens each, cut at
-        paragraphs, else sentences, else words (``memory.providers.chunking.chunk_text``).
+        paragraphs, else sentences, else words (``mirix_site.providers.chunking.chunk_text``).
 
         A text that fits is its own only chunk, so ``""`` gives ``[""]``: every text has at
         least one.
@@ -179,7 +179,7 @@ _shared_local_model = _SharedLocalModel()
 
 
 class LocalEmbeddingProvider(EmbeddingProvider):
-    """all-MiniLM-L6-v2 on the CPU, offline (``memory.providers.local_model``)."""
+    """all-MiniLM-L6-v2 on the CPU, offline (``mirix_site.providers.local_model``)."""
 
     # Texts per forward pass: as many as fit _BATCH_TOKENS tokens once padded to the batch's
     # longest, at most _BATCH_SIZE. A fixed count lost on long texts: one thread on these 2

@@ -11,13 +11,13 @@ from email.utils import formatdate
 
 import pytest
 
-from memory.providers.embeddings import (
+from mirix_site.providers.embeddings import (
     EmbeddingPermanentError,
     EmbeddingSettings,
     EmbeddingTransientError,
     embedding_provider,
 )
-from memory.providers.llm import LLMPermanentError, LLMSettings, LLMTransientError, llm_provider
+from mirix_site.providers.llm import LLMPermanentError, LLMSettings, LLMTransientError, llm_provider
 from tests.loopback import LoopbackServer, Reply
 
 API_KEY = "sk-test-5c81d07e93"

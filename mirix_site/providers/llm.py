@@ -27,7 +27,7 @@ import requests
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.providers.http import error_excerpt, post_json_object
+from mirix_site.providers.http import error_excerpt, post_json_object
 
 OPENAI_DEFAULT_API_BASE = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT_API_BASE = "https://api.anthropic.com"
@@ -47,7 +47,7 @@ class LLMError(Exception):
 
 class LLMTransientError(LLMError):
     """A failure worth retrying later: a timeout, a dropped connection, a rate limit, a 5xx (the
-    list is ``memory.providers.http.TRANSIENT_HTTP_STATUSES``).
+    list is ``mirix_site.providers.http.TRANSIENT_HTTP_STATUSES``).
 
     ``retry_after`` is the server's ``Retry-After`` in seconds when it sent one.
     """

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.providers.llm import (
+from mirix_site.providers.llm import (
     AnthropicProvider,
     GeminiProvider,
     LLMPermanentError,

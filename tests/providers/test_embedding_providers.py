@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from memory.providers.embeddings import (
+from mirix_site.providers.embeddings import (
     EmbeddingPermanentError,
     EmbeddingSettings,
     EmbeddingTransientError,
@@ -15,7 +15,7 @@ from memory.providers.embeddings import (
     embedding_provider,
     embedding_provider_from_settings,
 )
-from memory.providers.local_model import local_model_file, local_model_load, local_model_weights
+from mirix_site.providers.local_model import local_model_file, local_model_load, local_model_weights
 from tests.loopback import LoopbackServer, RecordedRequest, Reply, Responder
 
 API_KEY = "sk-test-4f9a1c2e"
