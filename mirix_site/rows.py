@@ -162,9 +162,9 @@ def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[Mod
     """Insert these new instances in one statement and set their primary keys, in order:
     ``bulk_create`` without its cost on large batches. The rows travel as one JSON document,
     each value read back by its column's type (``(row ->> n)::type``): ``bulk_create`` writes
-    one placeholder per value (15,000 for 500 experiences, over half of a batch record's time)
-    and one array per column spends a fifth of it in psycopg's element-by-element array dumper
-    (bench/RESULTS.md, 2026-12-04); the JSON is written in C. Like ``bulk_create``: fields'
+    one placeholder per value (over half of a batch record's time) and one array per column
+    spends much of it in psycopg's element-by-element array dumper (bench/RESULTS.md); the JSON
+    is written in C. Like ``bulk_create``: fields'
     ``pre_save`` runs (``auto_now``), no ``save()``, no signals."""
     if not instances:
         return []

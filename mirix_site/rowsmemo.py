@@ -1,7 +1,7 @@
 """A process's memo of what a function reads from rows that change rarely and are read by
 every request of a kind (the embedding spaces and the gate's calibrations, read by every
 search): kept for at most ``ROWS_MEMO_SECONDS``, so a search does not spend two of its round
-trips on them (bench/RESULTS.md, 2026-12-04: 0.7 ms of a recall's p50, on one database).
+trips on them (bench/RESULTS.md, bench/experiences.py).
 
 Why it stays correct: a save or delete of a row of a memo's models clears the memo in this
 process at once and again when it commits (a value read before the change is not kept after

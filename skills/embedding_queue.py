@@ -45,8 +45,8 @@ BATCHES_PER_TASK = 5
 # Set by every push for a second: records are arriving. A drain waits for a second without
 # one before each batch, up to YIELD_SECONDS, so a burst of writes is not slowed by embedding
 # beside it: the worker is niced, but its database session, writing vectors into the HNSW
-# indexes, is not. With embedding held off the bench's 2,000 single records went at 215/s,
-# beside it at 112/s (bench/experiences.py, 2026-12-03). The cap keeps a sustained burst
+# indexes, is not: held off, single records went nearly twice as fast (bench/experiences.py,
+# bench/RESULTS.md). The cap keeps a sustained burst
 # from starving embedding: a batch every YIELD_SECONDS at the least.
 RECORDING = "mirix:experiences-recording"
 RECORDING_MILLISECONDS = 1000

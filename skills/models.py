@@ -101,9 +101,8 @@ class Experience(OwnedIndexedByModel):
 
     Recorded by the thousand, so every index is one its reads or deletions use: plain ones on
     the organization and the client, none on the user (the composite ones lead with it), and
-    indexes of the nullable references over the rows that have one (bench/RESULTS.md,
-    2026-12-04: 18 indexes a row; without the unused ones a batch took 10-30 % less database
-    time)."""
+    indexes of the nullable references over the rows that have one: each unused index cost
+    every batch record database time (bench/RESULTS.md, bench/experiences.py)."""
 
     task = models.TextField()
     action = models.TextField()

@@ -9,10 +9,8 @@ starting from the means, each is moved so that a softmax over the cosine similar
 by ``STEPS`` steps of gradient descent on the sphere. What tells a skill from its neighbours
 gains weight; what they share loses it. One skill alone keeps its mean.
 
-Measured on MetaTool (bench/skill_learning.py; bench/RESULTS.md 2026-12-04, "skills searched
-by prototypes"): offline over six seeded splits, p@1 with BM25 fused 0.800 → 0.812 (seeds 0-2)
-and 0.797 → 0.804 (seeds 3-5) at 20 sessions per tool, 0.751 / 0.749 → 0.749 / 0.747 at 5; a
-fresh install (seed 0) 0.786 → 0.812 on the dev half at 20, 0.732 → 0.733 at 5.
+Measured on MetaTool (bench/skill_learning.py; bench/RESULTS.md, "skills searched by
+prototypes"): better than the phrasings' means at 20 sessions per tool, level at 5.
 
 Every write of a skill's vectors fits all of its owner's served skills again, in the
 transaction that writes them; the phrasings' embeddings are kept (``SkillPhrasing``), so a

@@ -67,7 +67,7 @@ def experience_settings_get(*, tenant: Tenant) -> ExperienceSettings:
 def _client_half_life(client_id: str) -> float | None:
     # Every recall and recommend without a half-life of its own reads it; a client sets it
     # rarely. Memoized like the spaces and calibrations every search reads (mirix_site.rowsmemo):
-    # one round trip fewer, web CPU a recall 15.1-16.2 against 15.5-18.0 ms (RESULTS 2026-12-04).
+    # one round trip fewer per recall (bench/RESULTS.md, bench/experiences.py).
     found = ExperienceSettings.objects.filter(client_id=client_id).first()
     # A client that never set one has the model's default, as experience_settings_get answers.
     return (found or ExperienceSettings()).half_life_days

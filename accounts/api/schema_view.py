@@ -14,7 +14,7 @@ from rest_framework.response import Response
 class SchemaApi(SpectacularAPIView):
     """``/api/schema/``: the schema is generated from the code, which does not change while a
     process runs, so each process generates it once (per version and language) rather than for
-    every anonymous request (70-100 ms each, bench/RESULTS.md)."""
+    every anonymous request (each a visible wait; bench/RESULTS.md)."""
 
     _generated: dict[tuple[str | None, str | None], Any] = {}
 

@@ -35,16 +35,13 @@ K1 = 1.2
 B = 0.75
 # Looking postings up by document id costs a few times more per id than reading them in a run:
 # ids are looked up only when there are at most this fraction of the term's postings, else the
-# term's postings are read and the others skipped here. 4,080 ids looked up in a 5,000-posting
-# list took 38 ms (the planner, given that many ids, scanned the term across every user of the
-# organization), the whole list 4 ms (bench/RESULTS.md).
+# term's postings are read and the others skipped here: given many ids, the planner scanned
+# the term across every user of the organization (bench/RESULTS.md, bench/retrieval_latency.py).
 PROBE_FRACTION = 0.25
 # Up to this many postings over the query's terms, the database reads and scores them all in
-# one statement; past it the term-by-term pruning below, which reads less, is kept. On 10,000
-# experiences of one user (bench/experiences.py's, queries of 1,000-5,300 postings) one
-# statement took 1.2 ms + 1.0 per 1,000 postings, term by term 1.4 + 1.9: recall's BM25 lane
-# p50 6.0 -> 4.0 ms, recommend's 7.7 -> 4.4 (2026-12-03). The bound keeps the statement near
-# 11 ms at most, well inside the search budget where large lists make pruning pay.
+# one statement; past it the term-by-term pruning below, which reads less, is kept. One
+# statement costs less per posting than term by term (bench/experiences.py; bench/RESULTS.md);
+# the bound keeps it well inside the search budget where large lists make pruning pay.
 SINGLE_STATEMENT_POSTINGS = 10_000
 _POSTINGS = Posting._meta.db_table
 _TERMS = TermStats._meta.db_table

@@ -10,7 +10,7 @@ ways (``SearchableKind.fusion``):
   the query, plus its time-lane BM25 score over that lane's best, each times its lane's weight.
   Where one lane is much the stronger (BM25 on chat memories with all-MiniLM-L6-v2) it keeps
   that lane's margins, and the similarity of every candidate, not only the vector lane's top,
-  reorders them (bench/RESULTS.md: LoCoMo dev 0.804 -> 0.818, test 0.787 -> 0.800).
+  reorders them (bench/RESULTS.md: better than RRF on both halves of LoCoMo).
 
 The gate then uses the embedding model's calibrated thresholds: below ``min_similarity`` a
 result is dropped unless BM25 ranked it in its top 3, overall or within the time named, or
@@ -33,8 +33,8 @@ FUSIONS = ("scores", "rrf")
 RRF_K = 60
 BM25_RESCUE_RANK = 3
 # Under the fusion by scores, a result BM25 scores at least this share of its best passes the
-# gate too, whatever its rank (bench/RESULTS.md 2026-12-04: the dev halves' best with rank 3,
-# LongMemEval's answers spread over several sessions of one subject).
+# gate too, whatever its rank: LongMemEval's answers spread over several sessions of one
+# subject (chosen on the dev halves with the rank; bench/RESULTS.md).
 BM25_RESCUE_SHARE = 0.7
 
 

@@ -4,9 +4,9 @@ of their own for each user with many embeddings.
 A search for one user walks the shared index and skips the other users' rows (pgvector's
 iterative scan). A user with at most ``EXACT_SCAN_MAX_ROWS`` embeddings is scanned exactly
 instead; above that, the skipping is what a search costs, and it grows with everyone else's
-rows (a user owning 13,000 of 190,000 vectors: p95 182 ms, bench/RESULTS.md). Such a user gets
-a partial index of their own (``WHERE model = M AND end_user_id = U``: p95 8.3 ms for the same
-user). It indexes half-precision vectors, an expression the shared index does not have, and the
+rows (bench/RESULTS.md, bench/retrieval_latency.py). Such a user gets a partial index of their
+own (``WHERE model = M AND end_user_id = U``), which serves them many times faster. It indexes
+half-precision vectors, an expression the shared index does not have, and the
 vector lane orders by that expression when the index exists; over the same expression the
 planner, free to choose, took the shared index for a user owning half of it.
 
@@ -14,9 +14,8 @@ planner, free to choose, took the shared index for a user owning half of it.
 (a user whose rows fell to half the line, or who is gone). Beat runs it every
 ``VECTOR_INDEX_SYNC_SECONDS``; ``manage.py vector_indexes`` runs it on demand (after a bulk
 load); and a write of embeddings that takes a user past the line queues it at once
-(``own_indexes_request``): a user importing history is otherwise served by the shared index
-for up to ten minutes (10,000 experiences: recall p50 ~35 ms there, ~22 ms on their own
-index, in-process; bench/RESULTS.md).
+(``own_indexes_request``): a user importing history is otherwise served by the slower shared
+index for up to ten minutes (bench/RESULTS.md, bench/experiences.py).
 """
 
 from __future__ import annotations

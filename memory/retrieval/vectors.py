@@ -32,12 +32,10 @@ logger = logging.getLogger(__name__)
 # Below this many embeddings in scope an exact scan (an index lookup of the owner's rows and
 # a sort) is both exact and faster than an approximate index scan.
 EXACT_SCAN_MAX_ROWS = 5000
-# The fewest candidates an HNSW search keeps (ef_search), by index. A user's own index: 200
-# (recall@10 0.9997, no query under 0.5, for a user of 6,000 rows; bench/RESULTS.md). The
-# shared index serves a user past EXACT_SCAN_MAX_ROWS only until beat builds their own, but
-# there the graph walk now and then settles in the wrong cluster: for a user owning 23 % of a
-# 26,000-row clustered index, 5 queries of 800 under 0.5 at 200 (3 of 100 at 0 below 200 in an
-# earlier bench), 1 at 400, none at 800, for about 6 ms more per search.
+# The fewest candidates an HNSW search keeps (ef_search), by index: a user's own index recalls
+# nearly all at 200. The shared index serves a user past EXACT_SCAN_MAX_ROWS only until beat
+# builds their own, but there the graph walk now and then settles in the wrong cluster, which
+# 800 prevented, for a few milliseconds more per search (bench/RESULTS.md).
 HNSW_OWN_EF_SEARCH_MIN = 200
 HNSW_SHARED_EF_SEARCH_MIN = 800
 # ef_search per row fetched, by index. The shared index: 4 (near or below the rows fetched, the

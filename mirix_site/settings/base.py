@@ -133,8 +133,8 @@ def database_from_url(url: str, *, conn_max_age: int) -> dict[str, object]:
 
 # PostgreSQL's synchronous_commit for our connections. "off" answers a commit before its WAL
 # reaches the disk: an OS crash can lose the last fraction of a second of writes (never
-# corrupt them). On this project's shared disks a commit's flush costs several milliseconds,
-# half of a /memory/add (bench/RESULTS.md); local settings default to "off", production "on".
+# corrupt them). On shared disks a commit's flush is a large part of a /memory/add
+# (bench/RESULTS.md, bench/ingest.py); local settings default to "off", production "on".
 DB_SYNCHRONOUS_COMMIT_CHOICES = ["on", "off", "local", "remote_write", "remote_apply"]
 DB_SYNCHRONOUS_COMMIT = env_choice("DB_SYNCHRONOUS_COMMIT", "on", DB_SYNCHRONOUS_COMMIT_CHOICES)
 DATABASE_URL = env_url("DATABASE_URL", None, schemes=["postgres", "postgresql"])
@@ -240,27 +240,24 @@ LLM_VISION = env_bool("LLM_VISION", False)
 # each row's BM25 score over the best one's and its cosine similarity times
 # SEARCH_SIMILARITY_WEIGHT; "rrf" adds weight / (60 + rank) per lane. With all-MiniLM-L6-v2 the
 # vector lane is far weaker than BM25 on chat memories; ranks alone threw away BM25's margins.
-# On LoCoMo's dev half scores at 0.6 recalled 0.818 at 10 against RRF's 0.804 (0.3-1.0 all
-# above it), and held on the test half (0.800 against 0.787; bench/RESULTS.md).
+# The weight was chosen on LoCoMo's dev half and held on its test half (bench/RESULTS.md,
+# bench/retrieval_quality.py).
 SEARCH_FUSION = env_choice("SEARCH_FUSION", "scores", ["scores", "rrf"])
 SEARCH_SIMILARITY_WEIGHT = env_float("SEARCH_SIMILARITY_WEIGHT", 0.6, minimum=0.0)
 # The lanes' weights under "rrf" (BM25's also scales its normalised score under "scores"). At
 # equal RRF weights the vector lane pulled hybrid below BM25; at 0.1 it reorders and adds
-# results without outvoting BM25 (bench/RESULTS.md).
+# results without outvoting BM25 (bench/RESULTS.md, bench/retrieval_quality.py).
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # The vector lane's weight for experiences: short task and action texts, asked about in other
-# words. On the dev half of tests/skills/data/experience_eval.json 1.0 recalled 0.893 at 5
-# against 0.853 at 0.1, and held on the test half (0.881 against 0.845; bench/RESULTS.md).
+# words: chosen on the dev half of tests/skills/data/experience_eval.json, and it held on the
+# test half (bench/RESULTS.md, bench/experiences.py).
 EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0.0)
 # Skills' vector lane weight, fused by scores (skills.kinds): a skill scores 10 x its cosine
 # similarity + BM25's score over the best one's. Their vectors are prototypes of the tasks
 # they were learned from (skills.prototypes), the strongest single lane on MetaTool; BM25 adds
 # the words an embedding misses (error messages, names, a tool's own terms). Chosen on
-# MetaTool's dev half (bench/skill_learning.py, mean of 5 and 20 sessions per tool;
-# bench/RESULTS.md 2026-12-04): with the prototypes 0.773 at 10, 0.770 at 7.5 and 12.5, 0.767
-# / 0.768 / 0.762 at 15 / 20 / 5; before them (the phrasings' means) 0.761 at 10 too, 0.754
-# fused by RRF.
+# MetaTool's dev half, 5 and 20 sessions per tool (bench/RESULTS.md, bench/skill_learning.py).
 SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minimum=0.0)
 # The most served skills of one user whose prototypes are fit against each other (a fit's cost
 # grows with the skills times their phrasings: 2.2 / 11.7 / 38 s for 199 / 500 / 1,000 skills of
@@ -268,9 +265,8 @@ SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minim
 # vector is the mean of its phrasings.
 SKILL_PROTOTYPE_MAX_SKILLS = env_int("SKILL_PROTOTYPE_MAX_SKILLS", 400, minimum=0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
-# memory.retrieval.engine.SearchRequest.spoken_range). Under RRF 0.5 and 1 did not differ on
-# LongMemEval; fused by scores, 1.5 found 4 more of LoCoMo's dev half at 10 than 1.0 (both
-# client patterns; 2.0 the same as 1.5) and LongMemEval's dev half the same (bench/RESULTS.md).
+# memory.retrieval.engine.SearchRequest.spoken_range): chosen on the dev halves of LoCoMo
+# (both client patterns) and LongMemEval (bench/RESULTS.md, bench/retrieval_quality.py).
 SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.5, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
@@ -298,15 +294,15 @@ EPISODE_MAX_TURNS = env_int("EPISODE_MAX_TURNS", 4, minimum=1)
 EPISODE_MAX_TOKENS = env_int("EPISODE_MAX_TOKENS", 256, minimum=16)
 EPISODE_MAX_GAP = env_duration("EPISODE_MAX_GAP", "30m")
 # An AI assistant's reply (role assistant, no name) is kept in its episode to its first this
-# many characters; 0 keeps it whole. On LongMemEval-S dev (12 questions) 300 ranked as well or
-# better than whole replies on every figure, 3x faster from add to searchable (RESULTS.md).
+# many characters; 0 keeps it whole. A long reply outweighs what the user said, which is what
+# questions ask about, and slows extraction (bench/RESULTS.md, LongMemEval's dev half).
 EPISODE_REPLY_CHARS = env_int("EPISODE_REPLY_CHARS", 300, minimum=0)
 # Messages per extraction job; an LLM sees them in one call.
 EXTRACTION_BATCH_MESSAGES = env_int("EXTRACTION_BATCH_MESSAGES", 200, minimum=1)
 # Text (characters of turns) one extraction run takes at most, whatever its number of jobs: a
 # job's batch is cut at an exchange within it (one exchange longer runs alone). A run's time
 # grows with its text (embedding it), and another tenant's new turns wait for a worker's run
-# to end: 200 long turns took 25-80 s, far over the 10 s goal (bench/RESULTS.md, fairness).
+# to end: runs of 200 long turns kept them far over the goal (bench/RESULTS.md, fairness).
 EXTRACTION_BATCH_CHARS = env_int("EXTRACTION_BATCH_CHARS", 20_000, minimum=1000)
 # Queued jobs (of one organization) a worker runs together, sharing one embedding call;
 # with an LLM configured each job runs alone.

@@ -69,7 +69,7 @@ def action_key(action: str) -> str:
     "Added Redis cache", "use redis caching" and "a Redis cache." are one action while
     "a larger batch size" and "a smaller batch size" stay two. Text with no such word keys by
     its normalized self. Cached: a batch names few actions many times, and stemming was a
-    third of its time (bench/RESULTS.md)."""
+    large part of its time (bench/RESULTS.md)."""
     words = _WORD.findall(action.lower())
     stems = sorted({_stem(word) for word in words if word not in _EMPTY_WORDS})
     return " ".join(stems) if stems else _SPACES.sub(" ", action.lower()).strip()[:500]
