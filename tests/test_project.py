@@ -147,26 +147,3 @@ def test_embedded_postgres_runs_with_the_launchers_settings(db: None) -> None:
                 [name, os.environ.get(variable) or default],
             )
             assert cursor.fetchone() == (True,), name
-
-
-def test_serializers_declare_text_with_the_projects_string_only_fields() -> None:
-    # DRF's own text fields turn a number into a string, its numbers and booleans take text
-    # from a JSON body; ours refuse them (accounts/api/fields).
-    root = Path(mirix_site.__file__).resolve().parents[1]
-    drf_text = (
-        "serializers.CharField",
-        "serializers.ChoiceField",
-        "serializers.RegexField",
-        "serializers.BooleanField",
-        "serializers.IntegerField",
-        "serializers.FloatField",
-    )
-    offenders = [
-        f"{path.relative_to(root)}:{number}"
-        for app in ("accounts", "memory", "sessions", "skills", "images", "mirix_site")
-        for path in (root / app).rglob("*.py")
-        if path.name != "fields.py" and "migrations" not in path.parts
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if any(name in line for name in drf_text)
-    ]
-    assert offenders == []
