@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import quote, urljoin, urlsplit
 
+from mirix_site.providers.http import http_status_transient
+
 __all__ = ["FetchedImage", "ImageFetchError", "Resolver", "image_fetch", "url_check"]
 
 MAX_REDIRECTS = 3
@@ -35,9 +37,6 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# Besides every 5xx: a request timeout or a rate limit may pass. The provider list in
-# mirix_site.providers.http also retries 409 and 425, answers of APIs, not of image hosts.
-_TRANSIENT_STATUSES = frozenset({408, 429})
 # Whitespace, control characters and backslashes: browsers and Python's parser disagree on what
 # they mean inside a URL (``http://127.0.0.1\@example.com/``), so no reading of them is trusted.
 _UNSAFE_URL_CHARACTERS = re.compile(r"[\x00-\x20\x7f\\]")
@@ -377,7 +376,7 @@ def _hop_fetch(
         if status != 200:
             raise ImageFetchError(
                 f"The image host {target.host} answered HTTP {status}.",
-                transient=status >= 500 or status in _TRANSIENT_STATUSES,
+                transient=http_status_transient(status),
             )
         media_type = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
         if not _IMAGE_MEDIA_TYPE.fullmatch(media_type):

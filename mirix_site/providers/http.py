@@ -19,6 +19,7 @@ import requests
 __all__ = [
     "TRANSIENT_HTTP_STATUSES",
     "error_excerpt",
+    "http_status_transient",
     "post_json_object",
     "retry_after_seconds",
 ]
@@ -26,8 +27,16 @@ __all__ = [
 # Besides every 5xx: 408 request timeout, 409 conflict (OpenAI and Anthropic answer it for
 # transient lock contention) and 429 rate limited, which the official OpenAI and Anthropic clients
 # retry as well; and 425 too early, which asks for the same request again later (RFC 8470). A 5xx
-# that never passes (501) costs only the task's few bounded retries.
+# that never passes (501) costs only the task's few bounded retries. The one rule for every
+# outgoing request: model providers and image hosts alike (images.fetch).
 TRANSIENT_HTTP_STATUSES = frozenset({408, 409, 425, 429})
+
+
+def http_status_transient(status: int) -> bool:
+    """Whether the same request may pass later: every 5xx and ``TRANSIENT_HTTP_STATUSES``."""
+    return status >= 500 or status in TRANSIENT_HTTP_STATUSES
+
+
 ERROR_EXCERPT_CHARS = 300
 
 
@@ -108,7 +117,7 @@ def post_json_object(
         ) from None
 
     status = response.status_code
-    if status in TRANSIENT_HTTP_STATUSES or status >= 500:
+    if http_status_transient(status):
         raise transient_error(
             f"{label} answered HTTP {status}: {error_excerpt(response.text, api_key=api_key)}",
             retry_after=retry_after_seconds(response.headers.get("Retry-After")),

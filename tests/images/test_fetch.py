@@ -758,7 +758,19 @@ def test_a_body_that_is_not_an_image_is_refused(
 
 @pytest.mark.parametrize(
     ("status", "transient"),
-    [(404, False), (403, False), (410, False), (302, False), (429, True), (500, True), (503, True)],
+    # The one rule of every outgoing request (mirix_site.providers.http), 409 and 425 included.
+    [
+        (404, False),
+        (403, False),
+        (410, False),
+        (302, False),
+        (408, True),
+        (409, True),
+        (425, True),
+        (429, True),
+        (500, True),
+        (503, True),
+    ],
 )
 def test_an_error_status_says_whether_to_retry(
     status: int, transient: bool, server: ScriptedServer, resolver: FakeResolver
