@@ -64,7 +64,6 @@ from skills.transcripts import TranscriptError, transcript_distill
 CONTEXT_PARAM = re.compile(r"^context\.([A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
 MAX_CONTEXT_FILTERS = 10
 
-BY_MISSING = "`by` names no experience of this user."
 REFERENCE_MISSING = error_response(
     "supersedes or recommendation_id names nothing of this user that this client owns "
     "(missing, another user's or another client's alike)."
@@ -401,9 +400,11 @@ class ExperienceSupersedeApi(_ExperienceApi):
         request=SupersedeSerializer,
         responses={
             200: ExperienceSerializer,
-            409: error_response(
-                f"{BY_MISSING} Or it would supersede itself, directly or through a cycle."
+            404: error_response(
+                "No such experience, or `by` names none of this user that this client owns "
+                "(missing, another user's or another client's alike)."
             ),
+            409: error_response("It would supersede itself, directly or through a cycle."),
         },
         summary="Mark an experience replaced by another of the same user",
     )
@@ -415,15 +416,12 @@ class ExperienceSupersedeApi(_ExperienceApi):
         try:
             by = experience_get(tenant=self.tenant, experience_id=body.validated_data["by"])
         except ExperienceNotFoundError:
-            # 409, not 404: the experience in the path exists; what it cannot be replaced by is
-            # any experience the caller cannot see (missing, another tenant's, another user's).
-            raise Conflict(BY_MISSING) from None
+            # A body's reference to what the caller cannot see answers as a path's does.
+            raise NotFound() from None
         try:
             row = experience_supersede(tenant=self.tenant, experience=row, by=by)
-        except ExperienceReadOnlyError:
+        except (ExperienceReadOnlyError, ExperienceReferenceError):
             raise NotFound() from None
-        except ExperienceReferenceError:
-            raise Conflict(BY_MISSING) from None
         except ExperienceConflictError as error:
             raise Conflict(str(error)) from None
         return Response(ExperienceSerializer(row).data)

@@ -228,13 +228,11 @@ def test_supersede_checks_its_target(org: TenantFixture, other_org: TenantFixtur
 
     assert supersede("424242", second["id"]).status_code == 404
     assert supersede(foreign["id"], second["id"]).status_code == 404
+    # A body's reference the caller cannot see answers as a missing path object does.
     for by in ("424242", foreign["id"], other_user["id"]):
         response = supersede(first["id"], by)
-        assert response.status_code == 409, by
-        assert response.json() == {
-            "detail": "`by` names no experience of this user.",
-            "code": "conflict",
-        }
+        assert response.status_code == 404, by
+        assert response.json() == {"detail": "Not found.", "code": "not_found"}
     assert supersede(first["id"], first["id"]).status_code == 409
     assert supersede(first["id"], second["id"]).status_code == 200
     # second superseding first, first superseding second: a cycle.
@@ -286,7 +284,7 @@ def test_a_sibling_clients_experience_is_readable_but_not_writable(org: TenantFi
         return [(answer.status_code, answer.json()) for answer in answers]
 
     assert writes(theirs["id"]) == writes(missing)
-    assert [status for status, _ in writes(missing)] == [404, 409, 404, 404]
+    assert [status for status, _ in writes(missing)] == [404, 404, 404, 404]
     assert org.api.get(f"/experiences/{theirs['id']}").json()["superseded_by"] is None
     assert org.api.get(f"/experiences/{mine['id']}").json()["superseded_by"] is None
 
