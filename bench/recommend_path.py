@@ -87,11 +87,11 @@ def bench(arguments: argparse.Namespace) -> dict[str, float]:
 
     from accounts.models import EndUser
     from accounts.tenancy import Scope
-    from memory.retrieval.bm25 import bm25_search
-    from memory.retrieval.engine import OVERFETCH
-    from memory.retrieval.spaces import read_embedder
-    from memory.retrieval.vectors import vector_search
-    from skills.kinds import EXPERIENCE_KIND
+    from mirix_site.search.bm25 import bm25_search
+    from mirix_site.search.engine import OVERFETCH
+    from mirix_site.search.spaces import read_embedder
+    from mirix_site.search.vectors import vector_search
+    from skills.search import EXPERIENCE_KIND
     from skills.services.retrieval import experience_recommend
 
     api_key = api_key_read(arguments, key_file=arguments.data_dir / "demo-api-key")

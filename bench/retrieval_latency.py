@@ -32,7 +32,7 @@ directory (its key's client), as end users ``lat-<run id>-single-0`` and
 ``INSERT ... SELECT`` each, whose tables and columns are read from the models (every column the
 bench has no value for gets what the model gives a new row: its default, ``now()`` for
 ``auto_now``, NULL or ''; a required column with none stops the bench), the BM25 index through
-the server's own ``memory.retrieval.index.documents_index`` (text only), in batches of 2,000.
+the server's own ``mirix_site.search.index.documents_index`` (text only), in batches of 2,000.
 The episodic kind's shared HNSW index (``episodicembedding_hnsw``) is dropped for the load and
 rebuilt from its own definition after it
 (a bulk build is several times faster than inserting into the graph), then the tables are
@@ -122,12 +122,12 @@ if TYPE_CHECKING:
     from django.db import models
 
     from accounts.tenancy import Scope, Tenant
-    from memory.retrieval.kinds import SearchableKind
     from mirix_site.providers.embeddings import EmbeddingProvider
+    from mirix_site.search.kinds import SearchableKind
 
 GOAL_SEARCH_P95_MS = 30.0
 LIMIT = 10
-# The hybrid search's lanes fetch limit x OVERFETCH (memory.retrieval.engine.OVERFETCH).
+# The hybrid search's lanes fetch limit x OVERFETCH (mirix_site.search.engine.OVERFETCH).
 LANE_FETCH = 40
 MODEL_EMBEDDINGS_MAX_SCALE = 200_000
 SMOKE = {"scale": 200, "users": 8, "queries": 8, "warmup": 2}
@@ -201,7 +201,7 @@ class QuerySource:
         self.seen: set[str] = set()
 
     def take(self, count: int) -> list[str]:
-        from memory.retrieval.bm25 import query_lexemes
+        from mirix_site.search.bm25 import query_lexemes
 
         queries: list[str] = []
         while len(queries) < count:
@@ -367,7 +367,7 @@ def searched_kind() -> SearchableKind:
 
 def loaded_models(kind: SearchableKind) -> tuple[type[models.Model], ...]:
     """Every table a load writes, referencing tables before the tables they reference."""
-    from memory.models import DocumentStats, Posting, TermStats
+    from mirix_site.search.models import DocumentStats, Posting, TermStats
 
     return (Posting, TermStats, DocumentStats, kind.embedding_model, kind.model)
 
@@ -476,7 +476,7 @@ def rows_load(
     from pgvector.psycopg.vector import register_vector_info
     from psycopg.types import TypeInfo
 
-    from memory.retrieval.index import documents_index
+    from mirix_site.search.index import documents_index
 
     owners = [pk for pk, size in zip(layout.pks, layout.sizes, strict=True) for _ in range(size)]
     tenant_ids = {"organization_id": tenant.organization.pk, "client_id": tenant.client.pk}
@@ -596,7 +596,7 @@ def hnsw_dropped(kind: SearchableKind) -> Iterator[None]:
     5,000 rows mid-load an index that every later row of the load is inserted into."""
     from django.db import connection
 
-    from memory.retrieval.vector_indexes import SYNC_LOCK
+    from mirix_site.search.vector_indexes import SYNC_LOCK
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
@@ -626,7 +626,7 @@ def hnsw_dropped(kind: SearchableKind) -> Iterator[None]:
 def own_indexes_sync() -> None:
     """What beat does on the server: an HNSW index of their own for each user past the exact
     scan's 5,000 rows (and none for users gone)."""
-    from memory.retrieval.vector_indexes import vector_indexes_sync
+    from mirix_site.search.vector_indexes import vector_indexes_sync
 
     began = time.perf_counter()
     outcome = vector_indexes_sync()
@@ -649,7 +649,7 @@ def tables_vacuum(kind: SearchableKind) -> None:
 
 
 def gate_state(kind: SearchableKind, model: str) -> str:
-    from memory.retrieval.gate import gate_thresholds
+    from mirix_site.search.gate import gate_thresholds
 
     thresholds = gate_thresholds(model=model, kinds=[kind])[kind.name]
     if thresholds is None:
@@ -778,8 +778,8 @@ def exact_bm25(
     posting of every query term in scope: what MaxScore pruning saves."""
     from django.db import connection
 
-    from memory.models import DocumentStats, Posting, TermStats
-    from memory.retrieval.bm25 import idf, query_lexemes, term_weight
+    from mirix_site.search.bm25 import idf, query_lexemes, term_weight
+    from mirix_site.search.models import DocumentStats, Posting, TermStats
 
     lexemes = query_lexemes(query)
     if not lexemes:
@@ -837,7 +837,7 @@ def measure(
 ) -> None:
     """Fills in ``plan``: the hybrid pass, the lane checks, then the exact scans."""
     from accounts.tenancy import Scope
-    from memory.retrieval.vectors import vector_search
+    from mirix_site.search.vectors import vector_search
 
     for item in warmup:
         _checked(
@@ -1109,7 +1109,7 @@ def corpus_vectors(context: Context) -> np.ndarray:
 def layout_run(
     context: Context, layout: Layout, previous: Layout | None, rng: random.Random
 ) -> list[ReportRow]:
-    from memory.retrieval.vectors import EXACT_SCAN_MAX_ROWS
+    from mirix_site.search.vectors import EXACT_SCAN_MAX_ROWS
 
     arguments, kind = context.arguments, context.kind
     print(

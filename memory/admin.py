@@ -11,21 +11,17 @@ from accounts.admin import ReadOnlyAdmin
 from memory.models import (
     AgentPromptVersion,
     CoreMemoryBlock,
-    EmbeddingSpace,
     EpisodicMemory,
     ExtractionJob,
-    GateCalibration,
     KnowledgeVaultItem,
     MetaAgent,
     ProceduralMemory,
     ResourceMemory,
-    RetrievalLog,
-    SearchableKindCode,
     SemanticMemory,
 )
-from memory.retrieval.spaces import write_embedders
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
+from mirix_site.search.spaces import write_embedders
 
 
 class AgentPromptVersionInline(admin.TabularInline):
@@ -194,111 +190,3 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "started_at",
         "finished_at",
     ]
-
-
-class LatencyFilter(admin.SimpleListFilter):
-    title = "latency"
-    parameter_name = "latency"
-    BUCKETS = {"fast": (0, 30), "medium": (30, 100), "slow": (100, 1000), "very-slow": (1000, None)}
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [
-            ("fast", "under 30 ms"),
-            ("medium", "30-100 ms"),
-            ("slow", "100 ms-1 s"),
-            ("very-slow", "over 1 s"),
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
-        bounds = self.BUCKETS.get(self.value() or "")
-        if bounds is None:
-            return queryset
-        low, high = bounds
-        queryset = queryset.filter(latency_ms__gte=low)
-        return queryset.filter(latency_ms__lt=high) if high is not None else queryset
-
-
-@admin.register(RetrievalLog)
-class RetrievalLogAdmin(ReadOnlyAdmin):
-    """Every retrieval, for audit: who asked what, what came back, what the gate decided."""
-
-    list_display = ["created_at", "endpoint", "query", "method", "end_user", "client", "latency_ms"]
-    list_filter = ["endpoint", "method", "client", "created_at", LatencyFilter]
-    search_fields = ["query", "end_user__user_id"]
-    list_select_related = ["end_user", "client", "organization"]
-    readonly_fields = [
-        "organization",
-        "client",
-        "end_user",
-        "endpoint",
-        "query",
-        "method",
-        "kinds",
-        "results",
-        "gate",
-        "latency_ms",
-        "created_at",
-    ]
-    date_hierarchy = "created_at"
-
-
-@admin.register(GateCalibration)
-class GateCalibrationAdmin(admin.ModelAdmin):
-    """Written by `manage.py calibrate_gate`; shown, not edited."""
-
-    list_display = [
-        "model",
-        "kind",
-        "min_similarity",
-        "strong_similarity",
-        "related_mean",
-        "unrelated_mean",
-        "measured_at",
-    ]
-    list_filter = ["kind", "measured_at"]
-    search_fields = ["model", "kind"]
-    readonly_fields = [
-        "model",
-        "kind",
-        "min_similarity",
-        "strong_similarity",
-        "related_pairs",
-        "unrelated_pairs",
-        "related_mean",
-        "unrelated_mean",
-        "measured_at",
-    ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-
-@admin.register(EmbeddingSpace)
-class EmbeddingSpaceAdmin(admin.ModelAdmin):
-    """Embedding models with vectors on file; `manage.py reembed` fills and marks them."""
-
-    list_display = ["model", "provider", "dimensions", "status", "created_at", "completed_at"]
-    list_filter = ["status", "provider"]
-    search_fields = ["model"]
-    readonly_fields = [
-        "model",
-        "provider",
-        "dimensions",
-        "api_base",
-        "status",
-        "created_at",
-        "completed_at",
-    ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-
-@admin.register(SearchableKindCode)
-class SearchableKindCodeAdmin(ReadOnlyAdmin):
-    """The codes searchable kinds hold in the search index, recorded by every migrate."""
-
-    list_display = ["code", "name", "recorded_at"]
-    list_filter = ["recorded_at"]
-    search_fields = ["name"]
-    readonly_fields = ["code", "name", "recorded_at"]

@@ -8,12 +8,10 @@ import random
 from celery import shared_task
 from celery.exceptions import MaxRetriesExceededError
 
-from memory.retrieval.vector_indexes import vector_indexes_sync
 from memory.services import (
     extraction_job_requeue,
     extraction_job_run,
     extraction_jobs_recover,
-    retrieval_logs_purge,
 )
 from mirix_site.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
@@ -93,15 +91,3 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
 @shared_task
 def recover_extraction_jobs() -> int:
     return extraction_jobs_recover()
-
-
-@shared_task
-def purge_retrieval_logs() -> int:
-    return retrieval_logs_purge()
-
-
-@shared_task
-def sync_vector_indexes() -> int:
-    """Large users' own HNSW indexes; returns how many were built or dropped."""
-    outcome = vector_indexes_sync()
-    return len(outcome.built) + len(outcome.dropped)

@@ -1,8 +1,7 @@
 """The memory types, in one table: their models, the fields a caller may edit, and for the five
 that are searched, their searchable kind (what the retrieval engine reads: code, embeddings
-table, text fields, time field). ``memory_kinds_register`` hands those kinds to the engine
-from ``MemoryConfig.ready()``. Everything in the memory app that handles "any memory type"
-reads this table."""
+table, text fields, time field), which ``memory.search`` hands to the engine. Everything in
+the memory app that handles "any memory type" reads this table."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from memory.models import (
     VaultEmbedding,
 )
 from memory.models.records import CURRENT
-from memory.retrieval.kinds import SearchableKind, kind_register
+from mirix_site.search.kinds import SearchableKind
 
 
 @dataclass(frozen=True)
@@ -111,13 +110,3 @@ def memory_type_names(*, searchable: bool = False) -> list[str]:
         for name in names
         if not searchable or memory_type_resolve(name).kind is not None  # type: ignore[union-attr]
     ]
-
-
-def memory_kinds() -> tuple[SearchableKind, ...]:
-    """The searchable kinds of the memory types, in the table's order."""
-    return tuple(memory_type.kind for memory_type in MEMORY_TYPES.values() if memory_type.kind)
-
-
-def memory_kinds_register() -> None:
-    for kind in memory_kinds():
-        kind_register(kind)

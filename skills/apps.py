@@ -16,8 +16,8 @@ class SkillsConfig(AppConfig):
         from memory.dreams import DreamMode, dream_mode_register
         from memory.procedures import procedural_source_register
         from sessions.signals import session_closed
-        from skills.kinds import skill_kinds_register
         from skills.procedures import SKILL_PROCEDURES
+        from skills.search import skill_kinds_register
 
         skill_kinds_register()
         procedural_source_register(SKILL_PROCEDURES)

@@ -1,6 +1,6 @@
 """Experiences (what was tried for a task, and how it went), the phrasings of their actions and
 the groups of equivalent ones, and the recommendations made from them. Experiences are a
-searchable kind of the retrieval engine (``skills.kinds``). Learning runs: the durable passes
+searchable kind of the retrieval engine (``skills.search``). Learning runs: the durable passes
 that learn from closed task sessions."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from accounts.models import Client, Organization, Owned, OwnedIndexedByModel
-from memory.models import Embedding
+from mirix_site.search.models import Embedding
 
 
 class Outcome(models.TextChoices):

@@ -11,9 +11,9 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from memory.retrieval.spaces import write_embedders
 from mirix_site.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
+from mirix_site.search.spaces import write_embedders
 from skills.services.experiences import experiences_embed, experiences_unembedded
 
 logger = logging.getLogger(__name__)
@@ -81,8 +81,8 @@ def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
 def _task_threshold(model: str) -> float | None:
     """How near two tasks' embeddings are when they are one kind of task: the similarity gate's
     "strong" threshold for skills and the model (above every unrelated pair it measured)."""
-    from memory.retrieval.gate import gate_thresholds
-    from skills.kinds import SKILL_KIND
+    from mirix_site.search.gate import gate_thresholds
+    from skills.search import SKILL_KIND
 
     thresholds = gate_thresholds(model=model, kinds=[SKILL_KIND])[SKILL_KIND.name]
     return thresholds.strong_similarity if thresholds is not None else None

@@ -9,11 +9,11 @@ from celery.contrib.testing.worker import start_worker
 from django.core.servers.basehttp import WSGIRequestHandler
 
 from images import fetch as image_fetch_module
-from memory.retrieval.lanes import lanes_close
-from memory.retrieval.vectors import own_index_seen_forget
 from mirix_site.celery import app as celery_app
 from mirix_site.redis import redis_client
 from mirix_site.rowsmemo import rows_memos_clear
+from mirix_site.search.lanes import lanes_close
+from mirix_site.search.vectors import own_index_seen_forget
 from skills import embedding_queue
 from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)

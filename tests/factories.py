@@ -100,7 +100,7 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         organization=owner.organization, client=owner.client, url="https://images.test/b.png"
     )
     learning_run_create(owner, user_id="rows-user")
-    from memory.retrieval.spaces import write_embedders
+    from mirix_site.search.spaces import write_embedders
     from sessions.models import Session
     from skills.services.skills import skill_uses_record, skills_embed
 
@@ -214,7 +214,7 @@ def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool 
     """Two experiences of one action through the real record path, embedded and grouped as the
     worker does it; with ``recommended``, a recommendation made from them too. Returns one."""
     from accounts.selectors import end_user_get
-    from memory.retrieval.spaces import write_embedders
+    from mirix_site.search.spaces import write_embedders
     from skills.services.experiences import (
         ExperienceInput,
         experience_settings_set,

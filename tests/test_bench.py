@@ -34,8 +34,8 @@ from bench import (
 from bench.common import SMOKE_NOTE
 from images.models import ImageObject
 from memory.models import ExtractionJob
-from memory.retrieval.lanes import lanes_close
 from memory.types import MEMORY_TYPES
+from mirix_site.search.lanes import lanes_close
 from sessions.models import Message, Session
 from skills.models import Recommendation
 from tests import processes

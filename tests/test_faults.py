@@ -26,9 +26,9 @@ from django.db import connections
 
 from bench.faults import Load
 from memory.models import EpisodicMemory, ExtractionJob
-from memory.retrieval.lanes import lanes_close
 from memory.services import extraction_jobs_recover
 from mirix_site import launcher
+from mirix_site.search.lanes import lanes_close
 from sessions.models import Message
 from tests import processes
 from tests.factories import TenantFixture, chat_turns, tenant_fixture

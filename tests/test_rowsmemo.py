@@ -10,11 +10,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memory.models import EmbeddingSpace, GateCalibration
-from memory.retrieval.fusion import Thresholds
-from memory.retrieval.gate import gate_thresholds
-from memory.retrieval.kinds import kind_get
 from mirix_site import rowsmemo
+from mirix_site.search.fusion import Thresholds
+from mirix_site.search.gate import gate_thresholds
+from mirix_site.search.kinds import kind_get
+from mirix_site.search.models import EmbeddingSpace, GateCalibration
 from skills.models import ExperienceSettings
 from tests.factories import TenantFixture
 from tests.skills.experiences import embed_all, record_many

@@ -31,11 +31,11 @@ from memory.api.serializers.memories import (
     secrets_context,
 )
 from memory.procedures import procedural_source_of
-from memory.retrieval.spaces import write_embedders
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.services.records import MemoryReadOnlyError
 from memory.types import MemoryType, memory_type_names, memory_type_resolve
+from mirix_site.search.spaces import write_embedders
 from sessions.services import (
     MessageImageMissingError,
     SessionClosedError,

@@ -32,7 +32,6 @@ from memory.api.serializers.retrieval import (
     date_range_shape,
     memories_grouped,
 )
-from memory.retrieval.engine import SearchOutcome, SearchRequest
 from memory.selectors import core_blocks_list
 from memory.services.retrieval import (
     Retrieved,
@@ -41,6 +40,7 @@ from memory.services.retrieval import (
     memories_search,
 )
 from memory.types import MEMORY_TYPES
+from mirix_site.search.engine import SearchOutcome, SearchRequest
 
 
 class RetrievalApiView(TenantAPIView):

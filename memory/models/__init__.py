@@ -1,5 +1,6 @@
 """Memory models, one module per concern, re-exported here: the memory types (``records``),
-meta agents, extraction jobs, and the retrieval engine's tables (``search``)."""
+meta agents and extraction jobs. The retrieval engine's tables are
+``mirix_site.search.models``."""
 
 from __future__ import annotations
 
@@ -18,38 +19,20 @@ from memory.models.records import (
     SemanticMemory,
     VaultEmbedding,
 )
-from memory.models.search import (
-    DocumentStats,
-    Embedding,
-    EmbeddingSpace,
-    GateCalibration,
-    Posting,
-    RetrievalLog,
-    SearchableKindCode,
-    TermStats,
-)
 
 __all__ = [
     "AgentPromptVersion",
     "CoreMemoryBlock",
-    "DocumentStats",
-    "Embedding",
-    "EmbeddingSpace",
     "EpisodicEmbedding",
     "EpisodicMemory",
     "ExtractionJob",
-    "GateCalibration",
     "KnowledgeVaultItem",
     "MetaAgent",
-    "Posting",
     "ProceduralEmbedding",
     "ProceduralMemory",
     "ResourceEmbedding",
     "ResourceMemory",
-    "RetrievalLog",
-    "SearchableKindCode",
     "SemanticEmbedding",
     "SemanticMemory",
-    "TermStats",
     "VaultEmbedding",
 ]

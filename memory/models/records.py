@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Owned
-from memory.models.search import Embedding
+from mirix_site.search.models import Embedding
 
 # What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
 # marked). Reads and searches show current memories unless asked for the superseded too.

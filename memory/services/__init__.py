@@ -9,7 +9,6 @@ from memory.services.extraction import (
     extraction_jobs_recover,
 )
 from memory.services.ingest import IngestResult, memory_add
-from memory.services.maintenance import retrieval_logs_purge
 from memory.services.records import (
     memories_clear,
     memories_store,
@@ -28,5 +27,4 @@ __all__ = [
     "memory_delete",
     "memory_update",
     "meta_agent_initialize",
-    "retrieval_logs_purge",
 ]

@@ -18,14 +18,15 @@ from accounts.tenancy import Tenant
 from memory.crypto import secret_encrypt
 from memory.extractors import Proposal
 from memory.models import CoreMemoryBlock, KnowledgeVaultItem
-from memory.retrieval.index import (
+from memory.search import memory_kinds
+from memory.types import MEMORY_TYPES, MemoryType
+from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.search.index import (
     documents_index,
     documents_reindex,
     documents_unindex,
     index_clear,
 )
-from memory.types import MEMORY_TYPES, MemoryType, memory_kinds
-from mirix_site.providers.embeddings import EmbeddingProvider
 
 
 class MemoryReadOnlyError(Exception):

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 from django.db import models, transaction
 
-from memory.retrieval.index import documents_reindex
 from memory.types import MEMORY_TYPES, MemoryType
+from mirix_site.search.index import documents_reindex
 from sessions.sensitive import sensitive_redacted
 
 

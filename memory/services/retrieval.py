@@ -15,14 +15,15 @@ from memory.models import CoreMemoryBlock
 from memory.procedures import procedures_find
 from memory.query.conversation import conversation_query, conversation_reads_images
 from memory.query.topics import topics_query
-from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
-from memory.retrieval.fusion import Candidate
-from memory.retrieval.kinds import SearchableKind
-from memory.retrieval.log import retrieval_log_write
-from memory.retrieval.service import retrieval_search
+from memory.search import memory_kinds
 from memory.selectors import episodes_recent, memory_list, memory_totals
-from memory.types import MEMORY_TYPES, memory_kinds
+from memory.types import MEMORY_TYPES
 from mirix_site.providers.llm import PromptImage
+from mirix_site.search.engine import Hit, SearchOutcome, SearchRequest
+from mirix_site.search.fusion import Candidate
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.log import retrieval_log_write
+from mirix_site.search.services import retrieval_search
 from sessions.content import MessageInput
 from sessions.selectors import messages_showing
 

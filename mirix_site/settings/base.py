@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "accounts",
+    "mirix_site.search",
     "images",
     "sessions.apps.ConversationsConfig",
     "memory",
@@ -236,7 +237,7 @@ LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 128_000, minimum=1024)
 LLM_VISION = env_bool("LLM_VISION", False)
 
 # --- Retrieval -------------------------------------------------------------------------------
-# How a hybrid search over memories fuses its lanes (memory.retrieval.fusion): "scores" adds
+# How a hybrid search over memories fuses its lanes (mirix_site.search.fusion): "scores" adds
 # each row's BM25 score over the best one's and its cosine similarity times
 # SEARCH_SIMILARITY_WEIGHT; "rrf" adds weight / (60 + rank) per lane. With all-MiniLM-L6-v2 the
 # vector lane is far weaker than BM25 on chat memories; ranks alone threw away BM25's margins.
@@ -253,7 +254,7 @@ SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # words: chosen on the dev half of tests/skills/data/experience_eval.json, and it held on the
 # test half (bench/RESULTS.md, bench/experiences.py).
 EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1.0, minimum=0.0)
-# Skills' vector lane weight, fused by scores (skills.kinds): a skill scores 10 x its cosine
+# Skills' vector lane weight, fused by scores (skills.search): a skill scores 10 x its cosine
 # similarity + BM25's score over the best one's. Their vectors are prototypes of the tasks
 # they were learned from (skills.prototypes), the strongest single lane on MetaTool; BM25 adds
 # the words an embedding misses (error messages, names, a tool's own terms). Chosen on
@@ -265,7 +266,7 @@ SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minim
 # vector is the mean of its phrasings.
 SKILL_PROTOTYPE_MAX_SKILLS = env_int("SKILL_PROTOTYPE_MAX_SKILLS", 400, minimum=0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
-# memory.retrieval.engine.SearchRequest.spoken_range): chosen on the dev halves of LoCoMo
+# mirix_site.search.engine.SearchRequest.spoken_range): chosen on the dev halves of LoCoMo
 # (both client patterns) and LongMemEval (bench/RESULTS.md, bench/retrieval_quality.py).
 SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.5, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
@@ -389,8 +390,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
     "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
-    "memory.tasks.purge_retrieval_logs": {"queue": "maintenance"},
-    "memory.tasks.sync_vector_indexes": {"queue": "maintenance"},
+    "mirix_site.search.tasks.purge_retrieval_logs": {"queue": "maintenance"},
+    "mirix_site.search.tasks.sync_vector_indexes": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
     "skills.tasks.experiences_embed_drain_task": {"queue": "ingest"},
     "skills.tasks.embed_pending_experiences": {"queue": "maintenance"},
@@ -412,11 +413,14 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
     # Retrieval-log rows older than RETRIEVAL_LOG_RETENTION_DAYS go. Hourly: the table grows by
     # one row per retrieval, and small batches keep each delete short.
-    "purge-retrieval-logs": {"task": "memory.tasks.purge_retrieval_logs", "schedule": 3600.0},
+    "purge-retrieval-logs": {
+        "task": "mirix_site.search.tasks.purge_retrieval_logs",
+        "schedule": 3600.0,
+    },
     # Users past EXACT_SCAN_MAX_ROWS embeddings get an HNSW index of their own (searching the
     # shared one costs them ~5x). Until it runs they are served by the shared index.
     "sync-vector-indexes": {
-        "task": "memory.tasks.sync_vector_indexes",
+        "task": "mirix_site.search.tasks.sync_vector_indexes",
         "schedule": VECTOR_INDEX_SYNC_SECONDS,
     },
     # Experiences whose embedding job the broker lost (recorded while Redis was down). Every

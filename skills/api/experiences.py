@@ -21,7 +21,7 @@ from accounts.api.schema import error_response
 from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.retrieval import RetrievalApiView
-from memory.retrieval.service import retrieval_start
+from mirix_site.search.services import retrieval_start
 from skills.api.serializers import (
     ConversationRecordSerializer,
     ExperienceBatchSerializer,

@@ -11,9 +11,9 @@ from django.db import migrations
 def calibrate_bundled_model(apps, schema_editor) -> None:  # noqa: ANN001
     if not settings.GATE_CALIBRATE_ON_MIGRATE or settings.EMBEDDING_PROVIDER != "local":
         return
-    from memory.retrieval.gate import bundled_pairs, gate_measure
     from mirix_site.providers.embeddings import embedding_provider_from_settings
-    from skills.kinds import SKILL_KIND
+    from mirix_site.search.gate import bundled_pairs, gate_measure
+    from skills.search import SKILL_KIND
 
     calibrations = apps.get_model("memory", "GateCalibration")
     embedder = embedding_provider_from_settings()

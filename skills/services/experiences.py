@@ -20,16 +20,15 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
-from memory.retrieval.index import (
+from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.rows import rows_insert
+from mirix_site.search.index import (
     documents_index,
     documents_reindex,
     documents_unindex,
     embeddings_write_committed,
 )
-from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.rows import rows_insert
 from sessions.sensitive import Found, sensitive_redacted, sensitive_redacted_json
-from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
     OUTCOME_SCORES,
     Experience,
@@ -38,6 +37,7 @@ from skills.models import (
     Outcome,
     Recommendation,
 )
+from skills.search import EXPERIENCE_KIND
 from skills.services.grouping import action_key, action_phrases_assign
 
 # A clock a little ahead of ours is not "the future".

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
-from memory.retrieval.index import documents_reindex
+from mirix_site.search.index import documents_reindex
 from sessions.sensitive import sensitive_redacted, sensitive_redacted_json
-from skills.kinds import EXPERIENCE_KIND
 from skills.models import ActionPhrase, Experience, Recommendation, Skill, SkillVersion
+from skills.search import EXPERIENCE_KIND
 from skills.services.experiences import experience_redacted
 from skills.services.skills import (
     Provenance,

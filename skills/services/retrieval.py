@@ -25,12 +25,12 @@ from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from memory.retrieval.engine import Hit, SearchOutcome, SearchRequest
-from memory.retrieval.service import retrieval_search
+from mirix_site.search.engine import Hit, SearchOutcome, SearchRequest
+from mirix_site.search.services import retrieval_search
 from sessions.sensitive import sensitive_redacted, sensitive_redacted_json
 from skills.confidence import evidence, lower_bounds, posterior_draws
-from skills.kinds import EXPERIENCE_KIND
 from skills.models import CURRENT, Outcome, Recommendation
+from skills.search import EXPERIENCE_KIND
 from skills.services.grouping import action_groups_of
 
 DAY_SECONDS = 86_400.0
@@ -345,8 +345,8 @@ def skills_retrieve(
     retrieved for (the caller's own), whose outcome will count as evidence for those of them the
     caller's client owns when it closes. ``statuses``:
     only skills in these (active ones, for a conversation's procedures)."""
-    from skills.kinds import SKILL_KIND
     from skills.models import Skill
+    from skills.search import SKILL_KIND
     from skills.services.skills import skill_uses_record
 
     found = retrieval_search(

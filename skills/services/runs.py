@@ -34,9 +34,9 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from memory.retrieval.index import documents_index
 from mirix_site.providers.embeddings import EmbeddingProvider, cosines
 from mirix_site.providers.llm import LLMPermanentError, LLMProvider, estimate_tokens
+from mirix_site.search.index import documents_index
 from sessions.models import Message, Session
 from sessions.sensitive import sensitive_redacted
 from skills.curator import (
@@ -52,7 +52,6 @@ from skills.curator import (
     operations_parse,
 )
 from skills.distiller import Distilled, Turn, lessons_parse, session_distill, turns_view
-from skills.kinds import EXPERIENCE_KIND
 from skills.models import (
     SERVED_STATUSES,
     Experience,
@@ -64,6 +63,7 @@ from skills.models import (
     Skill,
     SkillVersion,
 )
+from skills.search import EXPERIENCE_KIND
 from skills.services.experiences import experience_redacted
 from skills.services.grouping import action_key
 from skills.services.learning import learning_run_publish, learning_run_queued

@@ -26,13 +26,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.tenancy import Tenant
-from memory.retrieval.index import documents_index, documents_reindex
 from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.search.index import documents_index, documents_reindex
 from mirix_site.text import clipped
 from sessions.sensitive import sensitive_redacted
 from skills.confidence import evidence, lower_bound
-from skills.kinds import SKILL_KIND
 from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
+from skills.search import SKILL_KIND
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 MAX_NAME_CHARS = 64
@@ -453,7 +453,7 @@ def skill_uses_count(*, session_id: int, outcome: str | None) -> list[Skill]:
 def skills_embed(*, skill_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]) -> int:
     """Embed these skills' current text with each model (a redelivery embeds them again: a
     skill's text may have changed since; it is a few rows)."""
-    from memory.retrieval.index import embeddings_write_committed
+    from mirix_site.search.index import embeddings_write_committed
 
     rows = list(Skill.objects.filter(pk__in=skill_ids))
     return len(

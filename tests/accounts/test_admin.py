@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounts.models import ApiKey
-from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob, RetrievalLog
+from memory.models import EpisodicEmbedding, EpisodicMemory, ExtractionJob
+from mirix_site.search.models import RetrievalLog
 from sessions.models import Message
 from tests.factories import TenantFixture, api_client_with, tenant_rows_create
 
@@ -95,10 +96,10 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/memory/proceduralmemory/",
         "/admin/memory/resourcememory/",
         "/admin/memory/knowledgevaultitem/",
-        "/admin/memory/retrievallog/",
-        "/admin/memory/retrievallog/?latency=fast",
-        "/admin/memory/gatecalibration/",
-        "/admin/memory/embeddingspace/",
+        "/admin/mirix_site/searchlog/",
+        "/admin/mirix_site/searchlog/?latency=fast",
+        "/admin/search/gatecalibration/",
+        "/admin/search/embeddingspace/",
         "/admin/skills/experience/",
         "/admin/skills/recommendation/",
         "/admin/skills/actionphrase/",
@@ -156,10 +157,10 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
     )
     log = RetrievalLog.objects.filter(client=org.client).first()
     assert (
-        operator.post(f"/admin/memory/retrievallog/{log.pk}/delete/", {"post": "yes"}).status_code
+        operator.post(f"/admin/mirix_site/searchlog/{log.pk}/delete/", {"post": "yes"}).status_code
         == 403
     )
-    assert operator.get("/admin/memory/retrievallog/add/").status_code == 403
+    assert operator.get("/admin/mirix_site/searchlog/add/").status_code == 403
     message = Message.objects.filter(client=org.client).first()
     assert (
         operator.post(

@@ -7,13 +7,13 @@ from accounts.models import Organization
 from accounts.services import organization_delete
 from tests.factories import TenantFixture, tenant_rows_create
 
-TENANT_APPS = ("accounts", "conversations", "memory", "skills", "images")
+TENANT_APPS = ("accounts", "search", "conversations", "memory", "skills", "images")
 # Configuration shared by every tenant, named here so that a new model is tenant-owned unless
 # someone decides otherwise.
 GLOBAL_MODELS = {
-    "memory.GateCalibration",
-    "memory.EmbeddingSpace",
-    "memory.SearchableKindCode",
+    "search.GateCalibration",
+    "search.EmbeddingSpace",
+    "search.SearchableKindCode",
     "skills.ActionGroupingCalibration",
 }
 

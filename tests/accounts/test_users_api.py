@@ -177,7 +177,7 @@ def test_a_client_deletes_only_its_own_rows_about_a_user(org: TenantFixture) -> 
 
     first_rows, second_rows = rows(org), rows(second)
     for label in ("conversations.Session", "conversations.Message", "memory.EpisodicMemory",
-                  "memory.Posting", "memory.ExtractionJob", "memory.RetrievalLog"):  # fmt: skip
+                  "search.Posting", "memory.ExtractionJob", "search.RetrievalLog"):  # fmt: skip
         assert first_rows.get(label) and second_rows.get(label), label
 
     response = second.api.delete("/users/victim")

@@ -13,11 +13,11 @@ from accounts.selectors import end_user_get
 from accounts.services import client_read_scopes_set, end_user_create_or_get
 from accounts.tenancy import Scope
 from memory.extractors import Proposal
-from memory.retrieval import bm25
-from memory.retrieval.bm25 import bm25_search
 from memory.services import memories_store
 from memory.services.records import Owner
 from memory.types import MEMORY_TYPES
+from mirix_site.search import bm25
+from mirix_site.search.bm25 import bm25_search
 from tests.factories import TenantFixture
 
 SEMANTIC = MEMORY_TYPES["semantic"].kind

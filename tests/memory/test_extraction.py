@@ -28,7 +28,6 @@ from memory.models import (
     ResourceMemory,
     SemanticMemory,
 )
-from memory.retrieval.spaces import write_embedders
 from memory.services import (
     extraction,
     extraction_job_requeue,
@@ -38,6 +37,7 @@ from memory.services import (
 from memory.services.extraction import RUN_LOCK_BASE
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.providers.llm import LLMTransientError
+from mirix_site.search.spaces import write_embedders
 from sessions.models import Message
 from tests.factories import TenantFixture, chat_turns
 from tests.loopback import LoopbackServer, Reply, openai_reply

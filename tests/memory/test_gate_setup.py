@@ -17,10 +17,10 @@ import psycopg
 import pytest
 from django.core.management import call_command
 
-from memory.models import GateCalibration
-from memory.retrieval.gate import bundled_pairs, gate_measure
 from mirix_site.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
-from skills.kinds import SKILL_KIND
+from mirix_site.search.gate import bundled_pairs, gate_measure
+from mirix_site.search.models import GateCalibration
+from skills.search import SKILL_KIND
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 FIELDS = ("min_similarity", "strong_similarity", "related_pairs", "unrelated_pairs")

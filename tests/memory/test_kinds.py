@@ -16,15 +16,15 @@ from django.db import connection
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Scope
-from memory.models import GateCalibration, Posting, RetrievalLog, SearchableKindCode
-from memory.retrieval import vectors
-from memory.retrieval.checks import kind_codes_check, searchable_kinds_check
-from memory.retrieval.engine import SearchRequest
-from memory.retrieval.index import documents_unindex
-from memory.retrieval.kinds import SearchableKind, kind_get, kind_register, kind_unregister
-from memory.retrieval.service import retrieval_search
-from memory.retrieval.vector_indexes import index_exists, vector_indexes_sync
 from memory.types import MEMORY_TYPES
+from mirix_site.search import vectors
+from mirix_site.search.checks import kind_codes_check, searchable_kinds_check
+from mirix_site.search.engine import SearchRequest
+from mirix_site.search.index import documents_unindex
+from mirix_site.search.kinds import SearchableKind, kind_get, kind_register, kind_unregister
+from mirix_site.search.models import GateCalibration, Posting, RetrievalLog, SearchableKindCode
+from mirix_site.search.services import retrieval_search
+from mirix_site.search.vector_indexes import index_exists, vector_indexes_sync
 from tests.factories import TenantFixture
 from tests.notes.factories import WRITTEN, notes_create
 from tests.notes.models import NOTE_KIND, Note, NoteEmbedding
@@ -219,8 +219,8 @@ def test_a_code_once_given_to_a_kind_is_refused_to_another(db: None) -> None:
 def test_a_kind_that_writes_its_own_vectors_is_handed_its_rows(org: TenantFixture) -> None:
     import dataclasses
 
-    from memory.retrieval.index import embeddings_write
     from mirix_site.providers.embeddings import embedding_provider_from_settings
+    from mirix_site.search.index import embeddings_write
 
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
     first, second = notes_create(org, sam, NOTES[:2])

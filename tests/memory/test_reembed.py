@@ -10,13 +10,14 @@ from django.core.management import call_command
 from django.db import connection
 
 from accounts.services import end_user_create_or_get
-from memory.models import EmbeddingSpace, EpisodicEmbedding, EpisodicMemory
-from memory.retrieval.engine import SearchRequest
-from memory.retrieval.service import retrieval_search
-from memory.retrieval.spaces import read_embedder, write_embedders
-from memory.retrieval.vector_indexes import index_exists
-from memory.retrieval.vectors import shared_index_name
+from memory.models import EpisodicEmbedding, EpisodicMemory
 from memory.types import MEMORY_TYPES
+from mirix_site.search.engine import SearchRequest
+from mirix_site.search.models import EmbeddingSpace
+from mirix_site.search.services import retrieval_search
+from mirix_site.search.spaces import read_embedder, write_embedders
+from mirix_site.search.vector_indexes import index_exists
+from mirix_site.search.vectors import shared_index_name
 from tests.factories import TenantFixture, memories_create
 from tests.loopback import LoopbackServer, Reply
 from tests.notes.factories import notes_create

@@ -14,14 +14,15 @@ from django.utils import timezone
 
 from accounts.services import client_read_scopes_set, end_user_create_or_get
 from memory.extractors import Proposal
-from memory.models import GateCalibration, RetrievalLog
-from memory.retrieval import engine
-from memory.retrieval.fusion import Thresholds, gate_apply, rrf_fuse, scores_fuse
-from memory.retrieval.vectors import vector_search
-from memory.services import memories_store, retrieval_logs_purge
+from memory.services import memories_store
 from memory.services.records import Owner
 from memory.types import MEMORY_TYPES
 from mirix_site.providers.embeddings import embedding_provider_from_settings
+from mirix_site.search import engine
+from mirix_site.search.fusion import Thresholds, gate_apply, rrf_fuse, scores_fuse
+from mirix_site.search.log import retrieval_logs_purge
+from mirix_site.search.models import GateCalibration, RetrievalLog
+from mirix_site.search.vectors import vector_search
 from tests.factories import TenantFixture, chat_turns
 
 FACTS = [

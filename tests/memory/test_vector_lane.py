@@ -12,12 +12,13 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope
-from memory.models import EpisodicMemory, Posting
-from memory.retrieval.bm25 import bm25_search
-from memory.retrieval.index import documents_index
-from memory.retrieval.vector_indexes import SYNC_LOCK, vector_indexes_sync
-from memory.retrieval.vectors import own_index_name, vector_search
+from memory.models import EpisodicMemory
 from memory.types import MEMORY_TYPES
+from mirix_site.search.bm25 import bm25_search
+from mirix_site.search.index import documents_index
+from mirix_site.search.models import Posting
+from mirix_site.search.vector_indexes import SYNC_LOCK, vector_indexes_sync
+from mirix_site.search.vectors import own_index_name, vector_search
 from tests.factories import TenantFixture
 
 pytestmark = pytest.mark.slow

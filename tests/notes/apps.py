@@ -9,7 +9,7 @@ class NotesConfig(AppConfig):
     verbose_name = "Notes (test kind)"
 
     def ready(self) -> None:
-        from memory.retrieval.kinds import kind_register
+        from mirix_site.search.kinds import kind_register
         from tests.notes.models import NOTE_KIND
 
         kind_register(NOTE_KIND)

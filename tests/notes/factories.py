@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from accounts.models import EndUser
-from memory.retrieval.index import documents_index
 from mirix_site.providers.embeddings import embedding_provider_from_settings
+from mirix_site.search.index import documents_index
 from tests.factories import TenantFixture
 from tests.notes.models import NOTE_KIND, Note
 

@@ -4,8 +4,8 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Owned
-from memory.models import Embedding
-from memory.retrieval.kinds import SearchableKind
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.models import Embedding
 
 
 class Note(Owned):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from memory.retrieval.spaces import write_embedders
+from mirix_site.search.spaces import write_embedders
 from skills.models import Experience
 from skills.services.experiences import experiences_embed
 from tests.factories import TenantFixture

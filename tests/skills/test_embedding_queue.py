@@ -12,13 +12,13 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from memory.retrieval.spaces import write_embedders
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.redis import redis_client
+from mirix_site.search.spaces import write_embedders
 from skills import embedding_queue, tasks
 from skills.embedding_queue import DRAINING, QUEUE, RECORDING, experiences_embed_drain
-from skills.kinds import EXPERIENCE_KIND
 from skills.models import Experience
+from skills.search import EXPERIENCE_KIND
 from tests.factories import TenantFixture, tenant_fixture
 from tests.skills.experiences import record
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.db.models import ForeignKey
 
-from memory.models import DocumentStats, Posting, TermStats
+from mirix_site.search.models import DocumentStats, Posting, TermStats
 from skills.models import EXPERIENCE_REFERENCES, Experience, Recommendation
 from tests.factories import TenantFixture
 from tests.skills.experiences import record

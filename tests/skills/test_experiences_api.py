@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from memory.models import Posting
-from memory.retrieval.spaces import write_embedders
-from skills.kinds import EXPERIENCE_KIND
+from mirix_site.search.models import Posting
+from mirix_site.search.spaces import write_embedders
 from skills.models import Experience
+from skills.search import EXPERIENCE_KIND
 from skills.services.experiences import experiences_embed, experiences_unembedded
 from skills.services.grouping import action_key
 from tests.factories import TenantFixture, tenant_fixture
@@ -477,15 +477,15 @@ def test_a_user_the_worker_takes_past_the_exact_scan_gets_an_index_at_once(
 ) -> None:
     """Not at beat's next sync (ten minutes): the embedding write that crosses the line
     queues one, once per debounce window, and the index is there when the worker is done."""
-    from memory.retrieval import vectors
-    from memory.retrieval.vector_indexes import (
+    from mirix_site.redis import redis_client
+    from mirix_site.search import vectors
+    from mirix_site.search.vector_indexes import (
         REQUEST_MARKER,
         index_exists,
         own_indexes_request,
         own_indexes_wanted,
     )
-    from memory.retrieval.vectors import own_index_name
-    from mirix_site.redis import redis_client
+    from mirix_site.search.vectors import own_index_name
 
     monkeypatch.setattr(vectors, "EXACT_SCAN_MAX_ROWS", 3)
     redis_client().delete(REQUEST_MARKER)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.test import override_settings
 
-from memory.retrieval.spaces import write_embedders
+from mirix_site.search.spaces import write_embedders
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
 from skills.prototypes import skill_phrasings
 from skills.services.runs import learning_run_claim, learning_run_execute

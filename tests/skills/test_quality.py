@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from memory.retrieval.gate import gate_calibration_ensure
 from mirix_site.providers.embeddings import embedding_provider_from_settings
+from mirix_site.search.gate import gate_calibration_ensure
 from skills.services.grouping import grouping_calibration_ensure
 from tests.factories import TenantFixture
 from tests.skills.experiences import aged, record_many

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory.retrieval.gate import gate_calibration_ensure
 from mirix_site.providers.embeddings import embedding_provider_from_settings
+from mirix_site.search.gate import gate_calibration_ensure
 from skills.models import ActionGroupingCalibration, ActionPhrase, Recommendation
 from skills.services.grouping import action_key, bundled_pairs, grouping_measure
 from tests.factories import TenantFixture

@@ -22,9 +22,10 @@ from memory.api.serializers.memories import (
     messages_check,
 )
 from memory.query.temporal import temporal_range
-from memory.retrieval.engine import METHODS
+from memory.search import memory_kinds
 from memory.services.retrieval import Retrieved
-from memory.types import MEMORY_TYPES, memory_kinds, memory_type_names, memory_type_resolve
+from memory.types import MEMORY_TYPES, memory_type_names, memory_type_resolve
+from mirix_site.search.engine import METHODS
 from sessions.api.serializers import MessageInputField
 
 MAX_LIMIT = 100

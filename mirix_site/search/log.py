@@ -1,17 +1,20 @@
-"""The retrieval log: one row per retrieval request. Writing it never fails the request."""
+"""The retrieval log: one row per retrieval request. Writing it never fails the request; rows
+older than ``RETRIEVAL_LOG_RETENTION_DAYS`` are purged (``retrieval_logs_purge``, a beat job)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from memory.models import RetrievalLog
-from memory.retrieval.engine import SearchOutcome
+from mirix_site.search.engine import SearchOutcome
+from mirix_site.search.models import RetrievalLog
 
 logger = logging.getLogger(__name__)
 
@@ -86,3 +89,25 @@ def retrieval_log_write(
             row.save(force_insert=True)
     except (DatabaseError, ValueError, TypeError):
         logger.exception("retrieval log not written")
+
+
+PURGE_BATCH = 10_000
+
+
+def retrieval_logs_purge(*, older_than: timedelta | None = None) -> int:
+    """Delete retrieval-log rows older than ``RETRIEVAL_LOG_RETENTION_DAYS``, in batches (each
+    its own transaction, so a large backlog never holds one long lock). Returns how many."""
+    if older_than is None:
+        older_than = timedelta(days=settings.RETRIEVAL_LOG_RETENTION_DAYS)
+    cutoff = timezone.now() - older_than
+    purged = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                RetrievalLog.objects.filter(created_at__lt=cutoff).values_list("pk", flat=True)[
+                    :PURGE_BATCH
+                ]
+            )
+            if not ids:
+                return purged
+            purged += RetrievalLog.objects.filter(pk__in=ids).delete()[0]

@@ -2,7 +2,7 @@
 embedding model on related and unrelated pairs and store the similarity gate's thresholds for
 it (for every kind, or for one kind). Setup runs it with ``--if-missing`` (and the migration that
 created the table's first rows ran it for the bundled model); run it again after changing the
-pairs or the model. See ``memory.retrieval.gate``."""
+pairs or the model. See ``mirix_site.search.gate``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.models import GateCalibration
-from memory.retrieval.gate import BUNDLED_PAIRS, gate_calibrate, gate_calibration_ensure
-from memory.retrieval.kinds import kind_get, kinds
 from mirix_site.providers.embeddings import EmbeddingProvider, embedding_provider_from_settings
+from mirix_site.search.gate import BUNDLED_PAIRS, gate_calibrate, gate_calibration_ensure
+from mirix_site.search.kinds import kind_get, kinds
+from mirix_site.search.models import GateCalibration
 
 
 class Command(BaseCommand):

@@ -1,7 +1,8 @@
-"""The retrieval engine's own tables, for every searchable kind (``memory.retrieval.kinds``):
+"""The retrieval engine's own tables, for every searchable kind (``mirix_site.search.kinds``):
 BM25's inverted index and statistics, the embeddings' common shape, the similarity gate's
 calibration, the embedding models on file, and the retrieval log. Rows of the index name their
-kind by its code and the row by its id."""
+kind by its code and the row by its id. The tables keep the names they had when the engine
+lived in the memory app (``memory_*``): moving the engine renamed no table."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Posting(IndexOwned):
     doc_length = models.PositiveIntegerField()
 
     class Meta:
+        db_table = "memory_posting"
         indexes = [
             models.Index(
                 fields=["end_user", "kind", "lexeme", "document_id"],
@@ -67,6 +69,7 @@ class TermStats(IndexOwned):
     max_tf = models.IntegerField(default=0)
 
     class Meta:
+        db_table = "memory_termstats"
         constraints = [
             models.UniqueConstraint(
                 fields=["end_user", "client", "kind", "lexeme"], name="term_stats_unique"
@@ -90,6 +93,7 @@ class DocumentStats(IndexOwned):
     total_length = models.BigIntegerField(default=0)
 
     class Meta:
+        db_table = "memory_documentstats"
         constraints = [
             models.UniqueConstraint(
                 fields=["end_user", "client", "kind"], name="document_stats_unique"
@@ -162,6 +166,7 @@ class GateCalibration(models.Model):
     measured_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = "memory_gatecalibration"
         constraints = [
             models.UniqueConstraint(fields=["model", "kind"], name="gate_calibration_unique"),
         ]
@@ -191,6 +196,7 @@ class RetrievalLog(Owned):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
+        db_table = "memory_retrievallog"
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(
@@ -219,6 +225,9 @@ class EmbeddingSpace(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        db_table = "memory_embeddingspace"
+
     def __str__(self) -> str:
         return f"{self.model} ({self.status})"
 
@@ -226,13 +235,14 @@ class EmbeddingSpace(models.Model):
 class SearchableKindCode(models.Model):
     """A searchable kind's code, recorded the first time the kind was migrated: the index keeps
     a kind's postings and statistics under its code, and they outlive the kind, so a code once
-    given out names that kind for good (``memory.retrieval.checks``)."""
+    given out names that kind for good (``mirix_site.search.checks``)."""
 
     code = models.PositiveSmallIntegerField(primary_key=True)
     name = models.CharField(max_length=64)
     recorded_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        db_table = "memory_searchablekindcode"
         ordering = ["code"]
 
     def __str__(self) -> str:

@@ -20,10 +20,10 @@ from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
 
 from accounts.models import Client, EndUser
-from memory.models import DocumentStats, Posting, TermStats
-from memory.retrieval.kinds import SearchableKind
-from memory.retrieval.vector_indexes import own_indexes_request
 from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.models import DocumentStats, Posting, TermStats
+from mirix_site.search.vector_indexes import own_indexes_request
 
 _TABLES = {
     "postings": Posting._meta.db_table,

@@ -12,9 +12,9 @@ from django.core import checks
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import DatabaseError, connections
 
-from memory.models import Embedding, SearchableKindCode
-from memory.retrieval.fusion import FUSIONS
-from memory.retrieval.kinds import MAX_CODE, NAME_PATTERN, SearchableKind, kinds
+from mirix_site.search.fusion import FUSIONS
+from mirix_site.search.kinds import MAX_CODE, NAME_PATTERN, SearchableKind, kinds
+from mirix_site.search.models import Embedding, SearchableKindCode
 
 
 def _clashes(registered: tuple[SearchableKind, ...]) -> list[checks.CheckMessage]:

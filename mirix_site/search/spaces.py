@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from memory.models import EmbeddingSpace
 from mirix_site.providers.embeddings import (
     EmbeddingProvider,
     EmbeddingSettings,
@@ -18,6 +17,7 @@ from mirix_site.providers.embeddings import (
     embedding_provider_from_settings,
 )
 from mirix_site.rowsmemo import rows_memo
+from mirix_site.search.models import EmbeddingSpace
 
 
 def _provider_of(space: EmbeddingSpace) -> EmbeddingProvider:

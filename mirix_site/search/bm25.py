@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.tenancy import Scope
-from memory.models import DocumentStats, Posting, TermStats
-from memory.retrieval.kinds import SearchableKind
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.models import DocumentStats, Posting, TermStats
 
 K1 = 1.2
 B = 0.75

@@ -12,9 +12,9 @@ from functools import partial
 
 import redis
 
-from memory.retrieval.lanes import Lane
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.redis import redis_client
+from mirix_site.search.lanes import Lane
 
 logger = logging.getLogger(__name__)
 

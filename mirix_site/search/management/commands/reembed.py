@@ -1,7 +1,7 @@
 """``manage.py reembed --model M``: give every searchable row vectors of embedding model M.
 
 Run it beside the running server, with the server's current settings (they name the model
-searches read now); name the new model with the options. See ``memory.retrieval.reembed``.
+searches read now); name the new model with the options. See ``mirix_site.search.reembed``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from memory.retrieval.reembed import SpaceMismatchError, reembed_run
 from mirix_site.providers.embeddings import (
     EmbeddingProvider,
     EmbeddingSettings,
     embedding_provider,
     embedding_provider_from_settings,
 )
+from mirix_site.search.reembed import SpaceMismatchError, reembed_run
 
 
 class Command(BaseCommand):

@@ -26,13 +26,15 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import redis
+from celery import current_app
 from django.conf import settings
 from django.db import connection
 from kombu.exceptions import OperationalError
 
-from memory.retrieval import vectors
-from memory.retrieval.kinds import SearchableKind, kinds
-from memory.retrieval.vectors import (
+from mirix_site.redis import redis_client
+from mirix_site.search import vectors
+from mirix_site.search.kinds import SearchableKind, kinds
+from mirix_site.search.vectors import (
     VALID_INDEX_SQL,
     indexed_expression,
     own_index_name,
@@ -40,7 +42,6 @@ from memory.retrieval.vectors import (
     shared_index_name,
     vector_type,
 )
-from mirix_site.redis import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ SYNC_LOCK = 7_304_211
 # sync builds every index due, and a later write finds any user it missed).
 REQUEST_DEBOUNCE_SECONDS = 60
 REQUEST_MARKER = "mirix:vector-index-sync-requested"
+# The beat job that runs the sync (``tasks.sync_vector_indexes``), queued by its name: the task
+# module imports this one.
+SYNC_TASK = "mirix_site.search.tasks.sync_vector_indexes"
 
 
 def index_exists(name: str) -> bool:
@@ -211,14 +215,12 @@ def own_indexes_request(written: dict[tuple[SearchableKind, str], set[int]]) -> 
     written) took one of the users past the line without an index of their own; at most one
     per ``REQUEST_DEBOUNCE_SECONDS``. Returns whether it queued one. With Redis unreachable
     nothing is queued: beat's sync builds the index in time."""
-    from memory.tasks import sync_vector_indexes
-
     if not any(own_indexes_wanted(kind, model, users) for (kind, model), users in written.items()):
         return False
     try:
         if not redis_client().set(REQUEST_MARKER, 1, nx=True, ex=REQUEST_DEBOUNCE_SECONDS):
             return False
-        sync_vector_indexes.delay()
+        current_app.send_task(SYNC_TASK)
     except (redis.RedisError, OperationalError) as error:
         logger.info("vector index sync not queued (%s): beat's next run builds it", error)
         return False

@@ -6,7 +6,7 @@ stopped. Vectors are loaded first and each kind's shared HNSW index for the mode
 (building it during the load is several times slower), concurrently, so writes go on. When
 nothing is left the model's space is marked ready; searches switch to it once the server's
 ``EMBEDDING_*`` settings name it (until then, and if they name it earlier, they read the last
-ready model: ``memory.retrieval.spaces``).
+ready model: ``mirix_site.search.spaces``).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from memory.models import EmbeddingSpace
-from memory.retrieval.index import embeddings_write_committed
-from memory.retrieval.kinds import SearchableKind, kinds
-from memory.retrieval.vector_indexes import hnsw_index_create, index_exists, vector_indexes_sync
-from memory.retrieval.vectors import shared_index_name
 from mirix_site.providers.embeddings import (
     LOCAL_MODEL_NAME,
     EmbeddingProvider,
     embedding_provider_from_settings,
 )
+from mirix_site.search.index import embeddings_write_committed
+from mirix_site.search.kinds import SearchableKind, kinds
+from mirix_site.search.models import EmbeddingSpace
+from mirix_site.search.vector_indexes import hnsw_index_create, index_exists, vector_indexes_sync
+from mirix_site.search.vectors import shared_index_name
 
 
 class SpaceMismatchError(ValueError):

@@ -1,5 +1,5 @@
 """One search over one or more searchable kinds: lanes, fusion, gate, rows. Callers go through
-``memory.retrieval.service.retrieval_search``, which also picks the embedding model and writes
+``mirix_site.search.services.retrieval_search``, which also picks the embedding model and writes
 the retrieval log."""
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from django.db.models import Q
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope
-from memory.retrieval.bm25 import bm25_search, query_lexemes
-from memory.retrieval.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
-from memory.retrieval.gate import gate_thresholds
-from memory.retrieval.kinds import SearchableKind
-from memory.retrieval.lanes import Lane
-from memory.retrieval.query_vectors import QueryVector, query_vector_lane
-from memory.retrieval.vectors import distances_of, vector_search
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rows import instance_build, model_columns
+from mirix_site.search.bm25 import bm25_search, query_lexemes
+from mirix_site.search.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
+from mirix_site.search.gate import gate_thresholds
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.lanes import Lane
+from mirix_site.search.query_vectors import QueryVector, query_vector_lane
+from mirix_site.search.vectors import distances_of, vector_search
 
 T = TypeVar("T")
 

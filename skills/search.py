@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import Q
 
-from memory.retrieval.kinds import SearchableKind, kind_register
+from mirix_site.search.kinds import SearchableKind, kind_register
 from skills.models import (
     CURRENT,
     SERVED_STATUSES,

@@ -7,7 +7,7 @@ owner after an index scan can leave a small user with nothing, so each query pic
 an exact scan of the user's own rows when they are few, otherwise the HNSW index with
 pgvector 0.8's iterative scan, which keeps scanning until enough rows pass the filter. A user
 with more rows than the exact scan takes gets an index of their own
-(``memory.retrieval.vector_indexes``), over half-precision vectors: its query orders by that
+(``mirix_site.search.vector_indexes``), over half-precision vectors: its query orders by that
 expression, which only that index serves (the planner, left to choose between the shared index
 and a user's own over the same expression, took the shared one when the user owned half of it),
 and reports the full-precision distance.
@@ -25,7 +25,7 @@ from functools import cache
 from django.db import connection
 
 from accounts.tenancy import Scope
-from memory.retrieval.kinds import SearchableKind
+from mirix_site.search.kinds import SearchableKind
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def _vector_literal(vector: list[float]) -> str:
 
 
 # --- The indexes this lane reads. Their names, expressions and validity are decided here, and
-# memory.retrieval.vector_indexes builds them from the same functions: an index whose expression
+# mirix_site.search.vector_indexes builds them from the same functions: an index whose expression
 # differs from the query's by a character is never used.
 
 

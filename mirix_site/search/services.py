@@ -8,10 +8,10 @@ from typing import Any
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope, Tenant
-from memory.retrieval.engine import SearchOutcome, SearchRequest, search
-from memory.retrieval.log import retrieval_log_write
-from memory.retrieval.query_vectors import query_vector_start
-from memory.retrieval.spaces import read_embedder
+from mirix_site.search.engine import SearchOutcome, SearchRequest, search
+from mirix_site.search.log import retrieval_log_write
+from mirix_site.search.query_vectors import query_vector_start
+from mirix_site.search.spaces import read_embedder
 
 
 def retrieval_start(query: str) -> None:

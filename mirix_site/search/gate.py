@@ -20,17 +20,17 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from memory.models import GateCalibration
-from memory.retrieval.fusion import Thresholds
-from memory.retrieval.kinds import SearchableKind
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rowsmemo import rows_memo
+from mirix_site.search.fusion import Thresholds
+from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.models import GateCalibration
 
 logger = logging.getLogger(__name__)
 
 MIN_RELATED_PAIRS = 10
 # Questions and the memories that answer them, written for this project (see its "about").
-BUNDLED_PAIRS = Path(__file__).resolve().parents[1] / "calibration" / "pairs.json"
+BUNDLED_PAIRS = Path(__file__).resolve().parent / "calibration" / "pairs.json"
 
 
 @cache
@@ -111,7 +111,8 @@ def gate_measure(
 
 
 def bundled_pairs(path: Path = BUNDLED_PAIRS) -> list[tuple[str, str]]:
-    """The related pairs the project ships (``memory/calibration/pairs.json``, or a kind's)."""
+    """The related pairs the project ships (``calibration/pairs.json`` beside this module, or a
+    kind's)."""
     return [tuple(pair) for pair in json.loads(path.read_text())["related"]]
 
 
@@ -135,7 +136,7 @@ def gate_calibration_ensure(embedder: EmbeddingProvider) -> list[GateCalibration
     """The model's calibration on the bundled pairs, and each kind's that ships pairs of its
     own, unless it has one (of any origin): what setup runs, so that a fresh install searches
     with the gate it was benchmarked with. Returns the calibrations made (none: all there)."""
-    from memory.retrieval.kinds import kinds
+    from mirix_site.search.kinds import kinds
 
     have = set(
         GateCalibration.objects.filter(model=embedder.model_name).values_list("kind", flat=True)

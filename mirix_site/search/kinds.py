@@ -4,7 +4,7 @@ A kind is a model of tenant-owned rows (``accounts.models.Owned``) whose text is
 BM25 and by embeddings. Each app declares its kinds and registers them from its
 ``AppConfig.ready()`` (memory its memory types, skills its experiences and skills); the engine
 (index writes, BM25, vector lanes, per-user indexes, fusion, gate, log, re-embedding) serves
-every registered kind and names none. ``memory.retrieval.checks`` refuses a registry in which two
+every registered kind and names none. ``mirix_site.search.checks`` refuses a registry in which two
 kinds share a name or a code.
 """
 
@@ -35,7 +35,7 @@ class SearchableKind:
 
     - ``code``: the kind's number in the index tables; stable for as long as rows of the kind
       exist (a kind's postings outlive it only as garbage, so a code is never given to another).
-    - ``embedding_model``: the kind's ``memory.models.Embedding`` table, with exactly one
+    - ``embedding_model``: the kind's ``mirix_site.search.models.Embedding`` table, with exactly one
       foreign key to ``model``.
     - ``text_fields``: what BM25 and the embeddings read, in this order.
     - ``time_field``: the date a date range filters on (None: the kind has no date of its own,
@@ -45,7 +45,7 @@ class SearchableKind:
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
       tags; a tag-filtered search then leaves the kind's rows out).
     - ``fusion``: how a hybrid search fuses the kind's lanes, ``"rrf"`` or ``"scores"``
-      (None: the settings' ``SEARCH_FUSION``; see ``memory.retrieval.fusion``).
+      (None: the settings' ``SEARCH_FUSION``; see ``mirix_site.search.fusion``).
     - ``vector_weight``: the vector lane's weight in that fusion (None: the settings'
       ``SEARCH_VECTOR_WEIGHT`` for RRF, ``SEARCH_SIMILARITY_WEIGHT`` for scores), for kinds
       whose texts embed better or worse than chat memories do.
@@ -54,7 +54,7 @@ class SearchableKind:
       instead, for those rows' owners. The vector lane compares a query with a row's nearest.
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
-      on them for every model (``memory.retrieval.gate.gate_calibration_ensure``).
+      on them for every model (``mirix_site.search.gate.gate_calibration_ensure``).
     """
 
     name: str
@@ -214,7 +214,7 @@ def kind_get(name: str) -> SearchableKind | None:
 def kind_codes_record(*, using: str = DEFAULT_DB_ALIAS) -> None:
     """Record the code of every registered kind not recorded yet (after each migrate), so that
     the system check can refuse a later kind that takes one of them."""
-    from memory.models import SearchableKindCode
+    from mirix_site.search.models import SearchableKindCode
 
     SearchableKindCode.objects.using(using).bulk_create(
         [SearchableKindCode(code=kind.code, name=kind.name) for kind in _registry],

@@ -1,6 +1,6 @@
 """``manage.py vector_indexes``: give each user with many embeddings an HNSW index of their own
 now, rather than at beat's next run (after a bulk load, say), and drop those no longer needed.
-See ``memory.retrieval.vector_indexes``."""
+See ``mirix_site.search.vector_indexes``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from memory.retrieval.vector_indexes import vector_indexes_sync
+from mirix_site.search.vector_indexes import vector_indexes_sync
 
 
 class Command(BaseCommand):
