@@ -25,6 +25,7 @@ from images.references import images_referenced
 from images.signals import image_fetch_finished
 from images.storage import storage_delete, storage_key, storage_write
 from images.validation import ImageInvalidError, ValidImage, image_validate
+from mirix_site.publish import task_publish
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 _LOCK_CLASS = 0x494D47  # "IMG"
 # Attempts at a fetch whose failures may pass (timeouts, 5xx) before it is recorded as failed.
 FETCH_ATTEMPTS = 3
+# The fetch task (``images.tasks``), queued by its name.
+IMAGE_FETCH_TASK = "images.tasks.image_fetch_task"
 
 
 def _image_lock(*, organization_id: str, sha256: str) -> None:
@@ -108,14 +111,8 @@ def image_fetch_request(*, organization: Organization, client: Client, url: str)
 def image_fetch_publish(*, fetch_id: int) -> bool:
     """Hand the fetch to the broker; with the broker down it stays pending for the recovery
     job (``images.tasks.recover_image_fetches``). Never raises."""
-    from images.tasks import image_fetch_task
-
     try:
-        image_fetch_task.apply_async(
-            args=[fetch_id],
-            retry=True,
-            retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.1},
-        )
+        task_publish(IMAGE_FETCH_TASK, fetch_id, quick=True)
     except Exception:  # kombu/redis raise many types for "broker unreachable"
         logger.warning("broker unreachable: image fetch %s stays pending", fetch_id)
         return False

@@ -11,13 +11,18 @@ from django.conf import settings
 
 from images.fetch import ImageFetchError
 from images.selectors import image_fetches_pending
-from images.services import FETCH_ATTEMPTS, image_fetch_publish, image_fetch_run
+from images.services import (
+    FETCH_ATTEMPTS,
+    IMAGE_FETCH_TASK,
+    image_fetch_publish,
+    image_fetch_run,
+)
 from mirix_site.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, max_retries=FETCH_ATTEMPTS, acks_late=True)
+@shared_task(name=IMAGE_FETCH_TASK, bind=True, max_retries=FETCH_ATTEMPTS, acks_late=True)
 def image_fetch_task(self, fetch_id: int) -> str | None:  # noqa: ANN001
     """Fetch one remote image (ingest queue). A failure that may pass (a timeout, a 5xx, the
     database restarting) is retried with backoff; the service records the last one."""

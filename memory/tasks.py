@@ -13,6 +13,7 @@ from memory.services import (
     extraction_job_run,
     extraction_jobs_recover,
 )
+from memory.services.extraction import EXTRACT_TASK
 from mirix_site.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.providers.llm import LLMTransientError
@@ -36,7 +37,7 @@ def _backoff(
     return random.uniform(0.5, 1.0) * min(900.0, base * 2**retries)  # noqa: S311
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(name=EXTRACT_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
     """A token that says extraction work is queued: it runs the fairest queued jobs, not
     necessarily the one it names (see extraction_job_run). When the job it names failed, its

@@ -1,4 +1,6 @@
-"""The queue of experiences waiting for their embeddings: one Redis list, drained in batches.
+"""The embedding of experiences: what embeds them (``experiences_embed``), the beat sweep's
+choice (``experiences_unembedded``), and the queue of those waiting, one Redis list drained in
+batches.
 
 A Celery message per recorded experience cost each request a publish (~3 ms of a 10 ms
 single record, bench/experiences.py) and the worker one model run per row. Instead a commit
@@ -20,19 +22,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 import redis
 from django.conf import settings
+from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.database import database_unreachable
+from mirix_site.providers.embeddings import EmbeddingProvider, EmbeddingTransientError
+from mirix_site.publish import task_publish
 from mirix_site.redis import redis_client
-from skills.services.experiences import experiences_embed
-from skills.tasks import embedding_fault_passing, experiences_embed_drain_task
+from mirix_site.search.index import embeddings_write_committed
+from skills.models import Experience
+from skills.search import EXPERIENCE_KIND
+from skills.services.grouping import action_phrases_assign
 
 logger = logging.getLogger(__name__)
 
 QUEUE = "mirix:experiences-to-embed"
+# The drain task (``skills.tasks``), queued by its name.
+DRAIN_TASK = "skills.tasks.experiences_embed_drain_task"
 # One flag per drain slot, set while a drain task holds the slot (queued or running). It
 # expires, so a drain whose message was lost (or whose worker died) stops holding its slot
 # after a minute. Pushes start slot 0; a busy drain starts the others.
@@ -54,10 +64,16 @@ YIELD_SECONDS = 10.0
 _YIELD_POLL_SECONDS = 0.1
 
 
+def embedding_fault_passing(error: BaseException) -> bool:
+    """Whether an embedding job that raised this is worth retrying as it is: the provider's
+    overload or the database out of reach, not a bug or bad data."""
+    return isinstance(error, EmbeddingTransientError) or database_unreachable(error)
+
+
 def _start(client: redis.Redis, slot: int) -> None:
     """Publish a drain for ``slot``, whose flag the caller has just set."""
     try:
-        experiences_embed_drain_task.delay(slot)
+        task_publish(DRAIN_TASK, slot)
     except OperationalError:
         client.delete(DRAINING.format(slot=slot))  # the next push tries again
         raise
@@ -139,3 +155,42 @@ def experiences_embed_drain(
                 "embedding %s queued experiences failed; the sweep tries them again", len(ids)
             )
     return embedded, True
+
+
+def experiences_embed(
+    *, experience_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]
+) -> int:
+    """Embed these experiences with each model that lacks them, and group their actions'
+    phrasings (with the first model, the one searches read). Missing rows are skipped; a row
+    embedded already is not embedded again. Returns how many were embedded."""
+    rows = list(Experience.objects.filter(pk__in=experience_ids).order_by("pk"))
+    embedded = 0
+    for embedder in embedders:
+        have = set(
+            EXPERIENCE_KIND.embedding_model.objects.filter(
+                experience_id__in=[row.pk for row in rows], model=embedder.model_name
+            ).values_list("experience_id", flat=True)
+        )
+        missing = [row for row in rows if row.pk not in have]
+        if missing:
+            written = embeddings_write_committed(
+                documents=[(EXPERIENCE_KIND, row) for row in missing], embedders=[embedder]
+            )
+            gone = {row.pk for row in missing} - {row.pk for _kind, row in written}
+            rows = [row for row in rows if row.pk not in gone]
+            embedded = max(embedded, len(written))
+    if embedders and rows:
+        action_phrases_assign(experiences=rows, embedder=embedders[0])
+    return embedded
+
+
+def experiences_unembedded(*, model: str, limit: int, older_than: timedelta) -> list[int]:
+    """Experiences recorded more than ``older_than`` ago with no embedding by ``model`` yet
+    (the beat's sweep for embedding jobs a broker outage lost), oldest first. Younger ones
+    are still in the queue: taking them too embedded a backlog twice."""
+    return list(
+        Experience.objects.exclude(embeddings__model=model)
+        .filter(created_at__lt=timezone.now() - older_than)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:limit]
+    )

@@ -14,7 +14,15 @@ from django.conf import settings
 from mirix_site.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.search.spaces import write_embedders
-from skills.services.experiences import experiences_embed, experiences_unembedded
+from skills.embedding_queue import (
+    DRAIN_TASK,
+    embedding_fault_passing,
+    experiences_embed,
+    experiences_embed_drain,
+    experiences_unembedded,
+)
+from skills.services.learning import LEARNING_RUN_TASK
+from skills.services.skills import SKILLS_EMBED_TASK, skills_embed
 
 logger = logging.getLogger(__name__)
 
@@ -23,20 +31,12 @@ MAX_RETRIES = 5
 SWEEP_BATCH = 2000
 
 
-def embedding_fault_passing(error: BaseException) -> bool:
-    """Whether an embedding job that raised this is worth retrying as it is: the provider's
-    overload or the database out of reach, not a bug or bad data."""
-    return isinstance(error, EmbeddingTransientError) or database_unreachable(error)
-
-
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(name=DRAIN_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def experiences_embed_drain_task(self, slot: int = 0) -> int:  # noqa: ANN001
     """Embed the experiences queued for it (skills/embedding_queue.py) and group their actions'
     phrasings, publishing itself again while more wait. Idempotent: a redelivery embeds only
     what still lacks an embedding. A provider's overload or a database restart is retried with
     backoff; after the last retry the beat sweep takes the rows."""
-    from skills.embedding_queue import experiences_embed_drain
-
     try:
         embedded, more = experiences_embed_drain(embedders=write_embedders(), slot=slot)
     except Exception as error:
@@ -64,11 +64,9 @@ def embed_pending_experiences() -> int:
     return 0
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(name=SKILLS_EMBED_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
     """Embed skills an API request changed (a learning run embeds its own as it writes them)."""
-    from skills.services.skills import skills_embed
-
     try:
         return skills_embed(skill_ids=skill_ids, embedders=write_embedders())
     except Exception as error:
@@ -88,7 +86,7 @@ def _task_threshold(model: str) -> float | None:
     return thresholds.strong_similarity if thresholds is not None else None
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(name=LEARNING_RUN_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     """Claim the learning run and run it, a slice of ``LEARNING_RUN_SLICE_SECONDS`` at a time
     (a long run gives its claim back and publishes itself again, so no task outlives Celery's

@@ -215,10 +215,10 @@ def experiences_create(owner: TenantFixture, *, user_id: str, recommended: bool 
     worker does it; with ``recommended``, a recommendation made from them too. Returns one."""
     from accounts.selectors import end_user_get
     from mirix_site.search.spaces import write_embedders
+    from skills.embedding_queue import experiences_embed
     from skills.services.experiences import (
         ExperienceInput,
         experience_settings_set,
-        experiences_embed,
         experiences_record,
     )
     from skills.services.retrieval import experience_recommend

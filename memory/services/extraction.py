@@ -43,6 +43,7 @@ from memory.services.records import Owner, StoreRequest, memories_store_many
 from mirix_site.database import database_unreachable
 from mirix_site.providers.embeddings import embedding_provider_from_settings
 from mirix_site.providers.llm import LLMProvider, llm_provider_from_settings
+from mirix_site.publish import task_publish
 from mirix_site.search.spaces import write_embedders
 from sessions.models import Message
 from sessions.selectors import (
@@ -60,21 +61,15 @@ logger = logging.getLogger(__name__)
 # keys of the project's other advisory locks (vector_indexes.SYNC_LOCK), and job ids stay below
 # 2**62.
 RUN_LOCK_BASE = 1 << 62
+# The extraction task (``memory.tasks``), queued by its name.
+EXTRACT_TASK = "memory.tasks.extract_memories"
 
 
 def extraction_job_publish(job_id: int, organization_id: str) -> bool:
     """Hand the job to the broker. With the broker down the job stays queued in the database
     and the recovery beat job publishes it again: nothing is lost, so this never raises."""
-    from memory.tasks import extract_memories
-
     try:
-        # One quick retry: enough to replace a pooled connection that died with a Redis
-        # restart, short enough not to hold a web request when Redis is down.
-        extract_memories.apply_async(
-            args=[organization_id, job_id],
-            retry=True,
-            retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.1},
-        )
+        task_publish(EXTRACT_TASK, organization_id, job_id, quick=True)
     except Exception:  # kombu/redis raise many types for "broker unreachable"
         logger.warning(
             "broker unreachable: extraction job %s stays queued for the recovery job", job_id

@@ -2,7 +2,7 @@
 
 A recorded experience is searchable by BM25 as soon as its request commits (its postings are
 written with it); the worker embeds it and groups its action's phrasing right after
-(``experiences_embed``), so a batch of a thousand costs the request no model run.
+(``skills.embedding_queue``), so a batch of a thousand costs the request no model run.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
-from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.rows import rows_insert
 from mirix_site.search.index import (
     documents_index,
     documents_reindex,
     documents_unindex,
-    embeddings_write_committed,
 )
 from sessions.sensitive import Found, sensitive_redacted, sensitive_redacted_json
+from skills.embedding_queue import experiences_embed_soon
 from skills.models import (
     OUTCOME_SCORES,
     Experience,
@@ -38,7 +37,7 @@ from skills.models import (
     Recommendation,
 )
 from skills.search import EXPERIENCE_KIND
-from skills.services.grouping import action_key, action_phrases_assign
+from skills.services.grouping import action_key
 
 # A clock a little ahead of ours is not "the future".
 FUTURE_TOLERANCE = timedelta(minutes=5)
@@ -186,8 +185,6 @@ def _row(tenant: Tenant, end_user: EndUser, item: ExperienceInput, now: datetime
 
 
 def _embed_later(experiences: Sequence[Experience]) -> None:
-    from skills.embedding_queue import experiences_embed_soon
-
     ids = [experience.pk for experience in experiences]
     if ids:
         transaction.on_commit(lambda: experiences_embed_soon(ids))
@@ -311,42 +308,3 @@ def experience_delete(*, tenant: Tenant, experience: Experience) -> None:
         superseded_by=None, superseded_at=None
     )
     experience.delete()
-
-
-def experiences_embed(
-    *, experience_ids: Sequence[int], embedders: Sequence[EmbeddingProvider]
-) -> int:
-    """Embed these experiences with each model that lacks them, and group their actions'
-    phrasings (with the first model, the one searches read). Missing rows are skipped; a row
-    embedded already is not embedded again. Returns how many were embedded."""
-    rows = list(Experience.objects.filter(pk__in=experience_ids).order_by("pk"))
-    embedded = 0
-    for embedder in embedders:
-        have = set(
-            EXPERIENCE_KIND.embedding_model.objects.filter(
-                experience_id__in=[row.pk for row in rows], model=embedder.model_name
-            ).values_list("experience_id", flat=True)
-        )
-        missing = [row for row in rows if row.pk not in have]
-        if missing:
-            written = embeddings_write_committed(
-                documents=[(EXPERIENCE_KIND, row) for row in missing], embedders=[embedder]
-            )
-            gone = {row.pk for row in missing} - {row.pk for _kind, row in written}
-            rows = [row for row in rows if row.pk not in gone]
-            embedded = max(embedded, len(written))
-    if embedders and rows:
-        action_phrases_assign(experiences=rows, embedder=embedders[0])
-    return embedded
-
-
-def experiences_unembedded(*, model: str, limit: int, older_than: timedelta) -> list[int]:
-    """Experiences recorded more than ``older_than`` ago with no embedding by ``model`` yet
-    (the beat's sweep for embedding jobs a broker outage lost), oldest first. Younger ones
-    are still in the queue: taking them too embedded a backlog twice."""
-    return list(
-        Experience.objects.exclude(embeddings__model=model)
-        .filter(created_at__lt=timezone.now() - older_than)
-        .order_by("pk")
-        .values_list("pk", flat=True)[:limit]
-    )

@@ -15,9 +15,12 @@ from django.db import IntegrityError, transaction
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.publish import task_publish
 from sessions.models import Session
 from skills.models import LearningRun, LearningRunSession
 
+# The learning run's task (``skills.tasks``), queued by its name.
+LEARNING_RUN_TASK = "skills.tasks.learning_run_task"
 # The final states a run may be retried from: it stopped before learning from everything.
 RETRYABLE = (
     LearningRun.State.FAILED,
@@ -96,10 +99,8 @@ def learning_run_publish(run: LearningRun) -> None:
     """Send the run to a worker once the transaction that queued it commits: once per queuing,
     and again when a run of the user that was running when it came ends (``runs._finish``);
     the beat sends it again if a message is lost."""
-    from skills.tasks import learning_run_task
-
     run_id = run.pk
-    transaction.on_commit(lambda: learning_run_task.delay(run_id))
+    transaction.on_commit(lambda: task_publish(LEARNING_RUN_TASK, run_id))
 
 
 def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from accounts.tenancy import Tenant
 from mirix_site.providers.embeddings import EmbeddingProvider
+from mirix_site.publish import task_publish
 from mirix_site.search.index import documents_index, documents_reindex
 from mirix_site.text import clipped
 from sessions.sensitive import sensitive_redacted
@@ -34,6 +35,8 @@ from skills.confidence import evidence, lower_bound
 from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
 from skills.search import SKILL_KIND
 
+# The task that embeds skills an API request changed (``skills.tasks``), queued by its name.
+SKILLS_EMBED_TASK = "skills.tasks.skills_embed_task"
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
@@ -219,10 +222,8 @@ def _index(skill: Skill, *, new: bool, embedders: Sequence[EmbeddingProvider] | 
     index = documents_index if new else documents_reindex
     index(documents=[(SKILL_KIND, skill)], embedders=embedders or [])
     if embedders is None:
-        from skills.tasks import skills_embed_task
-
         skill_id = skill.pk
-        transaction.on_commit(lambda: skills_embed_task.delay([skill_id]))
+        transaction.on_commit(lambda: task_publish(SKILLS_EMBED_TASK, [skill_id]))
 
 
 def _learned_add(skill: Skill, learned: dict[str, int]) -> None:

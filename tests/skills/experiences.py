@@ -8,8 +8,8 @@ from typing import Any
 from django.utils import timezone
 
 from mirix_site.search.spaces import write_embedders
+from skills.embedding_queue import experiences_embed
 from skills.models import Experience
-from skills.services.experiences import experiences_embed
 from tests.factories import TenantFixture
 
 

@@ -30,7 +30,12 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """An empty queue, and the slots of the drain tasks published, instead of publishing them."""
     redis_client().delete(QUEUE, RECORDING, *FLAGS)
     calls: list[int] = []
-    monkeypatch.setattr(tasks.experiences_embed_drain_task, "delay", calls.append)
+
+    def publish(name: str, slot: int) -> None:
+        assert name == embedding_queue.DRAIN_TASK
+        calls.append(slot)
+
+    monkeypatch.setattr(embedding_queue, "task_publish", publish)
     yield calls
     redis_client().delete(QUEUE, *FLAGS)
 

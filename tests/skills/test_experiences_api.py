@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from mirix_site.search.models import Posting
 from mirix_site.search.spaces import write_embedders
+from skills.embedding_queue import experiences_embed, experiences_unembedded
 from skills.models import Experience
 from skills.search import EXPERIENCE_KIND
-from skills.services.experiences import experiences_embed, experiences_unembedded
 from skills.services.grouping import action_key
 from tests.factories import TenantFixture, tenant_fixture
 from tests.skills.experiences import aged, embed_all, record, record_many

@@ -9,6 +9,7 @@ from django.test import override_settings
 from mirix_site.search.spaces import write_embedders
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
 from skills.prototypes import skill_phrasings
+from skills.services import learning
 from skills.services.runs import learning_run_claim, learning_run_execute
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture
@@ -100,7 +101,12 @@ def test_a_run_queued_while_another_runs_is_sent_again_when_that_one_ends(
     org: TenantFixture, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
     sent: list[int] = []
-    monkeypatch.setattr(learning_run_task, "delay", sent.append)
+
+    def publish(name: str, run_id: int) -> None:
+        assert name == learning.LEARNING_RUN_TASK
+        sent.append(run_id)
+
+    monkeypatch.setattr(learning, "task_publish", publish)
     with django_capture_on_commit_callbacks(execute=True):
         for index, task in enumerate(CSV_TASKS[:2]):
             session_send(org.api, f"csv-{index}", csv_session(task))

@@ -1,0 +1,179 @@
+"""The apps' import graph against DESIGN's floors (../shared/DESIGN.md §3, written down here as
+data): no module imports one of a higher floor, and no application modules import each other
+round in a cycle. Read from the source (every ``import``, at the top of a module or inside a
+function), not from what happens to be loaded."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PACKAGES = ("accounts", "images", "sessions", "memory", "skills", "mirix_site")
+
+# Lowest first. A module belongs to the floor of its longest listed prefix; a module may import
+# its own floor and those below it. `mirix_site`'s own top is wiring (settings, urls, Celery,
+# wsgi, health, the launcher, the MCP program): above every app. Its small helpers with no
+# domain sit below every app.
+COMMON = tuple(
+    f"mirix_site.{name}"
+    for name in (
+        "broker",
+        "database",
+        "ids",
+        "jsonvalues",
+        "publish",
+        "redis",
+        "rows",
+        "rowsmemo",
+        "text",
+    )
+)
+FLOORS: tuple[tuple[str, ...], ...] = (
+    COMMON,
+    ("accounts",),
+    ("mirix_site.providers",),
+    ("mirix_site.search",),
+    ("images",),
+    ("sessions",),
+    ("memory",),
+    ("skills",),
+    ("mirix_site",),
+)
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (PROJECT_DIR / package).rglob("*.py"):
+            if "migrations" in path.parts:  # history, not structure: it names old homes
+                continue
+            parts = list(path.relative_to(PROJECT_DIR).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an imported name lives in (None: not the project's)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: Path) -> Iterator[tuple[str, bool]]:
+    """(imported project module, whether only for type checking) for each import."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def visit(node: ast.AST, typing_only: bool) -> Iterator[tuple[str, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                names = [f"{base}.{alias.name}" for alias in child.names]
+            else:
+                yield from visit(
+                    child, typing_only or (isinstance(child, ast.If) and _type_checking(child))
+                )
+                continue
+            for name in names:
+                target = _resolve(name)
+                if target is not None and target != module:
+                    yield target, typing_only
+
+    yield from visit(ast.parse(path.read_text()), False)
+
+
+EDGES = {
+    module: sorted(set(_imports(module, path))) for module, path in sorted(MODULES.items())
+}
+
+
+def floor_of(module: str) -> int:
+    best, best_length = -1, -1
+    for index, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_length:
+                best, best_length = index, len(prefix)
+    assert best >= 0, f"{module} is on no floor: add it to FLOORS"
+    return best
+
+
+def test_every_module_is_on_a_floor() -> None:
+    for module in MODULES:
+        floor_of(module)
+
+
+def test_no_module_imports_from_a_higher_floor() -> None:
+    upward = [
+        f"{module} (floor {floor_of(module)}) imports {target} (floor {floor_of(target)})"
+        for module, targets in EDGES.items()
+        for target, _typing_only in targets
+        if floor_of(target) > floor_of(module)
+    ]
+    assert upward == []
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in edges:
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_import_cycle_among_application_modules() -> None:
+    """Imports made only for type annotations (``if TYPE_CHECKING:``) run never, and close no
+    cycle; every other import counts, a function's own included."""
+    runtime = {
+        module: [target for target, typing_only in targets if not typing_only]
+        for module, targets in EDGES.items()
+    }
+    assert _cycles(runtime) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
