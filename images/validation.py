@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 from PIL import ExifTags, Image, ImageFile, ImageOps, ImageSequence, JpegImagePlugin
 
+from mirix_site.errors import InvalidInputError
+
 logger = logging.getLogger(__name__)
 
 MAX_PIXELS = 40_000_000
@@ -61,11 +63,13 @@ _CORRUPT = "The image is truncated or corrupt."
 _TOO_MANY_PIXELS = f"The image is larger than {MAX_PIXELS // 1_000_000} megapixels."
 
 
-class ImageInvalidError(Exception):
-    """An image that cannot be stored; ``reason`` is a sentence safe to show the caller."""
+class ImageInvalidError(InvalidInputError):
+    """An image that cannot be stored; ``reason`` is a sentence safe to show the caller. Left
+    to the API, it is the 422 of the upload's ``file`` field; a caller that took the image from
+    elsewhere (a message's URL) reports the reason under its own field."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+        super().__init__({"file": [reason]})
         self.reason = reason
 
 

@@ -17,6 +17,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.models import ImageFetch, ImageObject
 from images.services import image_fetch_publish, image_store, images_hold, images_release
+from mirix_site.errors import ConflictError, NotFoundError
 from sessions.content import MessageInput
 from sessions.models import Message, MessageImage, Session
 from sessions.signals import session_closed
@@ -24,15 +25,27 @@ from sessions.signals import session_closed
 logger = logging.getLogger(__name__)
 
 
-class SessionClosedError(Exception):
+class SessionClosedError(ConflictError):
     """The session is closed; it takes no more turns."""
 
+    code = "session_closed"
 
-class SessionTagMismatchError(Exception):
+    def __init__(self, session_id: str | None) -> None:
+        super().__init__("This session is closed; start a new session_id.")
+        self.session_id = session_id
+
+
+class SessionTagMismatchError(ConflictError):
     """The caller named a tag (chat/task) other than the existing session's."""
 
+    code = "session_tag_mismatch"
 
-class MessageImageMissingError(Exception):
+    def __init__(self, session_id: str | None) -> None:
+        super().__init__("This session_id names a session of the other tag (chat/task).")
+        self.session_id = session_id
+
+
+class MessageImageMissingError(NotFoundError):
     """A turn names an image (``image_id``) the organization does not have: a reference to
     nothing, answered as any missing object is (another organization's image alike)."""
 

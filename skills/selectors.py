@@ -9,6 +9,7 @@ from django.db.models import Count, Q, QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.errors import NotFoundError
 from mirix_site.ids import row_id
 from mirix_site.rowsmemo import rows_memo
 from skills.confidence import confidence_band
@@ -25,7 +26,7 @@ from skills.models import (
 )
 
 
-class ExperienceNotFoundError(Exception):
+class ExperienceNotFoundError(NotFoundError):
     """No such experience the tenant may read (another tenant's looks the same)."""
 
 
@@ -130,7 +131,7 @@ def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
     }
 
 
-class LearningRunNotFoundError(Exception):
+class LearningRunNotFoundError(NotFoundError):
     """No learning run with this id that the tenant may read."""
 
 
@@ -154,7 +155,7 @@ def learning_run_get(*, tenant: Tenant, run_id: str) -> LearningRun:
     return found
 
 
-class SkillNotFoundError(Exception):
+class SkillNotFoundError(NotFoundError):
     """No skill with this id that the tenant may read (deleted ones included: they are kept)."""
 
 

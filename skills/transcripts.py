@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from mirix_site.errors import InvalidInputError
 from mirix_site.text import clipped
 from sessions.content import MessageInput
 from sessions.sensitive import turns_redacted
@@ -45,8 +46,11 @@ class Draft:
     outcome: str | None  # None: the transcript does not say
 
 
-class TranscriptError(ValueError):
-    """The transcript holds no task or no action to learn from (says which)."""
+class TranscriptError(InvalidInputError):
+    """The transcript holds no task or no action to learn from (says which, of ``messages``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__({"messages": [message]})
 
 
 def first_sentence(text: str, limit: int) -> str:

@@ -21,6 +21,7 @@ COMMON = tuple(
     for name in (
         "broker",
         "database",
+        "errors",
         "ids",
         "jsonvalues",
         "publish",
@@ -100,9 +101,7 @@ def _imports(module: str, path: Path) -> Iterator[tuple[str, bool]]:
     yield from visit(ast.parse(path.read_text()), False)
 
 
-EDGES = {
-    module: sorted(set(_imports(module, path))) for module, path in sorted(MODULES.items())
-}
+EDGES = {module: sorted(set(_imports(module, path))) for module, path in sorted(MODULES.items())}
 
 
 def floor_of(module: str) -> int:
@@ -177,3 +176,33 @@ def test_no_import_cycle_among_application_modules() -> None:
 
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+def _caught_domain_errors(module: str, path: Path) -> Iterator[str]:
+    """The exceptions a module's ``except`` clauses name that it imports from a project module
+    outside the API layer (a service's or a selector's: a domain error)."""
+    tree = ast.parse(path.read_text())
+    imported = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = node.module
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ExceptHandler) or node.type is None:
+            continue
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        for name in caught:
+            source = imported.get(name.id) if isinstance(name, ast.Name) else None
+            if source and _resolve(source) and ".api." not in f".{source}.":
+                yield f"{module}:{node.lineno} catches {name.id} ({source})"
+
+
+def test_no_view_catches_a_domain_error() -> None:
+    """Domain errors (``mirix_site.errors``) are answered once, by the exception handler."""
+    caught = [
+        found
+        for module, path in MODULES.items()
+        if ".api." in f"{module}."
+        for found in _caught_domain_errors(module, path)
+    ]
+    assert caught == []

@@ -1,10 +1,12 @@
 """The one error shape: ``{"detail": str, "code": str, "fields": {name: [messages]}}``.
 
 Every API error leaves through ``exception_handler``; Django's own 404/500 pages for paths
-outside the API use the same shape (``json_404`` / ``json_500``). An unexpected exception is
-logged with its traceback and answered with a generic 500 that carries none of it. A database
-out of reach (restarting, failing over) is not a bug: 503 with ``Retry-After``, logged in one
-line; the next request after it is back reconnects (``CONN_HEALTH_CHECKS``).
+outside the API use the same shape (``json_404`` / ``json_500``). The domain's four kinds of
+refusal (``mirix_site.errors``) are answered here, each one way: views do not catch them. An
+unexpected exception is logged with its traceback and answered with a generic 500 that carries
+none of it. A database out of reach (restarting, failing over) is not a bug: 503 with
+``Retry-After``, logged in one line; the next request after it is back reconnects
+(``CONN_HEALTH_CHECKS``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rest_framework.views import set_rollback
 from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address, presented_key
 from accounts.keycache import address_failure_record
 from mirix_site.database import database_unreachable
+from mirix_site.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +102,18 @@ class NamedNotFound(exceptions.NotFound):
     as any missing object does."""
 
 
+def _domain_answer(exc: DomainError) -> exceptions.APIException:
+    """The one answer of each kind of domain refusal."""
+    if isinstance(exc, NotFoundError) and exc.shown:
+        return NamedNotFound(str(exc))
+    if isinstance(exc, ConflictError):
+        return Conflict(str(exc), code=exc.code)
+    if isinstance(exc, InvalidInputError):
+        return UnprocessableEntity(exc.fields)
+    # NotFoundError, ReadOnlyError: as any missing object.
+    return exceptions.NotFound(NOT_FOUND_DETAIL)
+
+
 def _as_api_exception(exc: Exception) -> Exception:
     if isinstance(exc, Http404 | ObjectDoesNotExist):
         return exceptions.NotFound(NOT_FOUND_DETAIL)
@@ -116,7 +131,7 @@ def _as_api_exception(exc: Exception) -> Exception:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
-    exc = _as_api_exception(exc)
+    exc = _domain_answer(exc) if isinstance(exc, DomainError) else _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         set_rollback()

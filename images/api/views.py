@@ -8,7 +8,7 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import APIException
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,10 +18,9 @@ from accounts.api.errors import UnprocessableEntity
 from accounts.api.parsers import JsonBodyParser
 from accounts.api.schema import error_response
 from images.api.serializers import ImageFetchSerializer, ImageSerializer, ImageUrlInputSerializer
-from images.models import ImageFetch, ImageObject
+from images.models import ImageObject
 from images.selectors import image_bytes, image_fetch_get, image_get
 from images.services import image_fetch_request, image_store, image_store_bytes
-from images.validation import ImageInvalidError
 
 # A multipart body may carry the form's boundaries and headers beside the file.
 _MULTIPART_OVERHEAD = 64 * 1024
@@ -81,14 +80,11 @@ class ImageUploadApi(TenantAPIView):
             raise UnprocessableEntity({"file": ["A multipart upload needs a `file` field."]})
         if upload.size is not None and upload.size > limit:
             raise UploadTooLarge()
-        try:
-            return image_store_bytes(
-                organization=self.tenant.organization,
-                client=self.tenant.client,
-                data=upload.read(limit + 1),
-            )
-        except ImageInvalidError as error:
-            raise UnprocessableEntity({"file": [error.reason]}) from None
+        return image_store_bytes(
+            organization=self.tenant.organization,
+            client=self.tenant.client,
+            data=upload.read(limit + 1),
+        )
 
 
 class UploadTooLarge(APIException):
@@ -105,10 +101,7 @@ class ImageDetailApi(TenantAPIView):
         summary="Download one of the organization's images by its SHA-256",
     )
     def get(self, request: Request, sha256: str) -> HttpResponse:
-        try:
-            image = image_get(tenant=self.tenant, sha256=sha256)
-        except ImageObject.DoesNotExist:
-            raise NotFound() from None
+        image = image_get(tenant=self.tenant, sha256=sha256)
         response = HttpResponse(image_bytes(image=image), content_type=image.mime)
         extension = image.storage_key.rsplit(".", 1)[-1]
         response["Content-Disposition"] = f'inline; filename="{image.sha256}.{extension}"'
@@ -122,10 +115,7 @@ class ImageDetailApi(TenantAPIView):
 class ImageFetchDetailApi(TenantAPIView):
     @extend_schema(responses=ImageFetchSerializer, summary="A remote image's fetch")
     def get(self, request: Request, fetch_id: int) -> Response:
-        try:
-            fetch = image_fetch_get(tenant=self.tenant, fetch_id=fetch_id)
-        except ImageFetch.DoesNotExist:
-            raise NotFound() from None
+        fetch = image_fetch_get(tenant=self.tenant, fetch_id=fetch_id)
         return Response(
             ImageFetchSerializer(
                 fetch, context={"readable_client_ids": set(self.tenant.readable_client_ids)}

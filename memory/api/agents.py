@@ -20,7 +20,6 @@ from memory.models import MetaAgent
 from memory.selectors import meta_agent_get, meta_agent_list
 from memory.services import meta_agent_initialize
 from memory.services.agents import (
-    AgentNotFoundError,
     agent_component_resolve,
     agent_system_prompt_set,
 )
@@ -118,8 +117,5 @@ class AgentSystemPromptByNameApi(TenantAPIView):
                 f"Agent with name '{agent_name}' not found: this client has no meta agent "
                 "(POST /agents/meta/initialize)."
             )
-        try:
-            component = agent_component_resolve(meta_agent, agent_name)
-        except AgentNotFoundError as error:
-            raise NamedNotFound(str(error)) from None
+        component = agent_component_resolve(meta_agent, agent_name)
         return _prompt_set(meta_agent, component, request)

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
-from accounts.api.errors import Conflict, UnprocessableEntity
+from accounts.api.errors import UnprocessableEntity
 from accounts.api.fields import BooleanField, IntegerField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserQuerySerializer
@@ -33,14 +33,8 @@ from memory.api.serializers.memories import (
 from memory.procedures import procedural_source_of
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
-from memory.services.records import MemoryReadOnlyError
 from memory.types import MemoryType, memory_type_names, memory_type_resolve
 from mirix_site.search.spaces import write_embedders
-from sessions.services import (
-    MessageImageMissingError,
-    SessionClosedError,
-    SessionTagMismatchError,
-)
 
 MEMORY_TYPE_IN_PATH = OpenApiParameter(
     "memory_type", str, OpenApiParameter.PATH, enum=memory_type_names(), description="its type"
@@ -63,19 +57,7 @@ class MemoryAddApi(TenantAPIView):
     def post(self, request: Request) -> Response:
         serializer = MemoryAddInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            result = memory_add(tenant=self.tenant, **serializer.validated_data)
-        except SessionClosedError:
-            raise Conflict(
-                "This session is closed; start a new session_id.", code="session_closed"
-            ) from None
-        except SessionTagMismatchError:
-            raise Conflict(
-                "This session_id names a session of the other tag (chat/task).",
-                code="session_tag_mismatch",
-            ) from None
-        except MessageImageMissingError:
-            raise NotFound() from None
+        result = memory_add(tenant=self.tenant, **serializer.validated_data)
         body = {
             "success": True,
             "message": "Memory queued for processing"
@@ -239,16 +221,13 @@ class MemoryDetailApi(TenantAPIView):
                     ]
                 }
             )
-        try:
-            row = memory_update(
-                tenant=self.tenant,
-                memory_type=found,
-                row=row,
-                changes=serializer.validated_data,
-                embedders=write_embedders(),
-            )
-        except MemoryReadOnlyError:
-            raise NotFound() from None
+        row = memory_update(
+            tenant=self.tenant,
+            memory_type=found,
+            row=row,
+            changes=serializer.validated_data,
+            embedders=write_embedders(),
+        )
         return Response(MemorySerializer(row, context={"memory_type": found}).data)
 
     @extend_schema(
@@ -273,8 +252,5 @@ class MemoryDetailApi(TenantAPIView):
                 raise NotFound()
             return Response({"success": True, "id": memory_id, "memory_type": "procedural"})
         found, row = self._memory(memory_type, memory_id)
-        try:
-            memory_delete(tenant=self.tenant, memory_type=found, row=row)
-        except MemoryReadOnlyError:
-            raise NotFound() from None
+        memory_delete(tenant=self.tenant, memory_type=found, row=row)
         return Response({"success": True, "id": memory_id, "memory_type": found.name})

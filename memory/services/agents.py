@@ -8,6 +8,7 @@ from accounts.tenancy import Tenant
 from memory.agent_config import COMPONENT_AGENT_TYPES, MetaAgentSettings
 from memory.crypto import secret_encrypt
 from memory.models import AgentPromptVersion, MetaAgent
+from mirix_site.errors import NotFoundError
 
 
 @transaction.atomic
@@ -33,9 +34,11 @@ def meta_agent_initialize(
     return meta_agent, created
 
 
-class AgentNotFoundError(Exception):
+class AgentNotFoundError(NotFoundError):
     """No agent of the client's meta agent has this name: the message names it and the
-    agents there are."""
+    agents there are (the caller's own: shown)."""
+
+    shown = True
 
 
 # The names an agent goes by: its type, MIRIX's full name (the meta agent's name, then the

@@ -20,6 +20,7 @@ from memory.extractors import Proposal
 from memory.models import CoreMemoryBlock, KnowledgeVaultItem
 from memory.search import memory_kinds
 from memory.types import MEMORY_TYPES, MemoryType
+from mirix_site.errors import ReadOnlyError
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.index import (
     documents_index,
@@ -29,7 +30,7 @@ from mirix_site.search.index import (
 )
 
 
-class MemoryReadOnlyError(Exception):
+class MemoryReadOnlyError(ReadOnlyError):
     """The memory belongs to another client of the organization: readable, not writable."""
 
 

@@ -10,12 +10,11 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
-from accounts.api.errors import Conflict, UnprocessableEntity
+from accounts.api.errors import UnprocessableEntity
 from accounts.api.fields import BooleanField, IntegerField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserQuerySerializer
@@ -38,7 +37,6 @@ from skills.api.serializers import (
 )
 from skills.models import Experience, Origin
 from skills.selectors import (
-    ExperienceNotFoundError,
     experience_get,
     experience_settings_get,
     experience_stats,
@@ -46,10 +44,6 @@ from skills.selectors import (
     half_life_for,
 )
 from skills.services.experiences import (
-    ExperienceConflictError,
-    ExperienceInputError,
-    ExperienceReadOnlyError,
-    ExperienceReferenceError,
     Recorded,
     experience_delete,
     experience_record_transcript,
@@ -59,7 +53,7 @@ from skills.services.experiences import (
     transcript_digest,
 )
 from skills.services.retrieval import experience_recommend, experiences_recall
-from skills.transcripts import TranscriptError, transcript_distill
+from skills.transcripts import transcript_distill
 
 CONTEXT_PARAM = re.compile(r"^context\.([A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
 MAX_CONTEXT_FILTERS = 10
@@ -87,14 +81,7 @@ def _recorded_single(recorded: Recorded) -> dict[str, Any]:
 
 
 def _record(tenant: Any, user_id: str, items: list[Any], prefix: str = "") -> Recorded:
-    try:
-        return experiences_record(tenant=tenant, user_id=user_id, items=items, prefix=prefix)
-    except ExperienceReferenceError as error:
-        raise NotFound(str(error)) from None
-    except ExperienceReadOnlyError:
-        raise NotFound() from None
-    except ExperienceInputError as error:
-        raise UnprocessableEntity(error.fields) from None
+    return experiences_record(tenant=tenant, user_id=user_id, items=items, prefix=prefix)
 
 
 class ExperienceRecordApi(TenantAPIView):
@@ -169,10 +156,7 @@ class ExperienceConversationApi(TenantAPIView):
         body = ConversationRecordSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        try:
-            draft = transcript_distill(data["normalized"])
-        except TranscriptError as error:
-            raise UnprocessableEntity({"messages": [str(error)]}) from None
+        draft = transcript_distill(data["normalized"])
         outcome = data.get("outcome") or draft.outcome
         if outcome is None:
             raise UnprocessableEntity(
@@ -191,12 +175,9 @@ class ExperienceConversationApi(TenantAPIView):
             origin=Origin.CONVERSATION,
             transcript_digest=transcript_digest(data["messages"]),
         )
-        try:
-            row, replaced = experience_record_transcript(
-                tenant=self.tenant, user_id=data["user_id"], item=item
-            )
-        except ExperienceReferenceError as error:
-            raise NotFound(str(error)) from None
+        row, replaced = experience_record_transcript(
+            tenant=self.tenant, user_id=data["user_id"], item=item
+        )
         return Response(
             {
                 "success": True,
@@ -367,10 +348,7 @@ class _ExperienceApi(TenantAPIView):
     """An experience addressed by its id alone: ids are the tenant's, whichever user's."""
 
     def experience(self, experience_id: str) -> Experience:
-        try:
-            return experience_get(tenant=self.tenant, experience_id=experience_id)
-        except ExperienceNotFoundError:
-            raise NotFound() from None
+        return experience_get(tenant=self.tenant, experience_id=experience_id)
 
 
 class ExperienceDetailApi(_ExperienceApi):
@@ -388,10 +366,7 @@ class ExperienceDetailApi(_ExperienceApi):
     )
     def delete(self, request: Request, experience_id: str) -> Response:
         row = self.experience(experience_id)
-        try:
-            experience_delete(tenant=self.tenant, experience=row)
-        except ExperienceReadOnlyError:
-            raise NotFound() from None
+        experience_delete(tenant=self.tenant, experience=row)
         return Response({"success": True, "id": experience_id})
 
 
@@ -413,15 +388,7 @@ class ExperienceSupersedeApi(_ExperienceApi):
         row = self.experience(experience_id)
         body = SupersedeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            by = experience_get(tenant=self.tenant, experience_id=body.validated_data["by"])
-        except ExperienceNotFoundError:
-            # A body's reference to what the caller cannot see answers as a path's does.
-            raise NotFound() from None
-        try:
-            row = experience_supersede(tenant=self.tenant, experience=row, by=by)
-        except (ExperienceReadOnlyError, ExperienceReferenceError):
-            raise NotFound() from None
-        except ExperienceConflictError as error:
-            raise Conflict(str(error)) from None
+        # A body's reference to what the caller cannot see answers as a path's does (404).
+        by = experience_get(tenant=self.tenant, experience_id=body.validated_data["by"])
+        row = experience_supersede(tenant=self.tenant, experience=row, by=by)
         return Response(ExperienceSerializer(row).data)

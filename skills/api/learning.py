@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
-from accounts.api.errors import Conflict
 from accounts.api.fields import IntegerField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField
 from accounts.selectors import end_user_get
 from skills.models import LearningRun
-from skills.selectors import LearningRunNotFoundError, learning_run_get, learning_runs_list
+from skills.selectors import learning_run_get, learning_runs_list
 from skills.services.learning import (
-    LearningRunConflictError,
-    LearningRunReadOnlyError,
     learning_run_request,
     learning_run_retry,
 )
@@ -100,10 +96,7 @@ class LearningRunListApi(TenantAPIView):
         body = LearningRunRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         end_user = end_user_get(tenant=self.tenant, user_id=body.validated_data["user_id"])
-        try:
-            run, created = learning_run_request(tenant=self.tenant, end_user=end_user)
-        except LearningRunConflictError as error:
-            raise Conflict(str(error), code="nothing_to_learn") from None
+        run, created = learning_run_request(tenant=self.tenant, end_user=end_user)
         run = learning_run_get(tenant=self.tenant, run_id=str(run.pk))
         return Response(
             LearningRunSerializer(run).data,
@@ -128,19 +121,11 @@ class LearningRunRetryApi(TenantAPIView):
         summary="Queue a run that failed (or hit its context or budget limit) again",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        try:
-            run = learning_run_retry(tenant=self.tenant, run=_run(self, run_id))
-        except LearningRunReadOnlyError:
-            raise NotFound() from None
-        except LearningRunConflictError as error:
-            raise Conflict(str(error), code="not_retryable") from None
+        run = learning_run_retry(tenant=self.tenant, run=_run(self, run_id))
         return Response(
             LearningRunSerializer(learning_run_get(tenant=self.tenant, run_id=str(run.pk))).data
         )
 
 
 def _run(view: TenantAPIView, run_id: str) -> LearningRun:
-    try:
-        return learning_run_get(tenant=view.tenant, run_id=run_id)
-    except LearningRunNotFoundError:
-        raise NotFound() from None
+    return learning_run_get(tenant=view.tenant, run_id=run_id)

@@ -4,8 +4,6 @@ Each validates with a serializer, makes one service or selector call and renders
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from django.http import HttpResponse
@@ -22,17 +20,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.api.base import TenantAPIView
-from accounts.api.errors import Conflict, UnprocessableEntity
 from accounts.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
 from accounts.api.schema import error_response
 from accounts.api.serializers import UserIdField, UserQuerySerializer
 from accounts.selectors import end_user_get
-from sessions.models import Session
 from sessions.selectors import session_get_own
 from skills.export import discovery_index, skill_md, skills_zip
 from skills.models import Skill, SkillVersion
 from skills.selectors import (
-    SkillNotFoundError,
     skill_experience_ids,
     skill_get,
     skill_versions_list,
@@ -43,9 +38,6 @@ from skills.services.skills import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
     OPERATOR_STATUSES,
-    SkillConflictError,
-    SkillInputError,
-    SkillReadOnlyError,
     Written,
     skill_confidence,
     skill_patch,
@@ -194,23 +186,7 @@ class RetrieveSerializer(serializers.Serializer):
 
 class _SkillApi(TenantAPIView):
     def skill(self, skill_id: str) -> Skill:
-        try:
-            return skill_get(tenant=self.tenant, skill_id=skill_id)
-        except SkillNotFoundError:
-            raise NotFound() from None
-
-
-@contextmanager
-def _change_refusals() -> Iterator[None]:
-    """A skill change's refusals as the API answers them: 403, 422 and 409."""
-    try:
-        yield
-    except SkillReadOnlyError:
-        raise NotFound() from None
-    except SkillInputError as error:
-        raise UnprocessableEntity(error.fields) from None
-    except SkillConflictError as error:
-        raise Conflict(str(error), code="skill_conflict") from None
+        return skill_get(tenant=self.tenant, skill_id=skill_id)
 
 
 def _changed(written: Written | Skill) -> Skill:
@@ -254,8 +230,7 @@ class SkillDetailApi(_SkillApi):
         body.is_valid(raise_exception=True)
         changes = dict(body.validated_data)
         note = changes.pop("note", "")
-        with _change_refusals():
-            written = skill_patch(tenant=self.tenant, skill=skill, changes=changes, note=note)
+        written = skill_patch(tenant=self.tenant, skill=skill, changes=changes, note=note)
         return Response(SkillDetailSerializer(self.skill(str(_changed(written).pk))).data)
 
 
@@ -319,10 +294,9 @@ class SkillRollbackApi(_SkillApi):
         skill = self.skill(skill_id)
         body = RollbackSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        with _change_refusals():
-            written = skill_rollback(
-                tenant=self.tenant, skill=skill, number=body.validated_data["version"]
-            )
+        written = skill_rollback(
+            tenant=self.tenant, skill=skill, number=body.validated_data["version"]
+        )
         return Response(SkillDetailSerializer(self.skill(str(written.skill.pk))).data)
 
 
@@ -362,13 +336,10 @@ class SkillRetrieveApi(TenantAPIView):
         end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         session = None
         if data.get("session_id"):
-            try:
-                # Linking writes: the session must be the caller's own.
-                session = session_get_own(
-                    tenant=self.tenant, end_user=end_user, session_id=data["session_id"]
-                )
-            except Session.DoesNotExist:
-                raise NotFound() from None
+            # Linking writes: the session must be the caller's own (another's: 404).
+            session = session_get_own(
+                tenant=self.tenant, end_user=end_user, session_id=data["session_id"]
+            )
         found = skills_retrieve(
             tenant=self.tenant,
             end_user=end_user,

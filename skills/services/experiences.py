@@ -20,6 +20,7 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
+from mirix_site.errors import ConflictError, InvalidInputError, NotFoundError, ReadOnlyError
 from mirix_site.rows import rows_insert
 from mirix_site.search.index import (
     documents_index,
@@ -43,16 +44,12 @@ from skills.services.grouping import action_key
 FUTURE_TOLERANCE = timedelta(minutes=5)
 
 
-class ExperienceInputError(Exception):
+class ExperienceInputError(InvalidInputError):
     """What a caller sent cannot be stored as sent (a date in the future): the fields to fix,
     by name, as a 422 reports them."""
 
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        super().__init__(fields)
-        self.fields = fields
 
-
-class ExperienceReferenceError(Exception):
+class ExperienceReferenceError(NotFoundError):
     """A field names an experience or a recommendation the caller cannot see (missing, of
     another tenant, of another user: all alike). ``where`` names the field."""
 
@@ -61,11 +58,11 @@ class ExperienceReferenceError(Exception):
         self.where = where
 
 
-class ExperienceConflictError(Exception):
+class ExperienceConflictError(ConflictError):
     """A replacement that would make an experience replace itself, directly or in a cycle."""
 
 
-class ExperienceReadOnlyError(Exception):
+class ExperienceReadOnlyError(ReadOnlyError):
     """The experience belongs to another client of the organization: readable, not writable."""
 
 

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.errors import ConflictError, ReadOnlyError
 from mirix_site.publish import task_publish
 from sessions.models import Session
 from skills.models import LearningRun, LearningRunSession
@@ -29,11 +30,11 @@ RETRYABLE = (
 )
 
 
-class LearningRunConflictError(Exception):
+class LearningRunConflictError(ConflictError):
     """The run cannot do what was asked in its state (the message says why)."""
 
 
-class LearningRunReadOnlyError(Exception):
+class LearningRunReadOnlyError(ReadOnlyError):
     """Another client's run: readable through a read scope, not changeable."""
 
 
@@ -129,7 +130,9 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
     owner = tenant.owner_ids(end_user)
     waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
     if waiting is None and not unlearned:
-        raise LearningRunConflictError("No closed task session of this user is left to learn from.")
+        raise LearningRunConflictError(
+            "No closed task session of this user is left to learn from.", code="nothing_to_learn"
+        )
     run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
     _sessions_attach(run=run, sessions=unlearned)
     if waiting is None:
@@ -147,7 +150,8 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
     retried = LearningRun.objects.filter(pk=run.pk, state__in=RETRYABLE)
     if not retried.exists():
         raise LearningRunConflictError(
-            f"Only a run that stopped short is retried; this one is {run.state}."
+            f"Only a run that stopped short is retried; this one is {run.state}.",
+            code="not_retryable",
         )
     try:
         with transaction.atomic():  # a run of the user queued meanwhile: the index refuses
@@ -155,7 +159,9 @@ def learning_run_retry(*, tenant: Tenant, run: LearningRun) -> LearningRun:
                 state=LearningRun.State.QUEUED, error="", finished_at=None, heartbeat_at=None
             )
     except IntegrityError:
-        raise LearningRunConflictError("A run of this user is queued already.") from None
+        raise LearningRunConflictError(
+            "A run of this user is queued already.", code="not_retryable"
+        ) from None
     run.refresh_from_db()
     learning_run_publish(run)
     return run

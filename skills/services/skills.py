@@ -26,6 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.tenancy import Tenant
+from mirix_site.errors import ConflictError, InvalidInputError, ReadOnlyError
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.publish import task_publish
 from mirix_site.search.index import documents_index, documents_reindex
@@ -58,20 +59,18 @@ def quoted(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
     return json.dumps(clipped(" ".join(text.split()), limit), ensure_ascii=False)
 
 
-class SkillInputError(Exception):
+class SkillInputError(InvalidInputError):
     """A skill's fields break the Agent Skills rules or our limits: the fields to fix."""
 
-    def __init__(self, fields: dict[str, list[str]]) -> None:
-        super().__init__(fields)
-        self.fields = fields
 
-
-class SkillConflictError(Exception):
+class SkillConflictError(ConflictError):
     """The change cannot be made as asked (a name the user's other skill has, a version that
     does not exist): the message says why."""
 
+    code = "skill_conflict"
 
-class SkillReadOnlyError(Exception):
+
+class SkillReadOnlyError(ReadOnlyError):
     """Another client's skill: readable through a read scope, not changeable."""
 
 
