@@ -96,8 +96,8 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/memory/proceduralmemory/",
         "/admin/memory/resourcememory/",
         "/admin/memory/knowledgevaultitem/",
-        "/admin/mirix_site/searchlog/",
-        "/admin/mirix_site/searchlog/?latency=fast",
+        "/admin/search/retrievallog/",
+        "/admin/search/retrievallog/?latency=fast",
         "/admin/search/gatecalibration/",
         "/admin/search/embeddingspace/",
         "/admin/skills/experience/",
@@ -157,10 +157,10 @@ def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
     )
     log = RetrievalLog.objects.filter(client=org.client).first()
     assert (
-        operator.post(f"/admin/mirix_site/searchlog/{log.pk}/delete/", {"post": "yes"}).status_code
+        operator.post(f"/admin/search/retrievallog/{log.pk}/delete/", {"post": "yes"}).status_code
         == 403
     )
-    assert operator.get("/admin/mirix_site/searchlog/add/").status_code == 403
+    assert operator.get("/admin/search/retrievallog/add/").status_code == 403
     message = Message.objects.filter(client=org.client).first()
     assert (
         operator.post(
