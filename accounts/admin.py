@@ -1,5 +1,4 @@
-"""Operators manage tenants, clients, API keys and end users here; ``ReadOnlyAdmin`` lives here,
-in the lowest app, so that every app's audit tables can use it."""
+"""Operators manage tenants, clients, API keys and end users here."""
 
 from __future__ import annotations
 
@@ -19,19 +18,6 @@ from accounts.services import (
     end_user_delete,
     organization_delete,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Browse, never add, change or delete: for records kept as they were written."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(Organization)

@@ -15,8 +15,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-from accounts.api.authentication import client_address
-from accounts.keycache import address_blocked_for, address_failure_record
+from accounts.keycache import address_blocked_for, address_failure_record, client_address
 
 SCOPE = "admin-login"
 

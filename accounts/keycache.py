@@ -26,10 +26,11 @@ from typing import Any
 import redis
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.http import HttpRequest
 
 from accounts.models import ApiKey
 from accounts.selectors import API_KEY_RECORD, api_key_hydrate
-from mirix_site.redis import redis_client
+from mirix_site.common.redis import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,13 @@ class _Window:
 
 def _blocked_for(window: _Window, failures: bytes | int | None) -> float | None:
     return window.seconds_left if int(failures or 0) >= window.limit else None
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address failed authentications are counted against: the peer's. Behind a proxy
+    that is the proxy's, so there the limit applies to everyone it forwards; set it high
+    (AUTH_FAILURE_RATE_LIMIT) or limit at the proxy."""
+    return request.META.get("REMOTE_ADDR") or "unknown"
 
 
 def address_blocked_for(*, scope: str, address: str, rate: str) -> float | None:

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from accounts.keys import digests_match, key_parse, secret_digest
 from accounts.models import ApiKey, Client, EndUser, EndUserClient, Organization
 from accounts.tenancy import Tenant
-from mirix_site.rows import instances_build, model_columns
+from mirix_site.common.rows import instances_build, model_columns
 
 # Compared against when the key id is unknown, so that an unknown id and a wrong secret take
 # the same time and cannot be told apart by a caller.

@@ -8,11 +8,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts.admin import ReadOnlyAdmin
 from images.models import ImageFetch, ImageObject
 from images.references import image_referrers
 from images.selectors import image_bytes
 from images.validation import image_thumbnail
+from mirix_site.common.admin import ReadOnlyAdmin
 
 THUMBNAIL_PIXELS = 96
 

@@ -25,7 +25,7 @@ from images.references import images_referenced
 from images.signals import image_fetch_finished
 from images.storage import storage_delete, storage_key, storage_write
 from images.validation import ImageInvalidError, ValidImage, image_validate
-from mirix_site.publish import task_publish
+from mirix_site.common.publish import task_publish
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from images.services import (
     image_fetch_publish,
     image_fetch_run,
 )
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 

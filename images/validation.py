@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from PIL import ExifTags, Image, ImageFile, ImageOps, ImageSequence, JpegImagePlugin
 
-from mirix_site.errors import InvalidInputError
+from mirix_site.common.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from accounts.admin import ReadOnlyAdmin
 from memory.models import (
     AgentPromptVersion,
     CoreMemoryBlock,
@@ -21,6 +20,7 @@ from memory.models import (
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
+from mirix_site.common.admin import ReadOnlyAdmin
 from mirix_site.search.spaces import write_embedders
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from accounts.api.fields import NOT_BLANK_PATTERN
 from memory.models.agents import MEMORY_COMPONENTS
+from mirix_site.api.fields import NOT_BLANK_PATTERN
 from mirix_site.providers.embeddings import (
     GEMINI_MODEL_DIMENSIONS,
     LOCAL_MODEL_DIMENSIONS,

@@ -12,7 +12,7 @@ from accounts.tenancy import Tenant
 from memory.models import MetaAgent
 from memory.models.records import CURRENT
 from memory.types import MemoryType
-from mirix_site.ids import row_id
+from mirix_site.common.ids import row_id
 
 
 def meta_agent_list(*, tenant: Tenant) -> QuerySet[MetaAgent]:

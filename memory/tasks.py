@@ -14,7 +14,7 @@ from memory.services import (
     extraction_jobs_recover,
 )
 from memory.services.extraction import EXTRACT_TASK
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.providers.llm import LLMTransientError
 

@@ -13,8 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import mirix_site
-from accounts.api.fields import TextChoiceField, TextField
-from mirix_site.redis import redis_client
+from mirix_site.api.fields import TextChoiceField, TextField
+from mirix_site.common.redis import redis_client
 
 logger = logging.getLogger(__name__)
 

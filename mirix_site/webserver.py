@@ -3,7 +3,7 @@
 gunicorn answers what never reaches Django itself — a request line longer than it reads
 (414), header fields too large (431), a request it cannot parse (400) — with an HTML page.
 ``JsonErrorWorker`` is gunicorn's threaded worker whose error pages are ``{"detail",
-"code"}`` JSON, like every answer of the API (``accounts.api.errors``). ``make run`` starts
+"code"}`` JSON, like every answer of the API (``mirix_site.api.errors``). ``make run`` starts
 gunicorn with it (``mirix_site.launcher``); a deployment of its own passes
 ``--worker-class mirix_site.webserver.JsonErrorWorker``.
 """

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from accounts.admin import ReadOnlyAdmin
+from mirix_site.common.admin import ReadOnlyAdmin
 from sessions.models import Message, MessageImage, Session
 
 

@@ -17,7 +17,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.models import ImageFetch, ImageObject
 from images.services import image_fetch_publish, image_store, images_hold, images_release
-from mirix_site.errors import ConflictError, NotFoundError
+from mirix_site.common.errors import ConflictError, NotFoundError
 from sessions.content import MessageInput
 from sessions.models import Message, MessageImage, Session
 from sessions.signals import session_closed

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from accounts.admin import ReadOnlyAdmin
+from mirix_site.common.admin import ReadOnlyAdmin
 from skills.models import (
     ActionGroupingCalibration,
     ActionPhrase,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mirix_site.text import clipped
+from mirix_site.common.text import clipped
 from skills.services.skills import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,

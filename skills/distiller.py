@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mirix_site.text import clipped
+from mirix_site.common.text import clipped
 from sessions.sensitive import turns_redacted
 from skills.models import Outcome
 from skills.transcripts import first_sentence, verdict_read

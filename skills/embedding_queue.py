@@ -29,10 +29,10 @@ from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
+from mirix_site.common.publish import task_publish
+from mirix_site.common.redis import redis_client
 from mirix_site.providers.embeddings import EmbeddingProvider, EmbeddingTransientError
-from mirix_site.publish import task_publish
-from mirix_site.redis import redis_client
 from mirix_site.search.index import embeddings_write_committed
 from skills.models import Experience
 from skills.search import EXPERIENCE_KIND

@@ -10,7 +10,7 @@ from typing import Any
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.procedures import ProceduralSource
-from mirix_site.ids import row_id
+from mirix_site.common.ids import row_id
 from skills.models import Skill
 
 PREFIX = "skill-"

@@ -9,9 +9,9 @@ from django.db.models import Count, Q, QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from mirix_site.errors import NotFoundError
-from mirix_site.ids import row_id
-from mirix_site.rowsmemo import rows_memo
+from mirix_site.common.errors import NotFoundError
+from mirix_site.common.ids import row_id
+from mirix_site.common.rowsmemo import rows_memo
 from skills.confidence import confidence_band
 from skills.models import (
     OUTCOME_SCORES,
@@ -67,8 +67,9 @@ def experience_settings_get(*, tenant: Tenant) -> ExperienceSettings:
 @rows_memo(ExperienceSettings)
 def _client_half_life(client_id: str) -> float | None:
     # Every recall and recommend without a half-life of its own reads it; a client sets it
-    # rarely. Memoized like the spaces and calibrations every search reads (mirix_site.rowsmemo):
-    # one round trip fewer per recall (bench/RESULTS.md, bench/experiences.py).
+    # rarely. Memoized like the spaces and calibrations every search reads
+    # (mirix_site.common.rowsmemo): one round trip fewer per recall (bench/RESULTS.md,
+    # bench/experiences.py).
     found = ExperienceSettings.objects.filter(client_id=client_id).first()
     # A client that never set one has the model's default, as experience_settings_get answers.
     return (found or ExperienceSettings()).half_life_days

@@ -11,7 +11,7 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.search.spaces import write_embedders
 from skills.embedding_queue import (

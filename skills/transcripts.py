@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mirix_site.errors import InvalidInputError
-from mirix_site.text import clipped
+from mirix_site.common.errors import InvalidInputError
+from mirix_site.common.text import clipped
 from sessions.content import MessageInput
 from sessions.sensitive import turns_redacted
 from skills.models import Outcome

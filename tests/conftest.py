@@ -10,8 +10,8 @@ from django.core.servers.basehttp import WSGIRequestHandler
 
 from images import fetch as image_fetch_module
 from mirix_site.celery import app as celery_app
-from mirix_site.redis import redis_client
-from mirix_site.rowsmemo import rows_memos_clear
+from mirix_site.common.redis import redis_client
+from mirix_site.common.rowsmemo import rows_memos_clear
 from mirix_site.search.lanes import lanes_close
 from mirix_site.search.vectors import own_index_seen_forget
 from skills import embedding_queue

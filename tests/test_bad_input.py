@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from accounts.api.parsers import MAX_JSON_DEPTH
+from mirix_site.api.parsers import MAX_JSON_DEPTH
 from sessions.models import Message
 from tests.endpoints import ENDPOINTS, Endpoint, owned_ids, placeholders_filled
 from tests.factories import TenantFixture, memories_create

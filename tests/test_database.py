@@ -9,7 +9,7 @@ import pytest
 from django.db import DatabaseError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
 from mirix_site.postgresql.base import RECENT_USE_SECONDS
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import EndUser
-from mirix_site.rows import instance_build, model_columns, rows_insert
+from mirix_site.common.rows import instance_build, model_columns, rows_insert
 from sessions.models import Message
 from skills.models import Experience, Recommendation
 from tests.factories import TenantFixture

@@ -100,7 +100,7 @@ def test_the_schema_is_generated_once_and_declares_the_servers_refusals(
 ) -> None:
     from drf_spectacular.generators import SchemaGenerator
 
-    from accounts.api.schema_view import SchemaApi
+    from mirix_site.api.schema_view import SchemaApi
 
     SchemaApi._generated.clear()
     calls = []

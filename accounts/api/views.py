@@ -7,7 +7,6 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
 from accounts.api.serializers import (
     UserCreateOrGetInputSerializer,
     UserDeleteOutputSerializer,
@@ -15,6 +14,7 @@ from accounts.api.serializers import (
 )
 from accounts.selectors import EndUserRow, end_user_get, end_users_page
 from accounts.services import end_user_create_or_get, end_user_delete_own
+from mirix_site.api.base import TenantAPIView
 
 
 class UserCreateOrGetApi(TenantAPIView):

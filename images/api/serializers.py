@@ -10,9 +10,9 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import IntegerField, TextField
 from images.models import ImageObject
 from images.sources import image_source_read
+from mirix_site.api.fields import IntegerField, TextField
 
 
 class ImageUrlInputSerializer(serializers.Serializer):

@@ -13,14 +13,14 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.errors import UnprocessableEntity
-from accounts.api.parsers import JsonBodyParser
-from accounts.api.schema import error_response
 from images.api.serializers import ImageFetchSerializer, ImageSerializer, ImageUrlInputSerializer
 from images.models import ImageObject
 from images.selectors import image_bytes, image_fetch_get, image_get
 from images.services import image_fetch_request, image_store, image_store_bytes
+from mirix_site.api.base import TenantAPIView
+from mirix_site.api.errors import UnprocessableEntity
+from mirix_site.api.parsers import JsonBodyParser
+from mirix_site.api.schema import error_response
 
 # A multipart body may carry the form's boundaries and headers beside the file.
 _MULTIPART_OVERHEAD = 64 * 1024

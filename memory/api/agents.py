@@ -7,8 +7,6 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.errors import NamedNotFound
 from memory.api.serializers.agents import (
     AgentListParamsSerializer,
     AgentStateSerializer,
@@ -23,6 +21,8 @@ from memory.services.agents import (
     agent_component_resolve,
     agent_system_prompt_set,
 )
+from mirix_site.api.base import TenantAPIView
+from mirix_site.api.errors import NamedNotFound
 
 
 class MetaAgentInitializeApi(TenantAPIView):

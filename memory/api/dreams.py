@@ -10,10 +10,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
-from accounts.api.schema import error_response
 from memory.dreams import DreamRequest, dream_modes, dream_run
+from mirix_site.api.base import TenantAPIView
+from mirix_site.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
+from mirix_site.api.schema import error_response
 
 MAX_SESSIONS = 1000
 

@@ -11,11 +11,6 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.errors import UnprocessableEntity
-from accounts.api.fields import BooleanField, IntegerField, TextField
-from accounts.api.schema import error_response
-from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
     SECRETS_DENIED_RESPONSE,
@@ -34,6 +29,10 @@ from memory.procedures import procedural_source_of
 from memory.selectors import memory_get, memory_list
 from memory.services import memories_clear, memory_add, memory_delete, memory_update
 from memory.types import MemoryType, memory_type_names, memory_type_resolve
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
+from mirix_site.api.errors import UnprocessableEntity
+from mirix_site.api.fields import BooleanField, IntegerField, TextField
+from mirix_site.api.schema import error_response
 from mirix_site.search.spaces import write_embedders
 
 MEMORY_TYPE_IN_PATH = OpenApiParameter(

@@ -10,8 +10,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.serializers import UserQuerySerializer
 from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from memory.api.serializers.memories import (
@@ -40,6 +38,7 @@ from memory.services.retrieval import (
     memories_search,
 )
 from memory.types import MEMORY_TYPES
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.search.engine import SearchOutcome, SearchRequest
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, spoken_text, transcript_line
-from mirix_site.text import clipped
+from mirix_site.common.text import clipped
 from sessions.models import Message
 from sessions.sensitive import EMAIL, KINDS, sensitive_redacted, sensitive_values
 

@@ -8,7 +8,7 @@ from accounts.tenancy import Tenant
 from memory.agent_config import COMPONENT_AGENT_TYPES, MetaAgentSettings
 from memory.crypto import secret_encrypt
 from memory.models import AgentPromptVersion, MetaAgent
-from mirix_site.errors import NotFoundError
+from mirix_site.common.errors import NotFoundError
 
 
 @transaction.atomic

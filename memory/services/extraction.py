@@ -40,10 +40,10 @@ from memory.extractors import (
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.services.records import Owner, StoreRequest, memories_store_many
-from mirix_site.database import database_unreachable
+from mirix_site.common.database import database_unreachable
+from mirix_site.common.publish import task_publish
 from mirix_site.providers.embeddings import embedding_provider_from_settings
 from mirix_site.providers.llm import LLMProvider, llm_provider_from_settings
-from mirix_site.publish import task_publish
 from mirix_site.search.spaces import write_embedders
 from sessions.models import Message
 from sessions.selectors import (

@@ -20,7 +20,7 @@ from memory.extractors import Proposal
 from memory.models import CoreMemoryBlock, KnowledgeVaultItem
 from memory.search import memory_kinds
 from memory.types import MEMORY_TYPES, MemoryType
-from mirix_site.errors import ReadOnlyError
+from mirix_site.common.errors import ReadOnlyError
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.index import (
     documents_index,

@@ -6,10 +6,10 @@ the lane pool) a ``SELECT 1`` round trip first: 16 % of a single experience reco
 the server under load, for connections that had just answered. A connection that ended its
 last request or lane without a database error less than ``RECENT_USE_SECONDS`` ago is taken
 as alive. The cost of being wrong: PostgreSQL restarted inside that window with no request on
-the connection meanwhile, and the next request on it answers 503 (``mirix_site.database``) and
-closes it, as one that failed mid-request does; connections idle for longer are checked as
-before, so a restart of the usual length (with requests failing during it, which closes their
-connections) is still met by fresh ones.
+the connection meanwhile, and the next request on it answers 503
+(``mirix_site.common.database``) and closes it, as one that failed mid-request does;
+connections idle for longer are checked as before, so a restart of the usual length (with
+requests failing during it, which closes their connections) is still met by fresh ones.
 """
 
 from __future__ import annotations

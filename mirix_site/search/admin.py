@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from accounts.admin import ReadOnlyAdmin
+from mirix_site.common.admin import ReadOnlyAdmin
 from mirix_site.search.models import (
     EmbeddingSpace,
     GateCalibration,

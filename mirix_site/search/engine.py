@@ -18,8 +18,8 @@ from django.db.models import Q
 
 from accounts.models import EndUser
 from accounts.tenancy import Scope
+from mirix_site.common.rows import instance_build, model_columns
 from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.rows import instance_build, model_columns
 from mirix_site.search.bm25 import bm25_search, query_lexemes
 from mirix_site.search.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
 from mirix_site.search.gate import gate_thresholds

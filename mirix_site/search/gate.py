@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from mirix_site.common.rowsmemo import rows_memo
 from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.rowsmemo import rows_memo
 from mirix_site.search.fusion import Thresholds
 from mirix_site.search.kinds import SearchableKind
 from mirix_site.search.models import GateCalibration

@@ -122,7 +122,7 @@ def _postings_add(documents: Sequence[Document]) -> None:
                     "config": settings.TEXT_SEARCH_CONFIG,
                     "kind": kind.code,
                     # One JSON document, not an array per column: psycopg dumps arrays element
-                    # by element in Python (see mirix_site.rows.rows_insert).
+                    # by element in Python (see mirix_site.common.rows.rows_insert).
                     "documents": json.dumps(
                         [
                             {

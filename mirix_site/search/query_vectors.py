@@ -12,8 +12,8 @@ from functools import partial
 
 import redis
 
+from mirix_site.common.redis import redis_client
 from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.redis import redis_client
 from mirix_site.search.lanes import Lane
 
 logger = logging.getLogger(__name__)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from mirix_site.common.rowsmemo import rows_memo
 from mirix_site.providers.embeddings import (
     EmbeddingProvider,
     EmbeddingSettings,
     embedding_provider,
     embedding_provider_from_settings,
 )
-from mirix_site.rowsmemo import rows_memo
 from mirix_site.search.models import EmbeddingSpace
 
 

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import connection
 from kombu.exceptions import OperationalError
 
-from mirix_site.redis import redis_client
+from mirix_site.common.redis import redis_client
 from mirix_site.search import vectors
 from mirix_site.search.kinds import SearchableKind, kinds
 from mirix_site.search.vectors import (

@@ -56,7 +56,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "accounts.api.middleware.NulRefusedMiddleware",
+    "mirix_site.api.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -190,18 +190,18 @@ if API_MAX_BODY_BYTES < 6 * MESSAGE_MAX_CHARS:
     )
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["mirix_site.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
-        "accounts.api.permissions.KeyMayWrite",
+        "mirix_site.api.permissions.KeyMayWrite",
     ],
-    "DEFAULT_THROTTLE_CLASSES": ["accounts.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["mirix_site.api.throttling.ApiKeyRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["accounts.api.parsers.JsonBodyParser"],
-    "DEFAULT_PAGINATION_CLASS": "accounts.api.pagination.KeysetPage",
+    "DEFAULT_PARSER_CLASSES": ["mirix_site.api.parsers.JsonBodyParser"],
+    "DEFAULT_PAGINATION_CLASS": "mirix_site.api.pagination.KeysetPage",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "accounts.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "accounts.api.schema.ApiAutoSchema",
+    "EXCEPTION_HANDLER": "mirix_site.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "mirix_site.api.schema.ApiAutoSchema",
     "UNAUTHENTICATED_USER": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
@@ -273,7 +273,8 @@ SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.5, minimum=0.0)
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
 SEARCH_LANE_THREADS = env_int("SEARCH_LANE_THREADS", 2, minimum=0)
 # Seconds a process keeps what every search reads of the embedding spaces and the gate's
-# calibrations (mirix_site.rowsmemo): a change made by another process reaches it within this.
+# calibrations (mirix_site.common.rowsmemo): a change made by another process reaches it
+# within this.
 ROWS_MEMO_SECONDS = env_float("ROWS_MEMO_SECONDS", 1.0, minimum=0.0)
 # How often beat gives users with many embeddings an HNSW index of their own (and drops those
 # no longer needed); `manage.py vector_indexes` does it at once.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -20,8 +20,8 @@ _DURATION_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$")
 
 
-def _raw(name: str) -> str | None:
-    value = os.environ.get(name)
+def _raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    value = (os.environ if environ is None else environ).get(name)
     if value is None or value.strip() == "":
         return None
     return value.strip()
@@ -33,8 +33,15 @@ def _fail(name: str, value: str, expected: str) -> ImproperlyConfigured:
     )
 
 
-def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
-    value = _raw(name)
+def env_str(
+    name: str,
+    default: str | None = None,
+    *,
+    required: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """The variable's value (``environ``: read from this mapping, not the process's own)."""
+    value = _raw(name, environ)
     if value is None:
         if required:
             raise ImproperlyConfigured(f"Environment variable {name} is required and not set.")
@@ -54,8 +61,14 @@ def env_bool(name: str, default: bool) -> bool:
     raise _fail(name, value, "one of true/false, 1/0, yes/no, on/off")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    value = _raw(name)
+def env_int(
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    value = _raw(name, environ)
     if value is None:
         return default
     try:

@@ -5,8 +5,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import IntegerField, TextField
-from accounts.api.serializers import UserIdField
+from mirix_site.api.fields import IntegerField, TextField, UserIdField
 from sessions.content import message_schema
 from sessions.models import Message, MessageImage, Session
 from sessions.selectors import session_name

@@ -4,10 +4,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.pagination import PositionPage
-from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
+from mirix_site.api.pagination import PositionPage
 from sessions.api.serializers import (
     MessageSerializer,
     SessionCloseInputSerializer,

@@ -13,13 +13,12 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.errors import UnprocessableEntity
-from accounts.api.fields import BooleanField, IntegerField, TextField
-from accounts.api.schema import error_response
-from accounts.api.serializers import UserQuerySerializer
 from accounts.selectors import end_user_get
 from memory.api.retrieval import RetrievalApiView
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
+from mirix_site.api.errors import UnprocessableEntity
+from mirix_site.api.fields import BooleanField, IntegerField, TextField
+from mirix_site.api.schema import error_response
 from mirix_site.search.services import retrieval_start
 from skills.api.serializers import (
     ConversationRecordSerializer,

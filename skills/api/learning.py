@@ -8,11 +8,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.fields import IntegerField, TextField
-from accounts.api.schema import error_response
-from accounts.api.serializers import UserIdField
 from accounts.selectors import end_user_get
+from mirix_site.api.base import TenantAPIView
+from mirix_site.api.fields import IntegerField, TextField, UserIdField
+from mirix_site.api.schema import error_response
 from skills.models import LearningRun
 from skills.selectors import learning_run_get, learning_runs_list
 from skills.services.learning import (

@@ -9,17 +9,17 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import (
+from memory.api.serializers.memories import FilterTagsField, messages_check
+from mirix_site.api.fields import (
     BooleanField,
     FloatField,
     IntegerField,
     PatternField,
     TextChoiceField,
     TextField,
+    UserIdField,
 )
-from accounts.api.serializers import UserIdField
-from memory.api.serializers.memories import FilterTagsField, messages_check
-from mirix_site.ids import ROW_ID_PATTERN
+from mirix_site.common.ids import ROW_ID_PATTERN
 from sessions.api.serializers import MessageInputField
 from skills.models import Experience, Outcome
 from skills.services.experiences import ExperienceInput

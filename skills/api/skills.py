@@ -19,11 +19,16 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.api.base import TenantAPIView
-from accounts.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
-from accounts.api.schema import error_response
-from accounts.api.serializers import UserIdField, UserQuerySerializer
 from accounts.selectors import end_user_get
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
+from mirix_site.api.fields import (
+    BooleanField,
+    IntegerField,
+    TextChoiceField,
+    TextField,
+    UserIdField,
+)
+from mirix_site.api.schema import error_response
 from sessions.selectors import session_get_own
 from skills.export import discovery_index, skill_md, skills_zip
 from skills.models import Skill, SkillVersion
@@ -47,7 +52,7 @@ from skills.services.skills import (
 SKILL_ID = OpenApiParameter("skill_id", str, OpenApiParameter.PATH, description="the skill's id")
 MAX_RETRIEVE = 50
 # Naming a session_id links the skills found to the session, whose outcome then counts as
-# their evidence: a write (accounts.api.permissions.KeyMayWrite refuses it to a read-only key).
+# their evidence: a write (mirix_site.api.permissions.KeyMayWrite refuses it to a read-only key).
 LINK_NEEDS_WRITE = (
     "A read-only key may retrieve skills but not link them to a task session (session_id): "
     "the session's outcome would count for them."

@@ -20,8 +20,8 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
-from mirix_site.errors import ConflictError, InvalidInputError, NotFoundError, ReadOnlyError
-from mirix_site.rows import rows_insert
+from mirix_site.common.errors import ConflictError, InvalidInputError, NotFoundError, ReadOnlyError
+from mirix_site.common.rows import rows_insert
 from mirix_site.search.index import (
     documents_index,
     documents_reindex,

@@ -15,8 +15,8 @@ from django.db import IntegrityError, transaction
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from mirix_site.errors import ConflictError, ReadOnlyError
-from mirix_site.publish import task_publish
+from mirix_site.common.errors import ConflictError, ReadOnlyError
+from mirix_site.common.publish import task_publish
 from sessions.models import Session
 from skills.models import LearningRun, LearningRunSession
 

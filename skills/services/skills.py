@@ -26,11 +26,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.tenancy import Tenant
-from mirix_site.errors import ConflictError, InvalidInputError, ReadOnlyError
+from mirix_site.common.errors import ConflictError, InvalidInputError, ReadOnlyError
+from mirix_site.common.publish import task_publish
+from mirix_site.common.text import clipped
 from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.publish import task_publish
 from mirix_site.search.index import documents_index, documents_reindex
-from mirix_site.text import clipped
 from sessions.sensitive import sensitive_redacted
 from skills.confidence import evidence, lower_bound
 from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion

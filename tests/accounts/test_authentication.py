@@ -173,7 +173,7 @@ def test_a_cached_key_costs_no_query(org: TenantFixture, django_assert_num_queri
 
 
 def test_without_redis_keys_are_checked_in_the_database(org: TenantFixture, settings) -> None:
-    from mirix_site.redis import redis_client
+    from mirix_site.common.redis import redis_client
 
     api_key, key = org.new_key()
     api = api_client_with(key)

@@ -7,8 +7,8 @@ import pytest
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from accounts.api.serializers import datetime_text
 from accounts.models import EndUser, owned_models
+from mirix_site.api.fields import datetime_text
 from tests.factories import TenantFixture, memories_create
 
 

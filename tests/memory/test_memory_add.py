@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 
-from accounts.api.parsers import MAX_JSON_DEPTH
 from accounts.models import EndUser
 from memory.models import ExtractionJob
+from mirix_site.api.parsers import MAX_JSON_DEPTH
 from sessions.models import Message, Session
 from tests.factories import TenantFixture
 

@@ -12,8 +12,8 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from mirix_site.common.redis import redis_client
 from mirix_site.providers.embeddings import EmbeddingTransientError
-from mirix_site.redis import redis_client
 from mirix_site.search.spaces import write_embedders
 from skills import embedding_queue, tasks
 from skills.embedding_queue import DRAINING, QUEUE, RECORDING, experiences_embed_drain

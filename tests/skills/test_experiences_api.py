@@ -477,7 +477,7 @@ def test_a_user_the_worker_takes_past_the_exact_scan_gets_an_index_at_once(
 ) -> None:
     """Not at beat's next sync (ten minutes): the embedding write that crosses the line
     queues one, once per debounce window, and the index is there when the worker is done."""
-    from mirix_site.redis import redis_client
+    from mirix_site.common.redis import redis_client
     from mirix_site.search import vectors
     from mirix_site.search.vector_indexes import (
         REQUEST_MARKER,

@@ -10,7 +10,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 from memory.agent_config import (
     COMPONENT_AGENT_TYPES,
     PROVIDERS,
@@ -19,6 +18,7 @@ from memory.agent_config import (
     meta_agent_settings_from_provider,
 )
 from memory.models import MetaAgent
+from mirix_site.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
 
 # --- Meta agent initialization ----------------------------------------------------------------
 

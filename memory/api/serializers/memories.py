@@ -17,19 +17,19 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from accounts.api.fields import (
+from accounts.tenancy import Tenant
+from memory.crypto import secret_decrypt
+from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
+from mirix_site.api.fields import (
     BooleanField,
     IntegerField,
     JsonTextField,
     PatternField,
     TextChoiceField,
     TextField,
+    UserIdField,
 )
-from accounts.api.schema import error_response
-from accounts.api.serializers import UserIdField
-from accounts.tenancy import Tenant
-from memory.crypto import secret_decrypt
-from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
+from mirix_site.api.schema import error_response
 from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
 from sessions.content import (
     MAX_NAME_CHARS,

@@ -10,8 +10,6 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from accounts.api.fields import BooleanField, FloatField, IntegerField, TextChoiceField, TextField
-from accounts.api.serializers import UserIdField
 from memory.api.serializers.memories import (
     FilterTagsField,
     MemorySerializer,
@@ -25,6 +23,14 @@ from memory.query.temporal import temporal_range
 from memory.search import memory_kinds
 from memory.services.retrieval import Retrieved
 from memory.types import MEMORY_TYPES, memory_type_names, memory_type_resolve
+from mirix_site.api.fields import (
+    BooleanField,
+    FloatField,
+    IntegerField,
+    TextChoiceField,
+    TextField,
+    UserIdField,
+)
 from mirix_site.search.engine import METHODS
 from sessions.api.serializers import MessageInputField
 

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from accounts.api.errors import UnprocessableEntity
+from mirix_site.api.errors import UnprocessableEntity
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A time's microseconds: 17 digits reach the year 5138, within what datetime holds; an id or

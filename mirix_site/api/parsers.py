@@ -19,7 +19,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json  # refuses NaN and Infinity, as the parser does
 
-from mirix_site.jsonvalues import strings_mapped
+from mirix_site.common.jsonvalues import strings_mapped
 
 # Deeper than any memory, message or tag object has reason to be; the validation behind the
 # parser (and the error report of a failed one) walks bodies recursively.

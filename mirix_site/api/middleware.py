@@ -1,6 +1,6 @@
 """URLs with a NUL character are answered before any view sees them: PostgreSQL cannot hold
 NUL in text, so no object's id has one (404, like a missing object) and no query parameter
-may carry one (422, naming the parameter). Bodies are the parser's (``accounts.api.parsers``)."""
+may carry one (422, naming the parameter). Bodies are the parser's (``mirix_site.api.parsers``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from accounts.api.errors import json_404, validation_body
+from mirix_site.api.errors import json_404, validation_body
 
 NUL_DETAIL = "NUL characters are not allowed."
 

@@ -1,5 +1,5 @@
 """The domain's refusals, in four kinds. Services and selectors raise subclasses of these; the
-API's exception handler (``accounts.api.errors``) answers each kind one way, so no view catches
+API's exception handler (``mirix_site.api.errors``) answers each kind one way, so no view catches
 a domain error:
 
 - ``NotFoundError``: nothing the caller may see by that id (missing, another tenant's, another

@@ -2,7 +2,7 @@
 
 Every API error leaves through ``exception_handler``; Django's own 404/500 pages for paths
 outside the API use the same shape (``json_404`` / ``json_500``). The domain's four kinds of
-refusal (``mirix_site.errors``) are answered here, each one way: views do not catch them. An
+refusal (``mirix_site.common.errors``) are answered here, each one way: views do not catch them. An
 unexpected exception is logged with its traceback and answered with a generic 500 that carries
 none of it. A database out of reach (restarting, failing over) is not a bug: 503 with
 ``Retry-After``, logged in one line; the next request after it is back reconnects
@@ -24,10 +24,10 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from accounts.api.authentication import UNAUTHENTICATED_DETAIL, client_address, presented_key
-from accounts.keycache import address_failure_record
-from mirix_site.database import database_unreachable
-from mirix_site.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
+from accounts.keycache import address_failure_record, client_address
+from mirix_site.api.authentication import UNAUTHENTICATED_DETAIL, presented_key
+from mirix_site.common.database import database_unreachable
+from mirix_site.common.errors import ConflictError, DomainError, InvalidInputError, NotFoundError
 
 logger = logging.getLogger(__name__)
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.request import Request
 
-from accounts.keycache import address_blocked_for, key_cache_store, key_gate
+from accounts.keycache import address_blocked_for, client_address, key_cache_store, key_gate
 from accounts.keys import key_parse, secret_digest
 from accounts.models import ApiKey
 from accounts.selectors import api_key_authenticate
@@ -40,13 +39,6 @@ def presented_key(request: Request) -> str | None:
         # Some other scheme: a key was offered but not one we accept. Refuse it, do not ignore it.
         return ""
     return credentials.strip(_HTTP_WHITESPACE)
-
-
-def client_address(request: HttpRequest) -> str:
-    """The address failed authentications are counted against: the peer's. Behind a proxy
-    that is the proxy's, so there the limit applies to everyone it forwards; set it high
-    (AUTH_FAILURE_RATE_LIMIT) or limit at the proxy."""
-    return request.META.get("REMOTE_ADDR") or "unknown"
 
 
 def _refuse_if_blocked(blocked_for: float | None) -> None:

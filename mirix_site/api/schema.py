@@ -1,16 +1,16 @@
-"""The OpenAPI schema's account of errors: the one ``Error`` body (``accounts.api.errors``) and
+"""The OpenAPI schema's account of errors: the one ``Error`` body (``mirix_site.api.errors``) and
 the error answers every operation can give, added here from what the operation is rather than
 declared view by view.
 
 What an operation is decides what it may answer:
-- a body (JSON only, ``accounts.api.parsers``): 400 not JSON or nested too deep, 413 too big,
+- a body (JSON only, ``mirix_site.api.parsers``): 400 not JSON or nested too deep, 413 too big,
   415 not JSON at all;
 - an API key (every operation but ``/health``): 401 without a valid one, 429 over its rate;
-- a write (``accounts.api.permissions.view_writes``): 403 for a read-only key;
+- a write (``mirix_site.api.permissions.view_writes``): 403 for a read-only key;
 - an object it names (a path parameter, or a required ``user_id``: the operations that may
   create the user take it optional): 404;
 - any: 422, for a parameter or body field that fails validation, and a NUL character in any
-  query parameter (``accounts.api.middleware``).
+  query parameter (``mirix_site.api.middleware``).
 
 Views declare only the errors particular to them (a conflict, a permission a parameter needs)
 with ``error_response``.
@@ -31,9 +31,9 @@ from drf_spectacular.plumbing import ComponentRegistry, force_instance, is_seria
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
-from accounts.api.fields import JsonTextField, TextField
-from accounts.api.parsers import MAX_JSON_DEPTH
-from accounts.api.permissions import view_writes
+from mirix_site.api.fields import JsonTextField, TextField
+from mirix_site.api.parsers import MAX_JSON_DEPTH
+from mirix_site.api.permissions import view_writes
 
 # The field naming the end user an operation is about (``accounts.api.serializers``).
 USER_ID = "user_id"
@@ -186,7 +186,7 @@ def _empty_allowed(parameter: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nul_refused(parameter: dict[str, Any]) -> dict[str, Any]:
-    """A query parameter's text holds no NUL (``accounts.api.middleware`` answers 422)."""
+    """A query parameter's text holds no NUL (``mirix_site.api.middleware`` answers 422)."""
     schema = parameter.get("schema", {})
     if (
         parameter["in"] != "query"

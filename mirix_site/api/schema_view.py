@@ -1,4 +1,4 @@
-"""The schema's view, apart from ``accounts.api.schema``: drf-spectacular's views read the
+"""The schema's view, apart from ``mirix_site.api.schema``: drf-spectacular's views read the
 settings, which name that module's schema class."""
 
 from __future__ import annotations

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from accounts.api.serializers import UserQuerySerializer
 from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from accounts.tenancy import Tenant
+from mirix_site.api.fields import UserIdField
+
+
+class UserQuerySerializer(serializers.Serializer):
+    """The end user a request is about, named by its ``user_id`` query parameter."""
+
+    user_id = UserIdField(help_text="the end user's id")
 
 
 class UnscopedRequestError(RuntimeError):
