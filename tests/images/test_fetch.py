@@ -628,14 +628,13 @@ def test_an_announced_length_over_the_cap_is_refused_unread(
         server.stopping.wait(5)  # a fetcher reading on would wait here for its timeout
 
     server.routes["/a.png"] = huge
-    started = time.monotonic()
 
     with pytest.raises(ImageFetchError) as refused:
         fetch(f"http://images.test:{server.port}/a.png", resolver, max_bytes=5000, timeout=3)
 
+    # A fetcher that read on would have met its timeout instead: a transient "in time".
     assert refused.value.transient is False
     assert "larger than 5000 bytes" in refused.value.reason
-    assert time.monotonic() - started < 1
 
 
 @pytest.mark.parametrize("chunked", [False, True])
@@ -716,21 +715,22 @@ def test_a_slow_drip_server_is_cut_off_at_the_timeout(
     with pytest.raises(ImageFetchError) as failed:
         fetch(f"http://images.test:{server.port}/a.png", resolver, timeout=0.5)
 
-    elapsed = time.monotonic() - started
+    # Not before the timeout (a lower bound only: a loaded machine is slower, never faster);
+    # that the deadline, not the end of the drip, stopped it, the reason says.
+    assert time.monotonic() - started > 0.4
     assert failed.value.transient is True
     assert "in time" in failed.value.reason
-    assert 0.4 < elapsed < 1.5
 
 
 def test_a_silent_server_times_out(server: ScriptedServer, resolver: FakeResolver) -> None:
-    server.routes["/a.png"] = lambda _handler: server.stopping.wait(5)
-    started = time.monotonic()
+    # Silent until the test ends: only the fetch's timeout can end the wait.
+    server.routes["/a.png"] = lambda _handler: server.stopping.wait(60)
 
     with pytest.raises(ImageFetchError) as failed:
         fetch(f"http://images.test:{server.port}/a.png", resolver, timeout=0.5)
 
     assert failed.value.transient is True
-    assert time.monotonic() - started < 1.5
+    assert "in time" in failed.value.reason
 
 
 @pytest.mark.parametrize(

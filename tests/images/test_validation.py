@@ -8,7 +8,6 @@ import io
 import random
 import resource
 import struct
-import time
 import warnings
 import zlib
 from typing import Any
@@ -193,9 +192,7 @@ def png_bomb() -> bytes:
 
 def test_a_decompression_bomb_is_refused_before_its_pixels_are_decoded(png_bomb: bytes) -> None:
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    started = time.perf_counter()
     assert refused(png_bomb) == TOO_MANY_PIXELS
-    assert time.perf_counter() - started < 1
     # Decoding would take 196 MB: the peak memory of the process must not have moved by half.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 100 * 1024
 

@@ -333,10 +333,10 @@ def test_slow_server_is_a_transient_timeout(loopback: LoopbackServer, provider: 
 
     loopback.respond(sleep_then_answer)
 
-    started = time.monotonic()
-    with pytest.raises(LLMTransientError):
+    # The answer comes after the timeout: only the timeout can make this an error, and its
+    # message says so (no wall-time bound: a loaded machine only makes it slower).
+    with pytest.raises(LLMTransientError, match=r"did not answer within 0\.3 s"):
         ask(provider_for(loopback, provider, timeout=0.3))
-    assert time.monotonic() - started < 0.9
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
