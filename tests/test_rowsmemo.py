@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from mirix_site import rowsmemo
+from mirix_site.common import rowsmemo
 from mirix_site.search.fusion import Thresholds
 from mirix_site.search.gate import gate_thresholds
 from mirix_site.search.kinds import kind_get
