@@ -95,11 +95,11 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     A provider's overload or a database restart puts the run back in the queue and retries
     with backoff."""
     from mirix_site.providers.llm import LLMTransientError, llm_provider_from_settings
-    from skills.services.runs import (
+    from skills.learning.execute import learning_run_execute
+    from skills.learning.runs import (
         RunLostError,
         SliceDoneError,
         learning_run_claim,
-        learning_run_execute,
         learning_run_release,
     )
 
@@ -143,7 +143,7 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
 
 
 def _run_failed(claim: object, error: Exception) -> None:
-    from skills.services.runs import RunLostError, learning_run_fail
+    from skills.learning.runs import RunLostError, learning_run_fail
 
     with contextlib.suppress(RunLostError):  # the new holder finishes it
         learning_run_fail(claim, f"{type(error).__name__}: {error}")  # type: ignore[arg-type]
@@ -154,7 +154,7 @@ def recover_learning_runs() -> int:
     """The learning-run queue's driver (beat, every minute): queued runs whose message the
     broker may have lost, and running runs whose worker stopped beating, are published again
     (the claim decides who runs them)."""
-    from skills.services.runs import learning_runs_due
+    from skills.learning.runs import learning_runs_due
 
     due = learning_runs_due(queued_older_than=timedelta(seconds=60))
     for run_id in due:

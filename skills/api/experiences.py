@@ -34,6 +34,7 @@ from skills.api.serializers import (
     SupersedeSerializer,
     experience_input,
 )
+from skills.learning.transcripts import transcript_distill
 from skills.models import Experience, Origin
 from skills.selectors import (
     experience_get,
@@ -52,7 +53,6 @@ from skills.services.experiences import (
     transcript_digest,
 )
 from skills.services.retrieval import experience_recommend, experiences_recall
-from skills.transcripts import transcript_distill
 
 CONTEXT_PARAM = re.compile(r"^context\.([A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
 MAX_CONTEXT_FILTERS = 10

@@ -98,8 +98,8 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
 
 def learning_run_publish(run: LearningRun) -> None:
     """Send the run to a worker once the transaction that queued it commits: once per queuing,
-    and again when a run of the user that was running when it came ends (``runs._finish``);
-    the beat sends it again if a message is lost."""
+    and again when a run of the user that was running when it came ends
+    (``skills.learning.runs.run_finish``); the beat sends it again if a message is lost."""
     run_id = run.pk
     transaction.on_commit(lambda: task_publish(LEARNING_RUN_TASK, run_id))
 

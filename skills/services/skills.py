@@ -467,7 +467,7 @@ def skill_uses_session_count(*, session_id: int) -> list[Skill]:
     """Count the closed task session's outcome for the skills it used: the outcome its turns
     state (the user's last verdict, else its last tool call), none when they say nothing."""
     from sessions.models import Message
-    from skills.distiller import session_distill
+    from skills.learning.distill import session_distill
 
     if not SkillUse.objects.filter(session_id=session_id, counted_at__isnull=True).exists():
         return []

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from mirix_site.providers.llm import estimate_tokens
-from skills.curator import (
+from skills.learning.clusters import task_clusters
+from skills.learning.curate import (
     LessonView,
     SkillView,
     batches_fill,
@@ -17,7 +18,6 @@ from skills.curator import (
     operations_parse,
     skill_name,
 )
-from skills.services.runs import task_clusters
 from skills.services.skills import SkillContent, rewrite_share
 
 

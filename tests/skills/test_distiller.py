@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from skills.distiller import lessons_parse, session_distill
+from skills.learning.distill import lessons_parse, session_distill
 
 LESSON = {
     "type": "learn",
@@ -217,7 +217,7 @@ def test_a_session_without_signals_teaches_nothing() -> None:
 
 def test_a_long_session_is_split_into_parts_that_fit_the_window() -> None:
     from mirix_site.providers.llm import estimate_tokens
-    from skills.services.runs import transcript_parts
+    from skills.learning.distill import transcript_parts
 
     session = Session().say("user", "Migrate the database.")
     for index in range(40):

@@ -7,10 +7,11 @@ from __future__ import annotations
 from django.test import override_settings
 
 from mirix_site.search.spaces import write_embedders
+from skills.learning.execute import learning_run_execute
+from skills.learning.runs import learning_run_claim
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
 from skills.prototypes import skill_phrasings
 from skills.services import learning
-from skills.services.runs import learning_run_claim, learning_run_execute
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture
 from tests.skills.sessions import CSV_TASKS, csv_session, session_send

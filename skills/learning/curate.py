@@ -1,5 +1,5 @@
 """The curator: lessons (distilled experiences) → skill changes. Pure: it takes lessons and the
-user's skills and returns operations; ``skills.services.runs`` applies them.
+user's skills and returns operations; ``skills.learning.apply`` applies them.
 
 - **Batches** (``batches_fill``): lessons are read in batches that fit ``window x 0.8 -
   reserve`` tokens with the prompt and the user's skills (name + description); a lesson that
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirix_site.common.text import clipped
+from skills.learning.prompts import OPERATIONS
 from skills.services.skills import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
@@ -34,7 +35,6 @@ from skills.services.skills import (
     quoted,
 )
 
-OPERATIONS = ("create", "edit", "merge", "deprecate", "split", "none")
 MAX_STEPS_SHOWN = 12
 MAX_FIXES_SHOWN = 20
 MAX_TOOL_SAID = 400  # characters of a tool's description a skill's description quotes
@@ -368,57 +368,6 @@ def curate(
 
 
 # --- The model's operations ----------------------------------------------------------------------
-
-CURATOR_SYSTEM = (
-    "You maintain a library of reusable skills an AI agent learned from its work. Given the "
-    "agent's existing skills (name: description) and new lessons distilled from its task "
-    "sessions, decide which skills to create, edit, merge, deprecate or split, so that each "
-    "skill is one reusable procedure: what it does and when to use it (description), task "
-    "phrasings it is for (triggers), the steps (instructions, markdown) and what to avoid "
-    "(pitfalls). Prefer editing an existing skill to creating a near-duplicate. Every lesson "
-    "id must be named by exactly one operation; use `none` for lessons that change no skill. "
-    "Names: lowercase letters, digits and single hyphens, at most 64 characters."
-)
-
-OPERATIONS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "operations": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "op": {"type": "string", "enum": list(OPERATIONS)},
-                    "skill": {"type": "string"},
-                    "sources": {"type": "array", "items": {"type": "string"}},
-                    "name": {"type": "string"},
-                    "description": {"type": "string"},
-                    "triggers": {"type": "array", "items": {"type": "string"}},
-                    "instructions": {"type": "string"},
-                    "pitfalls": {"type": "array", "items": {"type": "string"}},
-                    "lesson_ids": {"type": "array", "items": {"type": "integer"}},
-                    "parts": {"type": "array", "items": {"type": "object"}},
-                    "reason": {"type": "string"},
-                },
-                "required": ["op", "lesson_ids"],
-            },
-        }
-    },
-    "required": ["operations"],
-}
-
-
-def curator_prompt(skills: Sequence[SkillView], lessons: Sequence[LessonView]) -> str:
-    index = "\n".join(skill.index_line() for skill in skills) or "(none yet)"
-    shown = "\n".join(lesson.prompt_text() for lesson in lessons)
-    return (
-        f"Existing skills:\n{index}\n\nNew lessons (one JSON object per line):\n{shown}\n\n"
-        'Answer {"operations": [...]}: create (name, description, triggers, instructions, '
-        "pitfalls, lesson_ids), edit (skill, the fields that change, lesson_ids), merge "
-        "(skill: the one kept, sources: those merged into it, the kept one's new fields, "
-        "lesson_ids), deprecate (skill, reason, lesson_ids), split (skill, parts: a list of "
-        "skills to create in its place, lesson_ids), none (lesson_ids, reason)."
-    )
 
 
 def _strings(value: Any, limit: int) -> tuple[str, ...] | None:

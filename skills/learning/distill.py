@@ -14,6 +14,10 @@ Two readings of a session, both pure (they take the turns, return lessons, touch
   ``avoid``. A user turn after the first that rejects the work is a critique of the action just
   before it (``avoid``), one that confirms it a confirmation (``learn``); the session's outcome
   is the last such verdict, else what its last tool call did.
+
+A run's distill step (``sessions_distill``) reads each of its sessions so (with the model,
+transcript part by part, when there is one) and records the lessons once, in the transaction
+that marks the session distilled, through the run's fence (``skills.learning.runs``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,37 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
 from mirix_site.common.text import clipped
-from sessions.sensitive import turns_redacted
-from skills.models import Outcome
-from skills.transcripts import first_sentence, verdict_read
+from mirix_site.providers.llm import LLMProvider, estimate_tokens
+from mirix_site.search.index import documents_index
+from sessions.models import Message, Session
+from sessions.sensitive import sensitive_redacted, turns_redacted
+from skills.embedding_queue import experiences_embed_soon
+from skills.learning.prompts import DISTILL_SCHEMA, DISTILL_SYSTEM
+from skills.learning.runs import (
+    Budget,
+    Claim,
+    llm_call,
+    run_fenced,
+    run_warn,
+    slice_check,
+    window_budget,
+)
+from skills.learning.transcripts import first_sentence, verdict_read
+from skills.models import (
+    Experience,
+    LearningRun,
+    LearningRunSession,
+    LessonStatus,
+    Origin,
+    Outcome,
+)
+from skills.search import EXPERIENCE_KIND
+from skills.services.experiences import experience_redacted
 
 MAX_TITLE_CHARS = 120
 MAX_TASK_CHARS = 500
@@ -402,3 +433,142 @@ def _verdicts(
                 source_message_ids=(answer.pk, turn.pk),
             )
         )
+
+
+# --- A run's distill step: each session of the run, once ---------------------------------------
+
+
+def _turn_text(turn: Turn) -> str:
+    calls = "".join(
+        f"\n  calls {(call.get('function') or {}).get('name')}"
+        f"({(call.get('function') or {}).get('arguments', '')})"
+        for call in turn.tool_calls or []
+    )
+    who = f"{turn.role}[{turn.name}]" if turn.name else turn.role
+    return f"{who}: {turn.text}{calls}"
+
+
+def transcript_parts(turns: Sequence[Turn], *, budget: int) -> list[str]:
+    """The session's transcript in parts that fit ``budget`` tokens each (a turn longer than
+    that is cut to fit)."""
+    parts: list[str] = []
+    lines: list[str] = []
+    used = 0
+    for turn in turns:
+        line = _turn_text(turn)
+        size = estimate_tokens(line) + 1
+        if size > budget:
+            line, size = line[: budget * 3 - 3], budget
+        if lines and used + size > budget:
+            parts.append("\n".join(lines))
+            lines, used = [], 0
+        lines.append(line)
+        used += size
+    if lines:
+        parts.append("\n".join(lines))
+    return parts
+
+
+def _distill(
+    claim: Claim, turns: Sequence[Turn], llm: LLMProvider | None, budget: Budget
+) -> Distilled:
+    structure = session_distill(turns)
+    if llm is None:
+        return structure
+    distilled = Distilled(
+        outcome=structure.outcome,
+        task=structure.task,
+        steps=structure.steps,
+        tools=structure.tools,
+        failed_tools=structure.failed_tools,
+    )
+    room = window_budget() - estimate_tokens(DISTILL_SYSTEM)
+    for part in transcript_parts(turns, budget=room):
+        budget.check(step=False)
+        data = llm_call(
+            claim, llm, system=DISTILL_SYSTEM, prompt=part, schema=DISTILL_SCHEMA, name="lessons"
+        )
+        parsed = lessons_parse(json.dumps(data), task=structure.task)
+        distilled.lessons += parsed.lessons
+        distilled.warnings += parsed.warnings
+    return distilled
+
+
+def _lesson_rows(
+    run: LearningRun, link: LearningRunSession, distilled: Distilled, tags: dict[str, Any]
+) -> list[Experience]:
+    now = timezone.now()
+    return [
+        experience_redacted(
+            Experience(
+                organization_id=run.organization_id,
+                client_id=run.client_id,
+                end_user_id=run.end_user_id,
+                task=lesson.task or distilled.task or lesson.title,
+                action=lesson.action,
+                outcome=lesson.outcome,
+                score={"success": 1.0, "partial": 0.5}.get(lesson.outcome, 0.0),
+                reason=lesson.evidence if lesson.outcome != Outcome.SUCCESS else "",
+                context=distilled.context,
+                filter_tags=tags,
+                origin=Origin.DISTILLED,
+                source_session_id=link.session_id,
+                source_message_ids=list(lesson.source_message_ids),
+                occurred_at=now,
+                title=lesson.title[:200],
+                content=lesson.content,
+                lesson_type=lesson.lesson_type,
+                evidence=lesson.evidence,
+                signal=lesson.signal,
+                importance=lesson.importance,
+                credibility=lesson.credibility,
+                status=LessonStatus.PENDING,
+                distilled_by=run,
+            ),
+        )
+        for lesson in distilled.lessons
+    ]
+
+
+def sessions_distill(
+    claim: Claim, llm: LLMProvider | None, budget: Budget, deadline: float | None
+) -> list[int]:
+    """Distill each session of the run not distilled yet, each in its own transaction.
+    Returns the ids of the lessons recorded."""
+    recorded: list[int] = []
+    links = LearningRunSession.objects.filter(run=claim.run, distilled_at__isnull=True)
+    for link_id in links.order_by("session_id").values_list("pk", flat=True):
+        link = LearningRunSession.objects.get(pk=link_id)
+        stored = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
+        turns = turns_view(stored)
+        distilled = _distill(claim, turns, llm, budget)
+        declared = (
+            Session.objects.filter(pk=link.session_id).values_list("tools", flat=True).first() or {}
+        )
+        distilled.tool_descriptions = {
+            tool: sensitive_redacted(str(declared[tool]))
+            for tool in distilled.tools
+            if declared.get(tool)
+        }
+        tags = stored[0].filter_tags if stored else {}
+        with transaction.atomic():
+            run = run_fenced(claim)
+            locked = LearningRunSession.objects.select_for_update().get(pk=link_id)
+            if locked.distilled_at is not None:
+                continue
+            rows = Experience.objects.bulk_create(_lesson_rows(run, locked, distilled, tags))
+            documents_index(documents=[(EXPERIENCE_KIND, row) for row in rows], embedders=[])
+            locked.distilled_at = timezone.now()
+            locked.outcome = distilled.outcome or ""
+            locked.save(update_fields=["distilled_at", "outcome"])
+            LearningRun.objects.filter(pk=run.pk).update(
+                experiences_distilled=F("experiences_distilled") + len(rows),
+                heartbeat_at=timezone.now(),
+            )
+            ids = [row.pk for row in rows]
+            if ids:
+                transaction.on_commit(lambda ids=ids: experiences_embed_soon(ids))
+            recorded += ids
+        run_warn(claim, [f"session {link.session_id}: {warning}" for warning in distilled.warnings])
+        slice_check(deadline)  # after the work: every slice does some
+    return recorded
