@@ -443,10 +443,6 @@ class Skill(Owned):
         return f"{self.name} v{self.version}"
 
 
-# The skills a search serves: candidates and active ones (deprecated and deleted ones are kept).
-SERVED_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
-
-
 class SkillEmbedding(Embedding):
     """A skill's search vector, per model: the prototype fit over its phrasings against its
     owner's other skills (``skills.prototypes``), written again whenever the owner's skills

@@ -11,6 +11,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.procedures import ProceduralSource
 from mirix_site.common.ids import row_id
+from skills.lifecycle import PROVEN_STATUSES
 from skills.models import Skill
 
 PREFIX = "skill-"
@@ -54,7 +55,7 @@ def _find(tenant: Tenant, end_user: EndUser, query: str, limit: int) -> list[dic
         end_user=end_user,
         task=query,
         limit=limit,
-        statuses=(Skill.Status.ACTIVE,),
+        statuses=PROVEN_STATUSES,
         # Part of the conversation's retrieval, which writes the one log row.
         log=False,
     )

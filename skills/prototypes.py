@@ -32,7 +32,8 @@ from django.conf import settings
 from django.db import connection
 
 from mirix_site.providers.embeddings import EmbeddingProvider, unit_rows
-from skills.models import SERVED_STATUSES, Skill, SkillEmbedding, SkillPhrasing
+from skills.lifecycle import SERVED_STATUSES
+from skills.models import Skill, SkillEmbedding, SkillPhrasing
 
 logger = logging.getLogger(__name__)
 

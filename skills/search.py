@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.db.models import Q
 
 from mirix_site.search.kinds import SearchableKind, kind_register
+from skills.lifecycle import SERVED
 from skills.models import (
     CURRENT,
-    SERVED_STATUSES,
     Experience,
     ExperienceEmbedding,
     Skill,
@@ -31,9 +30,6 @@ EXPERIENCE_KIND = SearchableKind(
     vector_weight=settings.EXPERIENCE_SEARCH_VECTOR_WEIGHT,
 )
 
-
-# Skills served: candidates and active ones (deprecated and deleted ones are kept, not found).
-SERVED = Q(status__in=SERVED_STATUSES)
 
 SKILL_KIND = SearchableKind(
     name="skill",

@@ -31,6 +31,7 @@ from mirix_site.api.fields import (
 from mirix_site.api.schema import error_response
 from sessions.selectors import session_get_own
 from skills.export import discovery_index, skill_md, skills_zip
+from skills.lifecycle import OPERATOR_STATUSES, served
 from skills.models import Skill, SkillVersion
 from skills.selectors import (
     skill_experience_ids,
@@ -42,7 +43,6 @@ from skills.services.retrieval import skills_retrieve
 from skills.services.skills import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
-    OPERATOR_STATUSES,
     Written,
     skill_confidence,
     skill_patch,
@@ -375,11 +375,7 @@ class SkillRetrieveApi(TenantAPIView):
 
 def _served(view: TenantAPIView) -> list[Skill]:
     end_user = view.query_end_user()
-    return [
-        skill
-        for skill in skills_list(tenant=view.tenant, end_user=end_user)
-        if skill.status in (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
-    ]
+    return [skill for skill in skills_list(tenant=view.tenant, end_user=end_user) if served(skill)]
 
 
 class SkillExportApi(TenantAPIView):

@@ -37,8 +37,8 @@ from skills.learning.runs import (
     slice_check,
     window_budget,
 )
+from skills.lifecycle import SERVED_STATUSES
 from skills.models import (
-    SERVED_STATUSES,
     Experience,
     LearningRun,
     LessonStatus,

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -33,6 +32,7 @@ from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.index import documents_index, documents_reindex
 from sessions.sensitive import sensitive_redacted
 from skills.confidence import evidence, lower_bound
+from skills.lifecycle import uses_verdict
 from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
 from skills.search import SKILL_KIND
 
@@ -307,11 +307,6 @@ def _writable(tenant: Tenant, skill: Skill) -> None:
         raise SkillReadOnlyError(skill.pk)
 
 
-# What an operator's PATCH may change besides the text: the status (an operator activates or
-# deprecates a skill; deletion is DELETE /memory/procedural/{id}) and the review flag.
-OPERATOR_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE, Skill.Status.DEPRECATED)
-
-
 @transaction.atomic
 def skill_patch(
     *, tenant: Tenant, skill: Skill, changes: dict[str, Any], note: str = ""
@@ -394,34 +389,6 @@ def skill_uses_record(*, skills: Sequence[Skill], session_id: int) -> None:
     )
 
 
-def _use_bound(skill: Skill) -> float:
-    successes, failures = evidence(
-        successes=skill.successes, failures=skill.failures, partials=skill.partials
-    )
-    return lower_bound(successes=successes, failures=failures)
-
-
-def _proven(skill: Skill) -> None:
-    """The status the skill's uses call for: promoted, flagged and demoted, or unchanged."""
-    uses = skill.successes + skill.failures + skill.partials
-    bound = _use_bound(skill)
-    if (
-        skill.status == Skill.Status.CANDIDATE
-        and skill.successes >= settings.SKILL_ACTIVATE_SUCCESSES
-        and bound >= settings.SKILL_ACTIVATE_CONFIDENCE
-    ):
-        skill.status = Skill.Status.ACTIVE
-    if uses >= settings.SKILL_REVIEW_MIN_USES and bound < settings.SKILL_REVIEW_CONFIDENCE:
-        skill.needs_review = True
-        skill.review_reason = (
-            f"Sessions that used it: {skill.successes} succeeded, {skill.failures} failed, "
-            f"{skill.partials} partly; its success rate is bounded below "
-            f"{settings.SKILL_REVIEW_CONFIDENCE:g}."
-        )
-        if skill.status == Skill.Status.ACTIVE:
-            skill.status = Skill.Status.CANDIDATE
-
-
 @transaction.atomic
 def skill_uses_count(*, session_id: int, outcome: str | None) -> list[Skill]:
     """The session closed with ``outcome`` (None: it did not say): each skill it used counts
@@ -444,7 +411,9 @@ def skill_uses_count(*, session_id: int, outcome: str | None) -> list[Skill]:
     for skill in Skill.objects.select_for_update().filter(pk__in=[use.skill_id for use in uses]):
         Skill.objects.filter(pk=skill.pk).update(**{counter: F(counter) + 1})
         skill.refresh_from_db()
-        _proven(skill)
+        verdict = uses_verdict(skill)
+        skill.status = verdict.status
+        skill.needs_review, skill.review_reason = verdict.needs_review, verdict.review_reason
         skill.save(update_fields=["status", "needs_review", "review_reason", "updated_at"])
         counted.append(skill)
     return counted
