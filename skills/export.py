@@ -14,8 +14,8 @@ import json
 import zipfile
 from collections.abc import Callable, Sequence
 
+from skills.content import SkillContent
 from skills.models import Skill
-from skills.services.skills import SkillContent
 
 DISCOVERY_SCHEMA = "https://schemas.agentskills.io/discovery/0.2.0/schema.json"
 

@@ -136,8 +136,9 @@ def learning_run_create(owner: TenantFixture, *, user_id: str) -> Any:
 def skill_create(owner: TenantFixture, *, user_id: str, name: str = "read-csv-files") -> Any:
     """A skill of the user, as an operator's import writes it (its first version)."""
     from accounts.services import end_user_create_or_get
+    from skills.content import SkillContent
     from skills.models import SkillVersion
-    from skills.services.skills import Provenance, SkillContent, skill_version_write
+    from skills.services.skills import Provenance, skill_version_write
 
     end_user, _ = end_user_create_or_get(tenant=owner.tenant, user_id=user_id, name=None)
     written = skill_version_write(

@@ -30,6 +30,7 @@ from mirix_site.api.fields import (
 )
 from mirix_site.api.schema import error_response
 from sessions.selectors import session_get_own
+from skills.content import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from skills.export import discovery_index, skill_md, skills_zip
 from skills.lifecycle import OPERATOR_STATUSES, served
 from skills.models import Skill, SkillVersion
@@ -40,14 +41,7 @@ from skills.selectors import (
     skills_list,
 )
 from skills.services.retrieval import skills_retrieve
-from skills.services.skills import (
-    MAX_DESCRIPTION_CHARS,
-    MAX_NAME_CHARS,
-    Written,
-    skill_confidence,
-    skill_patch,
-    skill_rollback,
-)
+from skills.services.skills import Written, skill_confidence, skill_patch, skill_rollback
 
 SKILL_ID = OpenApiParameter("skill_id", str, OpenApiParameter.PATH, description="the skill's id")
 MAX_RETRIEVE = 50

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.providers.llm import LLMProvider, estimate_tokens
+from skills.content import REWRITE_REVIEW_SHARE, SkillContent, rewrite_share
 from skills.learning.clusters import task_clusters
 from skills.learning.curate import (
     LessonView,
@@ -46,12 +47,9 @@ from skills.models import (
     SkillVersion,
 )
 from skills.services.skills import (
-    REWRITE_REVIEW_SHARE,
     Provenance,
     SkillConflictError,
-    SkillContent,
     SkillInputError,
-    rewrite_share,
     skill_version_write,
     skills_embed,
 )

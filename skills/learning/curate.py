@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirix_site.common.text import clipped
-from skills.learning.prompts import OPERATIONS
-from skills.services.skills import (
+from skills.content import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
     MAX_PITFALLS,
@@ -34,6 +33,7 @@ from skills.services.skills import (
     SkillContent,
     quoted,
 )
+from skills.learning.prompts import OPERATIONS
 
 MAX_STEPS_SHOWN = 12
 MAX_FIXES_SHOWN = 20

@@ -17,15 +17,11 @@ from django.db import connection, models, transaction
 
 from mirix_site.search.index import documents_reindex
 from sessions.sensitive import sensitive_redacted, sensitive_redacted_json
+from skills.content import SkillContent, content_diff
 from skills.models import ActionPhrase, Experience, Recommendation, Skill, SkillVersion
 from skills.search import EXPERIENCE_KIND
 from skills.services.experiences import experience_redacted
-from skills.services.skills import (
-    Provenance,
-    SkillContent,
-    content_diff,
-    skill_version_write,
-)
+from skills.services.skills import Provenance, skill_version_write
 
 _EXPERIENCE_FIELDS = (
     "task",

@@ -137,8 +137,9 @@ def test_reembed_fills_every_registered_kind_and_its_index(
 def test_reembed_fits_each_users_served_skills_in_the_new_model(
     org: TenantFixture, embeddings_api: LoopbackServer
 ) -> None:
+    from skills.content import SkillContent
     from skills.models import Skill, SkillEmbedding, SkillPhrasing
-    from skills.services.skills import Provenance, SkillContent, skill_version_write
+    from skills.services.skills import Provenance, skill_version_write
 
     ana, _ = end_user_create_or_get(tenant=org.tenant, user_id="ana", name=None)
     owner = {"organization_id": org.organization.pk, "client_id": org.client.pk}

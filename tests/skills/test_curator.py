@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from mirix_site.providers.llm import estimate_tokens
+from skills.content import SkillContent, rewrite_share
 from skills.learning.clusters import task_clusters
 from skills.learning.curate import (
     LessonView,
@@ -18,7 +19,6 @@ from skills.learning.curate import (
     operations_parse,
     skill_name,
 )
-from skills.services.skills import SkillContent, rewrite_share
 
 
 def lesson(

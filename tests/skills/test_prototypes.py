@@ -12,9 +12,10 @@ from django.test import override_settings
 from accounts.models import EndUser
 from mirix_site.providers.embeddings import EmbeddingProvider, unit_rows
 from mirix_site.search.spaces import write_embedders
+from skills.content import SkillContent
 from skills.models import Skill, SkillEmbedding, SkillPhrasing
 from skills.prototypes import prototypes_fit, skill_phrasings
-from skills.services.skills import Provenance, SkillContent, skill_version_write
+from skills.services.skills import Provenance, skill_version_write
 from tests.factories import TenantFixture
 
 
