@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from memory.models.agents import MEMORY_COMPONENTS
+from memory.types import MEMORY_TYPES
 from mirix_site.api.fields import NOT_BLANK_PATTERN
 from mirix_site.providers.embeddings import (
     GEMINI_MODEL_DIMENSIONS,
@@ -167,15 +168,14 @@ KNOWN_EMBEDDING_DIMS = {
     **GEMINI_MODEL_DIMENSIONS,
 }
 
-# MIRIX agent names in meta_agent_config.agents, and the memory component each one enables.
-AGENT_COMPONENTS = {
-    "core_memory_agent": "core",
-    "episodic_memory_agent": "episodic",
-    "semantic_memory_agent": "semantic",
-    "procedural_memory_agent": "procedural",
-    "resource_memory_agent": "resource",
-    "knowledge_vault_memory_agent": "knowledge_vault",
-    "knowledge_memory_agent": "knowledge_vault",
+# MIRIX agent names in meta_agent_config.agents, and the memory component each one enables
+# (each memory type names its agent, ``memory.types``).
+AGENT_COMPONENTS: dict[str, str | None] = {
+    **{
+        agent: name
+        for name, memory_type in MEMORY_TYPES.items()
+        for agent in (memory_type.mirix_agent, *memory_type.mirix_agent_aliases)
+    },
     # MIRIX agents with no memory component of their own: accepted, enable nothing.
     "meta_memory_agent": None,
     "reflexion_agent": None,
@@ -184,12 +184,7 @@ AGENT_COMPONENTS = {
 }
 # The AgentState agent_type the MIRIX client knows for each component.
 COMPONENT_AGENT_TYPES = {
-    "core": "core_memory_agent",
-    "episodic": "episodic_memory_agent",
-    "semantic": "semantic_memory_agent",
-    "procedural": "procedural_memory_agent",
-    "resource": "resource_memory_agent",
-    "knowledge_vault": "knowledge_memory_agent",
+    name: memory_type.mirix_agent for name, memory_type in MEMORY_TYPES.items()
 }
 CORE_BLOCK_LIMIT = 5000
 BLOCK_FIELDS = {"label": "string", "value": "string", "limit": "integer"}

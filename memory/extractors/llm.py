@@ -9,13 +9,14 @@ from typing import Any
 from memory.extractors.prompt import extraction_prompt, extraction_system
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.schema import EXTRACTION_SCHEMA
+from memory.types import MEMORY_TYPES, Field
 from mirix_site.providers.llm import LLMProvider
 from sessions.models import Message
 
 logger = logging.getLogger(__name__)
 
 
-def _text(value: Any, limit: int) -> str:
+def _text(value: Any, limit: int | None) -> str:
     return str(value).strip()[:limit] if value is not None else ""
 
 
@@ -25,74 +26,26 @@ def _steps(value: Any) -> list[str]:
 
 
 def _choice(value: Any, choices: set[str], default: str) -> str:
-    return value if value in choices else default
+    # A model may answer a list or an object where a word was asked: the default, not a crash.
+    return value if isinstance(value, str) and value in choices else default
 
 
-# Per type: how to read an item's fields, and which of them must not be empty.
-_LLM_FIELDS: dict[str, tuple[Any, tuple[str, ...]]] = {
-    "core": (
-        lambda item: {
-            "label": _choice(item.get("label"), {"human", "persona"}, ""),
-            "value": _text(item.get("value"), 5000),
-            "mode": _choice(item.get("mode"), {"append", "replace"}, "append"),
-        },
-        ("label", "value"),
-    ),
-    "episodic": (
-        lambda item: {
-            "event_type": _text(item.get("event_type") or "conversation", 64),
-            "summary": _text(item.get("summary"), 2000),
-            "details": _text(item.get("details"), 20000),
-            "actor": _text(item.get("actor"), 255),
-        },
-        ("summary",),
-    ),
-    "semantic": (
-        lambda item: {
-            "name": _text(item.get("name"), 255),
-            "summary": _text(item.get("summary"), 5000),
-            "details": _text(item.get("details"), 20000),
-            "source": _text(item.get("source"), 255),
-        },
-        ("name", "summary"),
-    ),
-    "procedural": (
-        lambda item: {
-            "entry_type": _text(item.get("entry_type") or "workflow", 64),
-            "summary": _text(item.get("summary"), 5000),
-            "steps": _steps(item.get("steps")),
-        },
-        ("summary",),
-    ),
-    "resource": (
-        lambda item: {
-            "title": _text(item.get("title"), 500),
-            "summary": _text(item.get("summary"), 5000),
-            "content": _text(item.get("content"), 65536),
-            "resource_type": _text(item.get("resource_type") or "document", 32),
-            "uri": _text(item.get("uri"), 2000),
-        },
-        ("title",),
-    ),
-    "knowledge_vault": (
-        lambda item: {
-            "entry_type": _text(item.get("entry_type") or "credential", 64),
-            "caption": _text(item.get("caption"), 2000),
-            "secret_value": _text(item.get("secret_value"), 10000),
-            # An unlabeled secret is treated as the most sensitive kind.
-            "sensitivity": _choice(item.get("sensitivity"), {"low", "medium", "high"}, "high"),
-            "source": _text(item.get("source"), 255),
-        },
-        ("caption", "secret_value"),
-    ),
-}
+def _read(field: Field, value: Any) -> Any:
+    """One proposed value as the type's field keeps it (``memory.types``)."""
+    if field.kind == "choice":
+        return _choice(value, set(field.choices), field.default)
+    if field.kind == "steps":
+        return _steps(value)
+    if field.default and not value:
+        value = field.default
+    return _text(value, field.max_chars)
 
 
 def _llm_item_fields(memory_type: str, item: dict[str, Any]) -> dict[str, Any] | None:
     """The storable fields of one proposed item, or None when it lacks what the type needs."""
-    read, required = _LLM_FIELDS[memory_type]
-    fields = read(item)
-    return fields if all(fields[name] for name in required) else None
+    fields = MEMORY_TYPES[memory_type].extracted_fields
+    read = {field.name: _read(field, item.get(field.name)) for field in fields}
+    return read if all(read[field.name] for field in fields if field.required) else None
 
 
 def extract_with_llm(

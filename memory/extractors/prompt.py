@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 from memory.extractors.transcript import transcript_line
+from memory.types import MEMORY_TYPES
 from sessions.models import Message
 
-EXTRACTION_SYSTEM = """You maintain the long-term memory of an AI assistant about one user.
-From the new conversation turns, propose memories of six kinds:
-- core: short lasting facts about the user (label "human") or how the assistant should behave
-  ("persona"); "append" adds a line, "replace" rewrites the block.
-- episodic: events with who did what and when ("summary" one sentence, "details" the specifics).
-- semantic: facts and concepts independent of time (people, places, preferences, knowledge).
-- procedural: how-to knowledge as ordered steps (workflows that worked, fixes for errors).
-- resource: documents, files, links, code or images the user shared or worked with.
-- knowledge_vault: sensitive values (credentials, account numbers, contact details), with a
-  caption that does not repeat the value.
-Cite for every memory the ids of the turns it comes from (the numbers in [brackets]).
-Propose nothing that the turns do not support; leave a list empty when nothing fits.
-Never copy a secret value anywhere except knowledge_vault.secret_value."""
+EXTRACTION_SYSTEM = (
+    "You maintain the long-term memory of an AI assistant about one user.\n"
+    "From the new conversation turns, propose memories of six kinds:\n"
+    + "".join(
+        f"- {name}: {memory_type.description}\n" for name, memory_type in MEMORY_TYPES.items()
+    )
+    + "Cite for every memory the ids of the turns it comes from (the numbers in [brackets]).\n"
+    "Propose nothing that the turns do not support; leave a list empty when nothing fits.\n"
+    "Never copy a secret value anywhere except knowledge_vault.secret_value."
+)
 
 
 def extraction_system(agent_prompts: dict[str, str]) -> str:

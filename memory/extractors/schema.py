@@ -1,97 +1,39 @@
-"""The JSON Schema the LLM extractor's answer must match: one list of items per memory type."""
+"""The JSON Schema the LLM extractor's answer must match: one list of items per memory type,
+each item the type's extracted fields (``memory.types``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from memory.types import MEMORY_TYPES, Field, MemoryType
+
 _SOURCES = {"type": "array", "items": {"type": "integer"}}
+
+
+def _property(field: Field) -> dict[str, Any]:
+    if field.kind == "steps":
+        return {"type": "array", "items": {"type": "string"}}
+    if field.kind == "choice":
+        return {"type": "string", "enum": list(field.choices)}
+    return {"type": "string"}
+
+
+def _items(memory_type: MemoryType) -> dict[str, Any]:
+    fields = memory_type.extracted_fields
+    required = [field.name for field in fields if field.asked]
+    properties = {field.name: _property(field) for field in fields}
+    if memory_type.cites_sources:
+        required.append("source_message_ids")
+        properties["source_message_ids"] = _SOURCES
+    return {"type": "object", "required": required, "properties": properties}
+
+
 EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["core", "episodic", "semantic", "procedural", "resource", "knowledge_vault"],
+    "required": list(MEMORY_TYPES),
     "properties": {
-        "core": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["label", "value", "mode"],
-                "properties": {
-                    "label": {"type": "string", "enum": ["human", "persona"]},
-                    "value": {"type": "string"},
-                    "mode": {"type": "string", "enum": ["append", "replace"]},
-                },
-            },
-        },
-        "episodic": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["summary", "details", "actor", "source_message_ids"],
-                "properties": {
-                    "event_type": {"type": "string"},
-                    "summary": {"type": "string"},
-                    "details": {"type": "string"},
-                    "actor": {"type": "string"},
-                    "source_message_ids": _SOURCES,
-                },
-            },
-        },
-        "semantic": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["name", "summary", "source_message_ids"],
-                "properties": {
-                    "name": {"type": "string"},
-                    "summary": {"type": "string"},
-                    "details": {"type": "string"},
-                    "source": {"type": "string"},
-                    "source_message_ids": _SOURCES,
-                },
-            },
-        },
-        "procedural": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["summary", "steps", "source_message_ids"],
-                "properties": {
-                    "entry_type": {"type": "string"},
-                    "summary": {"type": "string"},
-                    "steps": {"type": "array", "items": {"type": "string"}},
-                    "source_message_ids": _SOURCES,
-                },
-            },
-        },
-        "resource": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["title", "summary", "source_message_ids"],
-                "properties": {
-                    "title": {"type": "string"},
-                    "summary": {"type": "string"},
-                    "content": {"type": "string"},
-                    "resource_type": {"type": "string"},
-                    "uri": {"type": "string"},
-                    "source_message_ids": _SOURCES,
-                },
-            },
-        },
-        "knowledge_vault": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["caption", "secret_value", "sensitivity", "source_message_ids"],
-                "properties": {
-                    "entry_type": {"type": "string"},
-                    "caption": {"type": "string"},
-                    "secret_value": {"type": "string"},
-                    "sensitivity": {"type": "string", "enum": ["low", "medium", "high"]},
-                    "source": {"type": "string"},
-                    "source_message_ids": _SOURCES,
-                },
-            },
-        },
+        name: {"type": "array", "items": _items(memory_type)}
+        for name, memory_type in MEMORY_TYPES.items()
     },
 }

@@ -19,7 +19,13 @@ from rest_framework.exceptions import PermissionDenied
 
 from accounts.tenancy import Tenant
 from memory.crypto import secret_decrypt
-from memory.types import MEMORY_TYPES, MemoryType, memory_type_names, memory_type_resolve
+from memory.types import (
+    MEMORY_TYPES,
+    Field,
+    MemoryType,
+    memory_type_names,
+    memory_type_resolve,
+)
 from mirix_site.api.fields import (
     BooleanField,
     IntegerField,
@@ -359,18 +365,22 @@ def _image_ids(row: Any, context: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(shown))
 
 
-def _editable_field(name: str) -> serializers.Field:
-    """The field a PATCH changes ``name`` with (every one optional)."""
+# A PATCH's text may be as long as any text column holds; the model's own limit refuses more.
+MAX_PATCH_TEXT = 65_536
+
+
+def _editable_field(field: Field) -> serializers.Field:
+    """The field a PATCH changes ``field`` with (every one optional)."""
     optional: dict[str, Any] = {"required": False}
-    if name == "occurred_at":
+    if field.kind == "time":
         return serializers.DateTimeField(default_timezone=UTC, **optional)
-    if name == "steps":
+    if field.kind == "steps":
         return serializers.ListField(child=TextField(max_length=2000), max_length=100, **optional)
-    if name == "limit":
+    if field.kind == "count":
         return IntegerField(min_value=1, max_value=100_000, **optional)
-    if name == "sensitivity":
-        return TextChoiceField(["low", "medium", "high"], **optional)
-    return TextField(allow_blank=True, max_length=65_536, **optional)
+    if field.kind == "choice":
+        return TextChoiceField(list(field.choices), **optional)
+    return TextField(allow_blank=True, max_length=MAX_PATCH_TEXT, **optional)
 
 
 class _MemoryUpdateSerializer(serializers.Serializer):
@@ -390,16 +400,20 @@ class _MemoryUpdateSerializer(serializers.Serializer):
 
 
 def _update_serializer(
-    name: str, fields: tuple[str, ...], doc: str
+    name: str, fields: Iterable[Field], doc: str
 ) -> type[serializers.Serializer]:
-    attributes = {field: _editable_field(field) for field in fields}
+    attributes = {field.name: _editable_field(field) for field in fields}
     return type(name, (_MemoryUpdateSerializer,), {**attributes, "__doc__": doc})
+
+
+def _editable(memory_type: MemoryType) -> list[Field]:
+    return [field for field in memory_type.fields if field.editable]
 
 
 _UPDATE_SERIALIZERS = {
     memory_type.name: _update_serializer(
         f"{memory_type.name.title().replace('_', '')}UpdateSerializer",
-        memory_type.editable_fields,
+        _editable(memory_type),
         f"The editable fields of a {memory_type.name} memory.",
     )
     for memory_type in MEMORY_TYPES.values()
@@ -408,7 +422,7 @@ _UPDATE_SERIALIZERS = {
 # one path serves every type.
 MemoryUpdateSerializer = _update_serializer(
     "MemoryUpdateSerializer",
-    tuple(dict.fromkeys(name for type_ in MEMORY_TYPES.values() for name in type_.editable_fields)),
+    {field.name: field for type_ in MEMORY_TYPES.values() for field in _editable(type_)}.values(),
     "At least one field to change, among the editable fields of the memory's type: "
     + "; ".join(
         f"{name}: {', '.join(type_.editable_fields)}" for name, type_ in MEMORY_TYPES.items()
