@@ -24,9 +24,10 @@ from skills.learning.curate import (
     batches_fill,
     content_over,
     curate,
+    curator_prompt,
     operations_parse,
 )
-from skills.learning.prompts import CURATOR_SYSTEM, OPERATIONS_SCHEMA, curator_prompt
+from skills.learning.prompts import CURATOR_SYSTEM, OPERATIONS_SCHEMA
 from skills.learning.runs import (
     Budget,
     BudgetExhaustedError,

@@ -370,6 +370,19 @@ def curate(
 # --- The model's operations ----------------------------------------------------------------------
 
 
+def curator_prompt(skills: Sequence[SkillView], lessons: Sequence[LessonView]) -> str:
+    index = "\n".join(skill.index_line() for skill in skills) or "(none yet)"
+    shown = "\n".join(lesson.prompt_text() for lesson in lessons)
+    return (
+        f"Existing skills:\n{index}\n\nNew lessons (one JSON object per line):\n{shown}\n\n"
+        'Answer {"operations": [...]}: create (name, description, triggers, instructions, '
+        "pitfalls, lesson_ids), edit (skill, the fields that change, lesson_ids), merge "
+        "(skill: the one kept, sources: those merged into it, the kept one's new fields, "
+        "lesson_ids), deprecate (skill, reason, lesson_ids), split (skill, parts: a list of "
+        "skills to create in its place, lesson_ids), none (lesson_ids, reason)."
+    )
+
+
 def _strings(value: Any, limit: int) -> tuple[str, ...] | None:
     if value is None:
         return None

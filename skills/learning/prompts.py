@@ -1,13 +1,10 @@
-"""What a learning run tells the model: the distiller's and the curator's instructions, the JSON
-shapes they answer in, and the curator's prompt of skills and lessons."""
+"""What a learning run tells the model: the distiller's and the curator's instructions, and the
+JSON shapes they answer in. (The curator's prompt of skills and lessons is built from the
+curator's views of them: ``skills.learning.curate.curator_prompt``.)"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from skills.learning.curate import LessonView, SkillView
+from typing import Any
 
 # The curator's operations: what the model may answer, what ``curate`` writes.
 OPERATIONS = ("create", "edit", "merge", "deprecate", "split", "none")
@@ -67,16 +64,3 @@ OPERATIONS_SCHEMA: dict[str, Any] = {
     },
     "required": ["operations"],
 }
-
-
-def curator_prompt(skills: Sequence[SkillView], lessons: Sequence[LessonView]) -> str:
-    index = "\n".join(skill.index_line() for skill in skills) or "(none yet)"
-    shown = "\n".join(lesson.prompt_text() for lesson in lessons)
-    return (
-        f"Existing skills:\n{index}\n\nNew lessons (one JSON object per line):\n{shown}\n\n"
-        'Answer {"operations": [...]}: create (name, description, triggers, instructions, '
-        "pitfalls, lesson_ids), edit (skill, the fields that change, lesson_ids), merge "
-        "(skill: the one kept, sources: those merged into it, the kept one's new fields, "
-        "lesson_ids), deprecate (skill, reason, lesson_ids), split (skill, parts: a list of "
-        "skills to create in its place, lesson_ids), none (lesson_ids, reason)."
-    )
