@@ -61,15 +61,13 @@ from bench.common import (
 
 # The retrieval bench's own LongMemEval loader, ingest and wait: the heavy tenant imports
 # exactly as that bench does.
-from bench.retrieval_quality import (
+from bench.retrieval_quality.datasets import (
     DEFAULT_DATA_DIR,
     LONGMEMEVAL_FILE,
-    Clients,
     Haystack,
-    _ingest,
-    _wait_until_extracted,
     longmemeval_load,
 )
+from bench.retrieval_quality.ingest import Clients, _ingest, _wait_until_extracted
 
 GOAL_P95_SECONDS = 10.0
 SMOKE = {

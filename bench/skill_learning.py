@@ -97,7 +97,8 @@ from bench.common import (
     verdict,
 )
 from bench.experiences import local_model_path
-from bench.retrieval_quality import DEFAULT_DATA_DIR, reference_tokens
+from bench.retrieval_quality.datasets import DEFAULT_DATA_DIR
+from bench.retrieval_quality.scoring import reference_tokens
 
 DEFAULT_METATOOL_DIR = DEFAULT_DATA_DIR / "metatool"
 REQUESTS_FILE = "all_clean_data.csv"

@@ -242,12 +242,12 @@ LLM_VISION = env_bool("LLM_VISION", False)
 # SEARCH_SIMILARITY_WEIGHT; "rrf" adds weight / (60 + rank) per lane. With all-MiniLM-L6-v2 the
 # vector lane is far weaker than BM25 on chat memories; ranks alone threw away BM25's margins.
 # The weight was chosen on LoCoMo's dev half and held on its test half (bench/RESULTS.md,
-# bench/retrieval_quality.py).
+# bench/retrieval_quality/).
 SEARCH_FUSION = env_choice("SEARCH_FUSION", "scores", ["scores", "rrf"])
 SEARCH_SIMILARITY_WEIGHT = env_float("SEARCH_SIMILARITY_WEIGHT", 0.6, minimum=0.0)
 # The lanes' weights under "rrf" (BM25's also scales its normalised score under "scores"). At
 # equal RRF weights the vector lane pulled hybrid below BM25; at 0.1 it reorders and adds
-# results without outvoting BM25 (bench/RESULTS.md, bench/retrieval_quality.py).
+# results without outvoting BM25 (bench/RESULTS.md, bench/retrieval_quality/).
 SEARCH_BM25_WEIGHT = env_float("SEARCH_BM25_WEIGHT", 1.0, minimum=0.0)
 SEARCH_VECTOR_WEIGHT = env_float("SEARCH_VECTOR_WEIGHT", 0.1, minimum=0.0)
 # The vector lane's weight for experiences: short task and action texts, asked about in other
@@ -267,7 +267,7 @@ SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minim
 SKILL_PROTOTYPE_MAX_SKILLS = env_int("SKILL_PROTOTYPE_MAX_SKILLS", 400, minimum=0)
 # The time lane's weight: the rows dated in a time the query names ("last month"; see
 # mirix_site.search.engine.SearchRequest.spoken_range): chosen on the dev halves of LoCoMo
-# (both client patterns) and LongMemEval (bench/RESULTS.md, bench/retrieval_quality.py).
+# (both client patterns) and LongMemEval (bench/RESULTS.md, bench/retrieval_quality/).
 SEARCH_TIME_WEIGHT = env_float("SEARCH_TIME_WEIGHT", 1.5, minimum=0.0)
 # Threads per process that run a hybrid search's vector lane on their own database connection
 # beside its BM25 lane (0: one lane after the other). Each holds one more connection.
