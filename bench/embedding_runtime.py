@@ -7,7 +7,7 @@ per second over LongMemEval-S turns (what ingest waits for) at several batch siz
 the two runtimes' vectors are apart. One thread each (the server's EMBEDDING_THREADS). Then
 the server's batching, texts per forward pass bounded by a token budget once padded
 (``LocalEmbeddingProvider._BATCH_TOKENS``), over the same turns and over short texts, the task
-and action of ``bench/experiences.py``'s experiences, at several budgets.
+and action of ``bench.experiences``' experiences (``bench.experiences_data``), at several budgets.
 
     python -m bench.embedding_runtime [--queries 200] [--turns 192] [--smoke]
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import PROJECT_DIR, SMOKE_NOTE, command_line, load_average, percentile
-from bench.experiences import data_generate
+from bench.experiences_data import data_generate
 
 BENCH_DATA = PROJECT_DIR.parent / "shared" / "bench-data" / "longmemeval"
 QUERIES = (

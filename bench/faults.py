@@ -52,10 +52,10 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
+    episodic_count,
     run_load,
     server_arguments,
 )
-from bench.ingest import episodic_count
 from mirix_site import launcher
 
 FAULTS = ("worker", "redis", "postgres")

@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from urllib.parse import urlencode
 
 from bench.common import (
     PROGRESS_EVERY_SECONDS,
@@ -48,6 +47,7 @@ from bench.common import (
     LoadResult,
     api_key_read,
     arguments_parse,
+    episodic_count,
     run_load,
     server_arguments,
     verdict,
@@ -255,14 +255,6 @@ def _plan(
 
 
 # --- Talking to the server -----------------------------------------------------------------------
-
-
-def episodic_count(client: KeepAliveClient, user_id: str) -> int:
-    query = urlencode({"user_id": user_id, "memory_type": "episodic", "limit": 1})
-    status, payload = client.request("GET", f"/memory/components?{query}")
-    if status != 200 or not isinstance(payload, dict):
-        raise BenchError(f"GET /memory/components for {user_id}: {status} {payload}")
-    return int(payload["counts"]["episodic"])
 
 
 @dataclass

@@ -44,12 +44,14 @@ from bench.common import (
     api_key_read,
     arguments_parse,
     command_line,
+    database_arguments,
+    django_setup,
     load_average,
     percentile,
     server_arguments,
+    tenant_from_key,
 )
-from bench.experiences import data_generate
-from bench.retrieval_latency import database_arguments, django_setup, tenant_from_key
+from bench.experiences_data import data_generate
 
 SMOKE = {"queries": 4}
 RECALL_K = 5

@@ -107,15 +107,17 @@ import numpy as np
 
 from bench.common import (
     PROGRESS_EVERY_SECONDS,
-    PROJECT_DIR,
     RATE_LIMIT_HINT,
     SMOKE_NOTE,
     BenchError,
     KeepAliveClient,
     api_key_read,
     arguments_parse,
+    database_arguments,
+    django_setup,
     percentile,
     server_arguments,
+    tenant_from_key,
 )
 
 if TYPE_CHECKING:
@@ -256,60 +258,6 @@ def model_vectors(texts: list[str], *, embedder: EmbeddingProvider, cache_dir: P
 
 
 # --- The database -------------------------------------------------------------------------------
-
-
-def database_arguments(parser: argparse.ArgumentParser, *, also: str = "") -> None:
-    """``--data-dir``, ``--database-url`` and ``--redis-url``: the server's, which
-    ``django_setup`` connects to (``also``: what else the bench keeps in the data dir)."""
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(os.environ.get("MIRIX_DATA_DIR") or PROJECT_DIR / ".mirix-data"),
-        help=f"the server's MIRIX_DATA_DIR (its key, PostgreSQL and Redis{also})",
-    )
-    parser.add_argument("--database-url", default=None, help="default: <data dir>/pg")
-    parser.add_argument("--redis-url", default=None, help="default: <data dir>/redis")
-
-
-def django_setup(arguments: argparse.Namespace) -> str:
-    """The server's settings against its database, unless this process has set Django up
-    already (a test): then its setup and database are the bench's. Returns which database.
-    The local model runs as in a web process (EMBEDDING_THREADS)."""
-    import django
-    from django.apps import apps
-
-    if apps.ready:
-        from django.db import connection
-
-        return f"{connection.settings_dict['NAME']} (this process's Django setup)"
-    database_url, redis_url = _database_urls(arguments)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["REDIS_URL"] = redis_url
-    django.setup()
-    return database_url
-
-
-def tenant_from_key(api_key: str) -> Tenant:
-    """The key's organization and client (the secret is checked by the server, on the probe)."""
-    from accounts.models import ApiKey
-    from accounts.tenancy import Tenant
-
-    parts = api_key.split("_")
-    if len(parts) != 3 or parts[0] != "mxk":  # mxk_<key id>_<secret>
-        raise BenchError("the API key is not of the form mxk_<key id>_<secret>")
-    try:
-        record = ApiKey.objects.select_related("client__organization").get(
-            key_id=parts[1], revoked_at__isnull=True
-        )
-    except ApiKey.DoesNotExist:
-        raise BenchError(
-            "the API key is not in this database (or revoked): the bench must use the "
-            "server's database (--data-dir / --database-url) and one of its keys"
-        ) from None
-    if record.read_only:
-        raise BenchError("the API key is read-only; the bench's users are created in its client")
-    return Tenant.for_api_key(record)
 
 
 @dataclass
@@ -1242,19 +1190,6 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("need 1 <= --users <= --scale and --queries >= 4")
     arguments.data_dir = arguments.data_dir.resolve()
     return arguments
-
-
-def _database_urls(arguments: argparse.Namespace) -> tuple[str, str]:
-    database_url = arguments.database_url or (
-        f"postgresql://postgres:@/mirix?host={arguments.data_dir / 'pg'}"
-    )
-    redis_url = arguments.redis_url
-    if redis_url is None:
-        # Settings insist on a Redis URL; nothing the bench calls uses Redis.
-        port_file = arguments.data_dir / "redis" / "port"
-        port = port_file.read_text().strip() if port_file.exists() else "6379"
-        redis_url = f"redis://127.0.0.1:{port}/0"
-    return database_url, redis_url
 
 
 def bench(arguments: argparse.Namespace) -> list[ReportRow]:

@@ -54,7 +54,7 @@ from bench.common import (
     load_average,
     server_arguments,
 )
-from bench.skill_learning import (
+from bench.skills_common import (
     RETRIEVE_LIMIT,
     Bm25,
     SessionPlan,

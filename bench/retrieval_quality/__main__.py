@@ -60,8 +60,8 @@ reading one half's failures must hold on the other (bench-data/README.md).
    (a smoke run's trimmed ones too), on the same questions, units and metrics; a row
    ``reference`` in every table. Okapi BM25, k1 1.5, b 0.75, idf ln(1 + (N - df + 0.5) / (df +
    0.5)), IDF and average length over one bench user's documents; lower case, tokens are runs
-   of letters and digits, NLTK's English stop words dropped (scoring.STOP_WORDS). A LoCoMo
-   document is one turn, ``"<speaker>: <text>"`` with its image caption, unit its dia_id; a
+   of letters and digits, NLTK's English stop words dropped (bench.common.STOP_WORDS). A
+   LoCoMo document is one turn, ``"<speaker>: <text>"`` with its image caption, unit its dia_id; a
    LongMemEval document is one haystack session, its user turns concatenated (the official
    retrieval rule). Every unit is ranked, ties in haystack order. It reproduces
    bench-data/README.md's figures (LongMemEval-S recall_any@5 0.918 dev, 0.989 test); a server

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import PROJECT_DIR
+from bench.common import BENCH_DATA_DIR
 
-DEFAULT_DATA_DIR = PROJECT_DIR.parent / "shared" / "bench-data"
+DEFAULT_DATA_DIR = BENCH_DATA_DIR
 LOCOMO_FILE = Path("locomo") / "locomo10.json"
 LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz"
 # Held-out halves (bench-data/README.md): every rule, weight and threshold is chosen on dev, and

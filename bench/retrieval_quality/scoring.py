@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import math
-import re
 import statistics
 import time
 from collections.abc import Iterable, Sequence
@@ -16,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from bench.common import RATE_LIMIT_HINT, BenchError, KeepAliveClient, percentile
+from bench.common import (
+    RATE_LIMIT_HINT,
+    BenchError,
+    KeepAliveClient,
+    percentile,
+    reference_tokens,
+)
 from bench.retrieval_quality.datasets import Dataset, Haystack, Question, _questions_to_ask
 from bench.retrieval_quality.ingest import (
     Clients,
@@ -242,33 +247,13 @@ def _run_method(
 
 # --- The reference: plain BM25, computed here ----------------------------------------------------
 
-# The English stop words of NLTK (nltk_data corpora/stopwords/english, 179 words) less its 26
-# forms with an apostrophe ("don't", "you're"), which a token never is: their pieces ("don", "t",
-# "re") are in the list.
-_STOP_WORDS_TEXT = """
-    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
-    she her hers herself it its itself they them their theirs themselves what which who whom
-    this that these those am is are was were be been being have has had having do does did
-    doing a an the and but if or because as until while of at by for with about against between
-    into through during before after above below to from up down in out on off over under again
-    further then once here there when where why how all any both each few more most other some
-    such no nor not only own same so than too very s t can will just don should now d ll m o re
-    ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
-    weren won wouldn
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 REFERENCE_K1, REFERENCE_B = 1.5, 0.75
-_REFERENCE_TOKEN = re.compile(r"[^\W_]+")  # runs of letters and digits
 REFERENCE_RULE = (
     "Okapi BM25 (k1 1.5, b 0.75, idf ln(1 + (N - df + 0.5) / (df + 0.5))) over each user's "
     "documents, lower case, tokens runs of letters/digits, NLTK English stop words dropped; "
     "LoCoMo: one document per turn, '<speaker>: <text>'; LongMemEval: one per haystack "
     "session, its user turns"
 )
-
-
-def reference_tokens(text: str) -> list[str]:
-    return [token for token in _REFERENCE_TOKEN.findall(text.lower()) if token not in STOP_WORDS]
 
 
 def reference_documents(dataset: Dataset, haystack: Haystack) -> list[tuple[str, str]]:
