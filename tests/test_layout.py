@@ -196,3 +196,64 @@ def test_no_view_catches_a_domain_error() -> None:
         for found in _caught_domain_errors(module, path)
     ]
     assert caught == []
+
+
+# The benches' library modules (bench/__init__.py): what several benches share, never run on
+# their own. Every other module of bench/ belongs to one bench: a package's to the package.
+BENCH_LIBRARIES = frozenset(
+    {
+        "bench.common",
+        "bench.experiences_data",
+        "bench.skills_common",
+        "bench.retrieval_quality.datasets",
+        "bench.retrieval_quality.ingest",
+        "bench.retrieval_quality.scoring",
+        "bench.retrieval_quality.report",
+    }
+)
+
+
+def _bench_modules() -> dict[str, Path]:
+    modules = {}
+    for path in (PROJECT_DIR / "bench").rglob("*.py"):
+        parts = list(path.relative_to(PROJECT_DIR).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _bench_imports(path: Path, modules: dict[str, Path]) -> Iterator[str]:
+    """The modules of bench/ that a module imports, a function's own imports included."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            target = name
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != "bench":
+                yield target
+
+
+def test_no_bench_imports_another() -> None:
+    """A bench imports library modules and its own package's; a library module only others."""
+    modules = _bench_modules()
+    assert sorted(BENCH_LIBRARIES - modules.keys()) == []
+
+    def bench_of(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    wrong = [
+        f"{module} imports {target}"
+        for module, path in sorted(modules.items())
+        for target in sorted(set(_bench_imports(path, modules)))
+        if target != module
+        and target not in BENCH_LIBRARIES
+        and (module in BENCH_LIBRARIES or bench_of(target) != bench_of(module))
+    ]
+    assert wrong == []
