@@ -18,7 +18,7 @@ from mirix_site.search.bm25 import bm25_search
 from mirix_site.search.index import documents_index
 from mirix_site.search.models import Posting
 from mirix_site.search.vector_indexes import SYNC_LOCK, vector_indexes_sync
-from mirix_site.search.vectors import own_index_name, vector_search
+from mirix_site.search.vectors import HNSW_SHARED_EF_SEARCH_MIN, own_index_name, vector_search
 from tests.factories import TenantFixture
 
 pytestmark = pytest.mark.slow
@@ -198,11 +198,15 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     assert f"building {own}: episodic, {MODEL}, 6,000 embeddings" in out.getvalue()
     assert "1 built, 0 dropped." in out.getvalue()  # 6,000 > 5,000; the others hold 50 or 30
     assert f"Index Scan using {own}" in _vector_plan(large)
-    # Seen usable, the own index is taken without asking again: one statement a search.
+    # Seen usable, the own index is taken without asking again: the scan's settings and the
+    # search, nothing else.
     query = _query_vector(3)
     with CaptureQueriesContext(connection) as again:
         vector_search(scope=large, kind=EPISODIC, vector=query, model=MODEL, limit=10)
-    assert len(again.captured_queries) == 1
+    statements = [captured["sql"] for captured in again.captured_queries]
+    assert len(statements) == 2, statements
+    assert statements[0].startswith("SELECT set_config('hnsw.ef_search'"), statements
+    assert own not in statements[0] and "memory_episodicembedding" in statements[1]
     # Another user's searches, forced through the index path, still find their true top 10.
     recalls = [_recall(small, _query_vector(seed), exact_for_search=False) for seed in range(10)]
     assert sum(recalls) / len(recalls) >= 0.95, recalls
@@ -228,3 +232,23 @@ def test_a_large_user_gets_an_hnsw_index_of_their_own(org: TenantFixture, corpus
     EpisodicMemory.objects.filter(pk__in=list(rows.values_list("pk", flat=True)[:1500])).delete()
     assert vector_indexes_sync().dropped == [own]
     assert own not in _vector_plan(large, exact=False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_index_search_leaves_its_settings_off_the_connection(org: TenantFixture) -> None:
+    """Outside a transaction (as the API's searches run), the scan's settings last for the
+    search alone: the next statement on the connection, whoever runs it, has the defaults."""
+    sizes = {"one": 20}
+    scope = Scope(org.organization.pk, (org.client.pk,), _corpus(org, sizes)["one"].pk)
+
+    def setting() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW hnsw.ef_search")
+            return cursor.fetchone()[0]
+
+    default = setting()
+    found = vector_search(
+        scope=scope, kind=EPISODIC, vector=_query_vector(4), model=MODEL, limit=10, exact=False
+    )
+    assert len(found) == 10
+    assert setting() == default != str(HNSW_SHARED_EF_SEARCH_MIN)
