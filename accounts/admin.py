@@ -2,37 +2,85 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.text import capfirst
 
 from accounts.models import ApiKey, Client, EndUser, Organization
 from accounts.services import (
     api_key_create,
     api_key_delete,
     api_key_revoke,
+    client_delete,
     client_read_scopes_set,
     end_user_delete,
     organization_delete,
+    removal_summary,
 )
 
 
+class ServiceDeletionAdmin(admin.ModelAdmin):
+    """Deletes go through ``delete_service`` (the object and everything it holds, in every app,
+    in one transaction), one object at a time. The confirmation page lists what would go, kind
+    by kind, from a dry run of the same service: not Django's walk of the related rows, which
+    would ask for the delete permission on audit records whose admins are read-only."""
+
+    @staticmethod
+    def delete_service(obj: Any, *, dry_run: bool) -> dict[str, int]:
+        raise NotImplementedError
+
+    def get_deleted_objects(
+        self, objs: Iterable[models.Model], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        objs = list(objs)
+        counts: Counter[str] = Counter()
+        if request.POST.get("post") != "yes":  # confirmed: the deletion itself counts
+            for obj in objs:
+                counts.update(self.delete_service(obj, dry_run=True))
+        named = [
+            format_html(
+                '{}: <a href="{}">{}</a>',
+                capfirst(obj._meta.verbose_name),
+                reverse(
+                    f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk]
+                ),
+                obj,
+            )
+            for obj in objs
+        ]
+        return named, removal_summary(dict(counts)), set(), []
+
+    def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
+        removed = self.delete_service(obj, dry_run=False)
+        summary = ", ".join(
+            f"{count} {name.lower()}" for name, count in removal_summary(removed).items()
+        )
+        self.message_user(request, f"Deleted {obj}: {summary}.", level=messages.SUCCESS)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
 @admin.register(Organization)
-class OrganizationAdmin(admin.ModelAdmin):
+class OrganizationAdmin(ServiceDeletionAdmin):
     list_display = ["name", "id", "created_at"]
     list_filter = ["created_at"]
     search_fields = ["name", "id"]
     readonly_fields = ["id", "created_at"]
 
-    def delete_model(self, request: HttpRequest, obj: Organization) -> None:
-        organization_delete(organization=obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Organization]) -> None:
-        for organization in queryset:
-            organization_delete(organization=organization)
+    @staticmethod
+    def delete_service(obj: Organization, *, dry_run: bool) -> dict[str, int]:
+        return organization_delete(organization=obj, dry_run=dry_run)
 
 
 class ClientForm(forms.ModelForm):
@@ -62,7 +110,7 @@ class ClientForm(forms.ModelForm):
 
 
 @admin.register(Client)
-class ClientAdmin(admin.ModelAdmin):
+class ClientAdmin(ServiceDeletionAdmin):
     form = ClientForm
     list_display = ["name", "organization", "id", "created_at"]
     list_filter = ["organization"]
@@ -79,6 +127,10 @@ class ClientAdmin(admin.ModelAdmin):
         scopes = list(form.cleaned_data.pop("read_scopes", []))
         super().save_related(request, form, formsets, change)
         client_read_scopes_set(client=form.instance, scopes=scopes)
+
+    @staticmethod
+    def delete_service(obj: Client, *, dry_run: bool) -> dict[str, int]:
+        return client_delete(client=obj, dry_run=dry_run)
 
 
 class ApiKeyCreateForm(forms.ModelForm):
@@ -165,7 +217,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(EndUser)
-class EndUserAdmin(admin.ModelAdmin):
+class EndUserAdmin(ServiceDeletionAdmin):
+    """Deleting an end user is the operator's forget: every client's rows about them go."""
+
     list_display = ["user_id", "name", "organization", "created_by", "created_at"]
     list_filter = ["organization", "created_at"]
     search_fields = ["user_id", "name", "organization__name"]
@@ -175,9 +229,6 @@ class EndUserAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # end users come from the API, named by the application
 
-    def delete_model(self, request: HttpRequest, obj: EndUser) -> None:
-        end_user_delete(end_user=obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[EndUser]) -> None:
-        for end_user in queryset:
-            end_user_delete(end_user=end_user)
+    @staticmethod
+    def delete_service(obj: EndUser, *, dry_run: bool) -> dict[str, int]:
+        return end_user_delete(end_user=obj, dry_run=dry_run)

@@ -205,3 +205,14 @@ class OwnedIndexedByModel(Owned):
 def owned_models() -> list[type[Owned]]:
     """Every installed concrete ``Owned`` model, of every app."""
     return [model for model in apps.get_models() if issubclass(model, Owned)]
+
+
+def tenant_models() -> list[type[models.Model]]:
+    """Every installed model whose rows belong to one organization (it has an ``organization``
+    key to it), and Organization itself: where a tenant's rows are."""
+    found: list[type[models.Model]] = [Organization]
+    for model in apps.get_models():
+        field = next((f for f in model._meta.concrete_fields if f.name == "organization"), None)
+        if field is not None and field.related_model is Organization:
+            found.append(model)
+    return found

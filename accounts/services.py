@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
+from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.text import capfirst
 
 from accounts.keys import key_format, key_generate, secret_digest
-from accounts.models import ApiKey, Client, EndUser, EndUserClient, Organization, owned_models
+from accounts.models import (
+    ApiKey,
+    Client,
+    EndUser,
+    EndUserClient,
+    Organization,
+    owned_models,
+    tenant_models,
+)
 from accounts.tenancy import Tenant
 
 
@@ -53,11 +65,79 @@ def organization_create(*, name: str, organization_id: str | None = None) -> Org
     return Organization.objects.create(name=name, **_chosen_id(Organization, organization_id))
 
 
-@transaction.atomic
-def organization_delete(*, organization: Organization) -> dict[str, int]:
+# --- Operators' deletions: an organization, a client, an end user, with what each removes ---
+
+# Which key of a tenant model ties its rows to a deleted object of each kind.
+_HOLDER_FIELD = {Organization: "organization", Client: "client", EndUser: "end_user"}
+
+
+def _rows_held(
+    kind: type[Organization | Client | EndUser], pk: object, organization_id: str
+) -> dict[str, int]:
+    """Rows of every tenant model, by model label, that belong to the ``kind`` object ``pk``:
+    its own row, the rows keyed to it, and for a model not keyed to its kind (an image is the
+    organization's, not a user's) the organization's rows, of which a deletion may release
+    some."""
+    name = _HOLDER_FIELD[kind]
+    counts: dict[str, int] = {}
+    for model in tenant_models():
+        if model is kind:
+            rows = model.objects.filter(pk=pk)
+        elif model is Organization:
+            rows = model.objects.filter(pk=organization_id)
+        elif any(
+            field.name == name and field.related_model is kind
+            for field in model._meta.concrete_fields
+        ):
+            rows = model.objects.filter(**{f"{name}_id": pk})
+        else:
+            rows = model.objects.filter(organization_id=organization_id)
+        counts[model._meta.label] = rows.count()
+    return counts
+
+
+def _deletion(
+    target: Organization | Client | EndUser, delete: Callable[[], object], *, dry_run: bool
+) -> dict[str, int]:
+    """Run ``delete`` in one transaction and return the rows it removed, by model label,
+    counted table by table before and after it (cascades, and what signals release, such as
+    images no message shows any more). ``dry_run``: the same, rolled back; the counts are what
+    the deletion would remove now, nothing changes and nothing runs after a commit."""
+    pk = target.pk
+    held = partial(
+        _rows_held,
+        type(target),
+        pk,
+        pk if isinstance(target, Organization) else target.organization_id,
+    )
+    with transaction.atomic():
+        before = held()
+        delete()
+        after = held()
+        if dry_run:
+            transaction.set_rollback(True)
+    if dry_run:
+        target.pk = pk  # Django clears a deleted object's key; this one is still there
+    return {label: before[label] - after[label] for label in before if before[label] > after[label]}
+
+
+def removal_summary(counts: dict[str, int]) -> dict[str, int]:
+    """A deletion's counts, by model label, as an operator reads them: "Episodic memories"."""
+    named: Counter[str] = Counter()
+    for label, count in counts.items():
+        named[str(capfirst(apps.get_model(label)._meta.verbose_name_plural))] += count
+    return dict(sorted(named.items()))
+
+
+def organization_delete(*, organization: Organization, dry_run: bool = False) -> dict[str, int]:
     """Delete the organization and, by cascade, every row it owns in every app."""
-    _, deleted = organization.delete()
-    return deleted
+    return _deletion(organization, organization.delete, dry_run=dry_run)
+
+
+def client_delete(*, client: Client, dry_run: bool = False) -> dict[str, int]:
+    """Delete the client, its keys and every row it stored, in every app. Its organization's
+    end users stay (another client may hold them; a user row holds nothing by itself)."""
+    return _deletion(client, client.delete, dry_run=dry_run)
 
 
 @transaction.atomic
@@ -211,13 +291,13 @@ def _end_user_lock(end_user: EndUser) -> None:
     list(EndUser.objects.select_for_update().filter(pk=end_user.pk).values_list("pk"))
 
 
-@transaction.atomic
-def end_user_delete(*, end_user: EndUser) -> dict[str, int]:
-    """Delete the end user and, by cascade, everything every client stored for them: an
-    operator's action (the admin), not a client's (``end_user_delete_own``)."""
-    _end_user_lock(end_user)
-    _, deleted = end_user.delete()
-    return deleted
+def end_user_delete(*, end_user: EndUser, dry_run: bool = False) -> dict[str, int]:
+    """Forget the end user: delete them and, by cascade, everything every client stored for
+    them. An operator's action (the admin, ``forget_user``), not a client's
+    (``end_user_delete_own``)."""
+    with transaction.atomic():
+        _end_user_lock(end_user)  # first: the rows of writes in flight are counted too
+        return _deletion(end_user, end_user.delete, dry_run=dry_run)
 
 
 @transaction.atomic

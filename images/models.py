@@ -68,6 +68,7 @@ class ImageFetch(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "image fetches"
         ordering = ["-created_at", "-id"]
         indexes = [
             # The recovery sweep: pending fetches whose task the broker lost.

@@ -70,6 +70,7 @@ class TermStats(IndexOwned):
 
     class Meta:
         db_table = "memory_termstats"
+        verbose_name = verbose_name_plural = "term statistics"
         constraints = [
             models.UniqueConstraint(
                 fields=["end_user", "client", "kind", "lexeme"], name="term_stats_unique"
@@ -94,6 +95,7 @@ class DocumentStats(IndexOwned):
 
     class Meta:
         db_table = "memory_documentstats"
+        verbose_name = verbose_name_plural = "document statistics"
         constraints = [
             models.UniqueConstraint(
                 fields=["end_user", "client", "kind"], name="document_stats_unique"
