@@ -22,7 +22,7 @@ import time
 from collections.abc import Collection
 from functools import cache
 
-from django.db import connection, transaction
+from django.db import connection
 
 from accounts.tenancy import Scope
 from mirix_site.search.kinds import SearchableKind
@@ -204,15 +204,22 @@ def vector_search(
                 "hnsw.iterative_scan": "relaxed_order",
                 "hnsw.max_scan_tuples": str(HNSW_MAX_SCAN_TUPLES),
             }
-        # The scan settings, transaction-local: nothing is left on the connection, whatever
-        # pools it (inside a caller's transaction they last until it ends).
-        settings_sql = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(scan_settings))
+        # The statement sets its own scan settings, transaction-local: an uncorrelated
+        # subquery in WHERE becomes a one-time filter above the index scan, run before the scan
+        # reads its first tuple. One round trip, no transaction around it (BEGIN, the settings
+        # and COMMIT were three more), nothing left on the connection, whatever pools it. The
+        # round trips it saves were measured side by side (bench/RESULTS.md, retrieval_latency:
+        # "the set_config subquery kept").
+        configure = []
+        for number, (name, value) in enumerate(scan_settings.items()):
+            configure.append(f"set_config('{name}', %(setting_{number})s, true)")
+            params[f"setting_{number}"] = value
         sql = (
             f"SELECT {key}, {distance} AS distance FROM {table} "  # noqa: S608
-            f"WHERE {where} ORDER BY {order} LIMIT %(fetch)s"
+            f"WHERE {where} AND (SELECT concat({', '.join(configure)})) IS NOT NULL "
+            f"ORDER BY {order} LIMIT %(fetch)s"
         )
-        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-            cursor.execute(settings_sql, [part for item in scan_settings.items() for part in item])
+        with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
     best: dict[int, float] = {}
