@@ -81,6 +81,9 @@ ENDPOINTS = [
     ),
     Endpoint("POST", "/memory/clear", {"user_id": "{user_id}"}, route="memory/clear"),
     Endpoint(
+        "GET", "/memory/episodic/{memory_id}", route="memory/<str:memory_type>/<str:memory_id>"
+    ),
+    Endpoint(
         "PATCH",
         "/memory/episodic/{memory_id}",
         {"summary": "edited"},
@@ -279,7 +282,7 @@ REFERENCE_WRITES = [
 ]
 
 # Routes that are deliberately public or not part of the key-authenticated API.
-UNAUTHENTICATED_ROUTES = {"health", "api/schema/", "api/docs/"}
+UNAUTHENTICATED_ROUTES = {"health", "metrics", "api/schema/", "api/docs/"}
 
 
 def placeholders_filled(value: Any, ids: dict[str, str]) -> Any:

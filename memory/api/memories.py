@@ -18,6 +18,7 @@ from memory.api.serializers.memories import (
     MemoryAddInputSerializer,
     MemoryAddOutputSerializer,
     MemoryDetailParamsSerializer,
+    MemoryReadParamsSerializer,
     MemorySerializer,
     MemoryUpdateSerializer,
     UserScopedInputSerializer,
@@ -201,6 +202,19 @@ class MemoryDetailApi(TenantAPIView):
         if memory_type.name == "procedural" and row.end_user_id != self.query_end_user().pk:
             raise NotFound()
         return memory_type, row
+
+    @extend_schema(
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryReadParamsSerializer],
+        responses={200: MemorySerializer, 403: SECRETS_DENIED_RESPONSE},
+        summary="Read a memory",
+    )
+    def get(self, request: Request, memory_type: str, memory_id: str) -> Response:
+        found, row = self._memory(memory_type, memory_id)
+        params = MemoryReadParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        secrets = secrets_context(self.tenant, requested=params.validated_data["include_secrets"])
+        context = {"memory_type": found} | secrets | images_context([row])
+        return Response(MemorySerializer(row, context=context).data)
 
     @extend_schema(
         parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],

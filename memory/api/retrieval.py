@@ -130,7 +130,7 @@ class MemorySearchApi(RetrievalApiView):
     @extend_schema(
         parameters=[UserQuerySerializer, SearchParamsSerializer],
         responses={200: SearchOutputSerializer, 403: SECRETS_DENIED_RESPONSE},
-        summary="Search one user's memories: BM25 and embeddings, fused with RRF, gated",
+        summary="Search one user's memories: BM25 and embeddings, fused, then gated by similarity",
     )
     def get(self, request: Request) -> Response:
         return Response(self.search(request, all_users=False))

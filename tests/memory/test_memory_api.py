@@ -85,6 +85,35 @@ def test_patch_edits_a_memory_and_its_embedding(org: TenantFixture) -> None:
     assert episode.summary == "Quarterly tax filing was late"
 
 
+def test_get_reads_one_memory_as_the_lists_show_it(org: TenantFixture) -> None:
+    memories_create(org, user_id="sam")
+    listed = org.api.get("/memory/components", {"user_id": "sam"}).json()["memories"]
+    for name in ("episodic", "semantic", "resource", "knowledge_vault", "core"):
+        item = listed[name]["items"][0]
+        response = org.api.get(f"/memory/{name}/{item['id']}")
+        assert response.status_code == 200, (name, response.json())
+        assert response.json() == item
+    # MIRIX's name for the vault reads it too; a procedure is read within its user.
+    vault = listed["knowledge_vault"]["items"][0]
+    assert org.api.get(f"/memory/knowledge/{vault['id']}").json()["secret_value"] == "********"
+    procedure = listed["procedural"]["items"][0]
+    assert org.api.get(f"/memory/procedural/{procedure['id']}").status_code == 422
+    assert org.api.get(f"/memory/procedural/{procedure['id']}?user_id=sam").json() == procedure
+    # Secrets shown only to a key that may, as the lists do.
+    assert (
+        org.api.get(f"/memory/knowledge_vault/{vault['id']}?include_secrets=true").status_code
+        == 403
+    )
+    revealer = api_client_with(
+        api_key_create(client=org.client, name="ops", reveals_secrets=True).plaintext
+    )
+    shown = revealer.get(f"/memory/knowledge_vault/{vault['id']}", {"include_secrets": "true"})
+    assert shown.json()["secret_value"] == "sam@example.com"
+    missing = org.api.get("/memory/episodic/999999")
+    assert missing.status_code == 404
+    assert org.api.get("/memory/dreams/1").json() == missing.json()
+
+
 def test_patch_a_vault_secret_is_stored_encrypted(org: TenantFixture) -> None:
     extract(org, "my email is sam@example.com", "ok")
     item = KnowledgeVaultItem.objects.get()

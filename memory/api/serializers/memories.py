@@ -87,6 +87,9 @@ FILTER_TAGS_SCHEMA: dict[str, Any] = {
     "additionalProperties": True,
     "description": f"tag names to values (at most {MAX_FILTER_TAGS_BYTES} bytes of JSON); "
     "memories keep the tags of the request that produced them",
+    # What /api/docs/ fills in for "Try it out": no tag, where its own made-up one
+    # ({"additionalProp1": {}}) would be applied and find nothing.
+    "example": {},
 }
 
 
@@ -298,6 +301,10 @@ class MemoryDetailParamsSerializer(serializers.Serializer):
         default=False,
         help_text="reach a memory another one has replaced (otherwise 404)",
     )
+
+
+class MemoryReadParamsSerializer(MemoryDetailParamsSerializer):
+    include_secrets = include_secrets_field()
 
 
 # --- Memories out -------------------------------------------------------------------------------
