@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -317,11 +318,22 @@ def session_close(*, session: Session, reason: str) -> Session:
     return locked
 
 
+# How often a long sweep reports progress (sessions done).
+PROGRESS_EVERY = 500
+
+
 def sessions_close_idle(
-    *, idle_for: timedelta, reason: str = Session.CloseReason.IDLE, now: datetime | None = None
+    *,
+    idle_for: timedelta,
+    reason: str = Session.CloseReason.IDLE,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Close every open session with no activity for ``idle_for`` (as of ``now``); returns
-    how many closed. Each close is its own transaction: one failure does not undo the others."""
+    how many closed (``dry_run``: how many would, closing none). Each close is its own
+    transaction: one failure does not undo the others. ``on_progress(done, total)`` is called
+    every PROGRESS_EVERY sessions."""
     cutoff = (now or timezone.now()) - idle_for
     closed = 0
     idle_ids = list(
@@ -329,17 +341,21 @@ def sessions_close_idle(
         .order_by("last_activity_at")
         .values_list("pk", flat=True)
     )
-    for session in Session.objects.filter(pk__in=idle_ids).iterator(chunk_size=500):
+    if dry_run:
+        return len(idle_ids)
+    sessions = Session.objects.filter(pk__in=idle_ids).iterator(chunk_size=PROGRESS_EVERY)
+    for done, session in enumerate(sessions, start=1):
         with transaction.atomic():
             locked = (
                 Session.objects.select_for_update(skip_locked=True)
                 .filter(pk=session.pk, status=Session.Status.OPEN, last_activity_at__lt=cutoff)
                 .first()
             )
-            if locked is None:
-                continue  # got a new turn, or another sweeper has it
-            session_close(session=locked, reason=reason)
-            closed += 1
+            if locked is not None:  # else: got a new turn, or another sweeper has it
+                session_close(session=locked, reason=reason)
+                closed += 1
+        if on_progress is not None and done % PROGRESS_EVERY == 0:
+            on_progress(done, len(idle_ids))
     return closed
 
 

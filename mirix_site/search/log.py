@@ -4,6 +4,7 @@ older than ``RETRIEVAL_LOG_RETENTION_DAYS`` are purged (``retrieval_logs_purge``
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -94,12 +95,20 @@ def retrieval_log_write(
 PURGE_BATCH = 10_000
 
 
-def retrieval_logs_purge(*, older_than: timedelta | None = None) -> int:
+def retrieval_logs_purge(
+    *,
+    older_than: timedelta | None = None,
+    dry_run: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
     """Delete retrieval-log rows older than ``RETRIEVAL_LOG_RETENTION_DAYS``, in batches (each
-    its own transaction, so a large backlog never holds one long lock). Returns how many."""
+    its own transaction, so a large backlog never holds one long lock). Returns how many
+    (``dry_run``: how many would go, deleting none); ``on_progress(purged)`` after each batch."""
     if older_than is None:
         older_than = timedelta(days=settings.RETRIEVAL_LOG_RETENTION_DAYS)
     cutoff = timezone.now() - older_than
+    if dry_run:
+        return RetrievalLog.objects.filter(created_at__lt=cutoff).count()
     purged = 0
     while True:
         with transaction.atomic():
@@ -111,3 +120,5 @@ def retrieval_logs_purge(*, older_than: timedelta | None = None) -> int:
             if not ids:
                 return purged
             purged += RetrievalLog.objects.filter(pk__in=ids).delete()[0]
+        if on_progress is not None:
+            on_progress(purged)

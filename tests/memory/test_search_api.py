@@ -571,8 +571,21 @@ def test_purge_removes_only_old_log_rows(org: TenantFixture) -> None:
     RetrievalLog.objects.filter(pk__in=[row.pk for row in old]).update(
         created_at=timezone.now() - timedelta(days=31)
     )
+    out = StringIO()
+    call_command("purge_retrieval_logs", "--dry-run", stdout=out)
+    assert out.getvalue() == (
+        "Dry run: 2 retrieval-log rows older than 30 days would be deleted. Nothing was changed.\n"
+    )
+    assert RetrievalLog.objects.count() == 3
     assert retrieval_logs_purge() == 2
     assert RetrievalLog.objects.count() == 1
+    out = StringIO()
+    call_command("purge_retrieval_logs", "--older-than-days", "0", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "  1 deleted",
+        "Deleted 1 retrieval-log rows older than 0 days.",
+    ]
+    assert not RetrievalLog.objects.exists()
 
 
 def test_conversation_retrieval_finds_topics_and_dates(org: TenantFixture) -> None:

@@ -224,3 +224,30 @@ def test_bad_tool_definitions_are_422_and_store_nothing(
     assert response.status_code == 422, response.content
     assert list(response.json()["fields"]) == [field]
     assert not Session.objects.filter(session_id="t").exists()
+
+
+def test_sweep_sessions_dry_run_then_sweep(org: TenantFixture, settings) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    add(org, "quiet")
+    add(org, "busy")
+    Session.objects.filter(session_id="quiet").update(
+        last_activity_at=timezone.now() - timedelta(hours=5)
+    )
+    out = StringIO()
+    call_command("sweep_sessions", "--idle-hours", "4", "--dry-run", stdout=out)
+    assert "Dry run: 1 open sessions idle for more than 4:00:00 would close." in out.getvalue()
+    assert not Session.objects.filter(status="closed").exists()
+
+    out = StringIO()
+    call_command("sweep_sessions", "--idle-hours", "4", stdout=out)
+    assert out.getvalue().splitlines()[-1] == "Closed 1 sessions idle for more than 4:00:00."
+    assert list(Session.objects.filter(status="closed").values_list("session_id", flat=True)) == [
+        "quiet"
+    ]
+    # The default is the server's own idle timeout (48 h): nothing else is that idle.
+    out = StringIO()
+    call_command("sweep_sessions", stdout=out)
+    assert out.getvalue().startswith("Closed 0 sessions idle for more than 2 days")
