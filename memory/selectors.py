@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
-from memory.models import MetaAgent
+from memory.models import ExtractionJob, MetaAgent
 from memory.models.records import CURRENT
 from memory.types import MemoryType
 from mirix_site.common.ids import row_id
@@ -104,3 +104,11 @@ def core_blocks_list(
     if filter_tags:
         rows = rows.filter(filter_tags__contains=filter_tags)
     return list(rows.order_by("end_user_id", "label", "id")[:limit])
+
+
+def extraction_backlog() -> tuple[int, datetime | None]:
+    """Every tenant's extraction jobs waiting for the worker, and when the oldest was queued:
+    an operator's figure (the ``status``/``created_at`` index answers both)."""
+    waiting = ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED)
+    oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
+    return waiting.count(), oldest

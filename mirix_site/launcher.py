@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -384,8 +385,13 @@ def command_run() -> int:
         _manage("calibrate_action_grouping", "--if-missing")
         _manage("collectstatic", "--noinput", "--verbosity", "0")
         _manage("demo_tenant", "--key-file", str(services.data_dir / "demo-api-key"))
+        # The web processes' request figures, summed by GET /metrics (mirix_site.metrics): a
+        # directory of their own, emptied so that no earlier run's counts add in.
+        metrics_dir = services.data_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
         commands = {
-            "web": web_command(port=port),
+            "web": ["env", f"PROMETHEUS_MULTIPROC_DIR={metrics_dir}", *web_command(port=port)],
             # Background work yields the CPU to requests (nice 10): under a burst of adds the
             # API keeps answering fast and the worker catches up as soon as the burst ends.
             "worker": [

@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularSwaggerView
 from mirix_site.api.schema_view import SchemaApi
 from mirix_site.common.ids import RowIdConverter
 from mirix_site.health import HealthApi
+from mirix_site.metrics import metrics_view
 
 # Before the apps' URLs, which name row ids in their paths as <id:...>.
 register_converter(RowIdConverter, "id")
@@ -18,6 +19,7 @@ handler500 = "mirix_site.api.errors.json_500"
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("accounts.api.urls")),
     path("", include("sessions.api.urls")),
     path("", include("memory.api.urls")),

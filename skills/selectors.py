@@ -193,3 +193,16 @@ def skill_experience_ids(*, skill: Skill) -> list[int]:
     ):
         ids.update(dict.fromkeys(listed))
     return list(ids)
+
+
+def learning_runs_waiting() -> dict[str, int]:
+    """Every tenant's learning runs queued and running, by state: an operator's figure (at
+    most one of each per user, read through those constraints' partial indexes)."""
+    states = [LearningRun.State.QUEUED, LearningRun.State.RUNNING]
+    counts = dict(
+        LearningRun.objects.filter(state__in=states)
+        .values_list("state")
+        .annotate(runs=Count("id"))
+        .order_by()
+    )
+    return {str(state): counts.get(state, 0) for state in states}

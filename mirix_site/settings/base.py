@@ -56,6 +56,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every answer is counted and timed, refusals included (GET /metrics).
+    "mirix_site.metrics.MetricsMiddleware",
     "mirix_site.api.middleware.NulRefusedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -353,6 +355,9 @@ RECOMMEND_EVIDENCE = env_int("RECOMMEND_EVIDENCE", 50, minimum=1)
 RECOMMEND_RUNNERS_UP = env_int("RECOMMEND_RUNNERS_UP", 3, minimum=0)
 RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
 RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
+# GET /metrics (Prometheus): with a token, a scrape must send "Authorization: Bearer <token>";
+# empty, the endpoint is open, as /health is (it shows counts and timings, no tenant's data).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 IMAGE_MAX_BYTES = env_int("IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 IMAGE_FETCH_TIMEOUT = env_duration("IMAGE_FETCH_TIMEOUT", "10s")
 # Host names a remote image may be fetched from although they resolve to a loopback address
