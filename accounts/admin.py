@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst
@@ -26,6 +28,45 @@ from accounts.services import (
     organization_delete,
     removal_summary,
 )
+
+# --- An end user's page: each app shows what it holds about them -----------------------------
+
+# The newest rows a part of a user's page lists; its link leads to all of them.
+USER_PAGE_ROWS = 10
+
+
+@dataclass(frozen=True)
+class UserPagePart:
+    """A titled table on an end user's admin page: the newest of their rows of one kind (at
+    most ``USER_PAGE_ROWS``), how many there are, and the admin list of them all."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[Any]]
+    total: int
+    more_url: str | None = None
+
+
+_user_page: list[tuple[int, Callable[[EndUser], list[UserPagePart]]]] = []
+
+
+def user_page_register(order: int, parts: Callable[[EndUser], list[UserPagePart]]) -> None:
+    """An app's parts of the user's page (from its admin module), placed by ``order``."""
+    _user_page.append((order, parts))
+
+
+def user_rows_url(model: type[models.Model], end_user: EndUser) -> str:
+    """The admin list of a model's rows, filtered to one end user."""
+    meta = model._meta
+    changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    return f"{changelist}?end_user__id__exact={end_user.pk}"
+
+
+def change_link(obj: models.Model, text: object = None) -> str:
+    """A link to the object's admin page."""
+    meta = obj._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, obj if text is None else text)
 
 
 class ServiceDeletionAdmin(admin.ModelAdmin):
@@ -47,14 +88,7 @@ class ServiceDeletionAdmin(admin.ModelAdmin):
             for obj in objs:
                 counts.update(self.delete_service(obj, dry_run=True))
         named = [
-            format_html(
-                '{}: <a href="{}">{}</a>',
-                capfirst(obj._meta.verbose_name),
-                reverse(
-                    f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk]
-                ),
-                obj,
-            )
+            format_html("{}: {}", capfirst(obj._meta.verbose_name), change_link(obj))
             for obj in objs
         ]
         return named, removal_summary(dict(counts)), set(), []
@@ -229,6 +263,25 @@ class EndUserAdmin(ServiceDeletionAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # end users come from the API, named by the application
 
+    change_form_template = "admin/accounts/enduser/change_form.html"
+
     @staticmethod
     def delete_service(obj: EndUser, *, dry_run: bool) -> dict[str, int]:
         return end_user_delete(end_user=obj, dry_run=dry_run)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The user's page: their row, then what every app holds about them, across clients
+        (the delete button below is the operator's forget)."""
+        end_user = self.get_object(request, unquote(object_id))
+        parts: list[UserPagePart] = []
+        if end_user is not None:
+            for _order, render in sorted(_user_page, key=lambda entry: entry[0]):
+                parts.extend(render(end_user))
+        context = {**(extra_context or {}), "user_page_parts": parts}
+        return super().change_view(request, object_id, form_url, context)

@@ -6,6 +6,14 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from accounts.admin import (
+    USER_PAGE_ROWS,
+    UserPagePart,
+    change_link,
+    user_page_register,
+    user_rows_url,
+)
+from accounts.models import EndUser
 from mirix_site.common.admin import ReadOnlyAdmin
 from sessions.models import Message, MessageImage, Session
 
@@ -118,3 +126,30 @@ class MessageAdmin(ReadOnlyAdmin):
         "extracted_at",
     ]
     inlines = [MessageImageInline]
+
+
+def _user_sessions(end_user: EndUser) -> list[UserPagePart]:
+    sessions = Session.objects.filter(end_user=end_user)
+    newest = sessions.select_related("client").order_by("-last_activity_at", "-id")
+    return [
+        UserPagePart(
+            title="Sessions",
+            headers=["session", "client", "tag", "status", "turns", "last activity"],
+            rows=[
+                [
+                    change_link(session),
+                    session.client,
+                    session.tag,
+                    session.status,
+                    session.message_count,
+                    session.last_activity_at,
+                ]
+                for session in newest[:USER_PAGE_ROWS]
+            ],
+            total=sessions.count(),
+            more_url=user_rows_url(Session, end_user),
+        )
+    ]
+
+
+user_page_register(10, _user_sessions)

@@ -8,6 +8,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from accounts.admin import (
+    USER_PAGE_ROWS,
+    UserPagePart,
+    change_link,
+    user_page_register,
+    user_rows_url,
+)
+from accounts.models import EndUser
 from mirix_site.common.admin import ReadOnlyAdmin
 from mirix_site.search.models import (
     EmbeddingSpace,
@@ -123,3 +131,29 @@ class SearchableKindCodeAdmin(ReadOnlyAdmin):
     list_filter = ["recorded_at"]
     search_fields = ["name"]
     readonly_fields = ["code", "name", "recorded_at"]
+
+
+def _user_retrievals(end_user: EndUser) -> list[UserPagePart]:
+    logs = RetrievalLog.objects.filter(end_user=end_user)
+    return [
+        UserPagePart(
+            title="Recent retrievals",
+            headers=["query", "endpoint", "method", "results", "latency (ms)", "when"],
+            rows=[
+                [
+                    change_link(log, log.query[:80] or "(no query)"),
+                    log.endpoint,
+                    log.method,
+                    len(log.results),
+                    f"{log.latency_ms:.1f}",
+                    log.created_at,
+                ]
+                for log in logs.order_by("-created_at", "-id")[:USER_PAGE_ROWS]
+            ],
+            total=logs.count(),
+            more_url=user_rows_url(RetrievalLog, end_user),
+        )
+    ]
+
+
+user_page_register(40, _user_retrievals)

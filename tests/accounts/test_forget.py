@@ -201,3 +201,44 @@ def test_forget_user_dry_run_then_forget(org: TenantFixture, other_org: TenantFi
 
     with pytest.raises(CommandError, match="No end user 'rows-user' in organization"):
         call_command("forget_user", organization_id, "rows-user")
+
+
+def test_a_users_page_shows_what_every_app_holds_about_them(
+    operator, org: TenantFixture, other_org: TenantFixture
+) -> None:
+    from accounts.admin import user_rows_url
+    from memory.types import MEMORY_TYPES
+    from mirix_site.search.models import RetrievalLog
+    from sessions.models import Session
+    from skills.models import Experience, LearningRun, Skill
+
+    tenant_rows_create(org)
+    tenant_rows_create(other_org)
+    org.api.get("/memory/search", {"user_id": "rows-user", "query": "anything"})
+    user, theirs = _rows_user(org), _rows_user(other_org)
+
+    page = operator.get(f"/admin/accounts/enduser/{user.pk}/change/").content.decode()
+    parts = {
+        "Sessions": Session,
+        "Skills": Skill,
+        "Experiences": Experience,
+        "Learning runs": LearningRun,
+        "Recent retrievals": RetrievalLog,
+    } | {
+        str(memory_type.model._meta.verbose_name_plural).capitalize(): memory_type.model
+        for memory_type in MEMORY_TYPES.values()
+    }
+    for title, model in parts.items():
+        total = model.objects.filter(end_user=user).count()
+        heading = f'<h2>{title} <span class="user-page-total">({total})</span></h2>'
+        assert heading in page, title
+        assert total, f"no {title} of the user: the test shows nothing"
+        for row in model.objects.filter(end_user=user)[:10]:
+            meta = row._meta
+            assert f'href="/admin/{meta.app_label}/{meta.model_name}/{row.pk}/change/"' in page
+        for row in model.objects.filter(end_user=theirs)[:10]:
+            meta = row._meta
+            assert f'href="/admin/{meta.app_label}/{meta.model_name}/{row.pk}/change/"' not in page
+        listed = operator.get(user_rows_url(model, user))
+        assert listed.status_code == 200, title
+    assert f'href="/admin/accounts/enduser/{user.pk}/delete/"' in page  # the forget
