@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.http import HttpRequest
+from django.utils.text import capfirst
 
+from accounts.admin import (
+    USER_PAGE_ROWS,
+    UserPagePart,
+    change_link,
+    user_page_register,
+    user_rows_url,
+)
+from accounts.models import EndUser
 from memory.models import (
     AgentPromptVersion,
     CoreMemoryBlock,
@@ -71,9 +83,33 @@ class MetaAgentAdmin(admin.ModelAdmin):
         return False
 
 
+class StoredText(forms.CharField):
+    """A text field read as the API stores text: a browser's CRLF line breaks are the LF ones
+    stored, and nothing is stripped. Otherwise saving a form nobody changed would rewrite every
+    multi-line text (and count it as an edit)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**kwargs, "strip": False})
+
+    def to_python(self, value: Any) -> Any:
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
+class StoredDateTime(forms.SplitDateTimeField):
+    """A date and time as the admin shows it, to the second: a form sent back unchanged is
+    unchanged, though the stored value has microseconds the page never showed."""
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        if isinstance(initial, datetime):
+            initial = initial.replace(microsecond=0)
+        return super().has_changed(initial, data)
+
+
 class MemoryAdmin(admin.ModelAdmin):
     """Curation of one memory type: operators may correct or delete; provenance, ownership and
-    the derived search data stay read-only. Edits keep the search index and embeddings in step."""
+    the derived search data stay read-only. Edits keep the search index and embeddings in step;
+    a save that changes nothing writes nothing (no update, no log entry)."""
 
     list_filter = ["organization", "client", "created_at"]
     list_select_related = ["end_user", "client", "organization"]
@@ -85,6 +121,13 @@ class MemoryAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come from extraction and the API, with their provenance
 
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if isinstance(db_field, models.CharField | models.TextField) and not db_field.choices:
+            kwargs["form_class"] = StoredText
+        elif isinstance(db_field, models.DateTimeField):
+            kwargs["form_class"] = StoredDateTime
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         memory_type = MEMORY_TYPES[self.memory_type]
         changes = {
@@ -92,12 +135,16 @@ class MemoryAdmin(admin.ModelAdmin):
             for name in form.changed_data
             if name in memory_type.editable_fields
         }
+        if not changes:
+            self.message_user(request, "Nothing changed.", level=messages.INFO)
+            return
         memory_admin_update(
             memory_type=memory_type, row=obj, changes=changes, embedders=write_embedders()
         )
-        self.message_user(
-            request, f"Saved; {len(changes)} field(s) changed.", level=messages.SUCCESS
-        )
+        self.message_user(request, f"Saved; changed: {', '.join(changes)}.", level=messages.SUCCESS)
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        return super().log_change(request, obj, message) if message else None
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         memory_admin_delete(memory_type=MEMORY_TYPES[self.memory_type], row=obj)
@@ -190,3 +237,33 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "started_at",
         "finished_at",
     ]
+
+
+def _user_memories(end_user: EndUser) -> list[UserPagePart]:
+    """One part per memory type, superseded memories included (marked)."""
+    parts = []
+    for memory_type in MEMORY_TYPES.values():
+        model = memory_type.model
+        rows = model.objects.filter(end_user=end_user)
+        newest = rows.select_related("client").order_by("-created_at", "-id")[:USER_PAGE_ROWS]
+        parts.append(
+            UserPagePart(
+                title=str(capfirst(model._meta.verbose_name_plural)),
+                headers=["memory", "client", "created", "superseded"],
+                rows=[
+                    [
+                        change_link(row),
+                        row.client,
+                        row.created_at,
+                        "yes" if row.superseded_by_id else "",
+                    ]
+                    for row in newest
+                ],
+                total=rows.count(),
+                more_url=user_rows_url(model, end_user),
+            )
+        )
+    return parts
+
+
+user_page_register(20, _user_memories)

@@ -147,6 +147,51 @@ def test_operators_correct_a_memory_and_its_embedding_follows(operator, org: Ten
     assert list(EpisodicEmbedding.objects.get(memory=episode).embedding) != before
 
 
+def test_an_admin_save_that_changes_nothing_writes_nothing(operator, org: TenantFixture) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    tenant_rows_create(org)
+    episode = EpisodicMemory.objects.get(client=org.client)
+    # Text as the API stores it: LF line breaks, a trailing one.
+    EpisodicMemory.objects.filter(pk=episode.pk).update(
+        details="Line one\nline two\n", occurred_at=episode.occurred_at.replace(microsecond=123456)
+    )
+    episode.refresh_from_db()
+    vector = list(EpisodicEmbedding.objects.get(memory=episode).embedding)
+    url = f"/admin/memory/episodicmemory/{episode.pk}/change/"
+    form = {
+        "event_type": episode.event_type,
+        "summary": episode.summary,
+        "details": episode.details.replace("\n", "\r\n"),  # as a browser sends a textarea
+        "actor": episode.actor,
+        "occurred_at_0": episode.occurred_at.strftime("%Y-%m-%d"),
+        "occurred_at_1": episode.occurred_at.strftime("%H:%M:%S"),  # as the page shows it
+        "superseded_by": "",
+        "fingerprint": episode.fingerprint,
+    }
+    assert episode.occurred_at.microsecond  # which the page does not show
+    response = operator.post(url, form, follow=True)
+    assert response.status_code == 200
+    assert "Nothing changed." in response.content.decode()
+    unchanged = EpisodicMemory.objects.get(pk=episode.pk)
+    assert (unchanged.details, unchanged.occurred_at, unchanged.updated_at) == (
+        episode.details,
+        episode.occurred_at,
+        episode.updated_at,
+    )
+    assert list(EpisodicEmbedding.objects.get(memory=episode).embedding) == vector
+    assert not LogEntry.objects.filter(object_id=str(episode.pk)).exists()
+
+    # A real edit of the same form writes, with the line breaks as stored.
+    operator.post(url, form | {"details": "Line one\r\nline three\r\n"}, follow=True)
+    edited = EpisodicMemory.objects.get(pk=episode.pk)
+    assert edited.details == "Line one\nline three\n"
+    assert edited.occurred_at == episode.occurred_at
+    assert edited.updated_at > episode.updated_at
+    [entry] = LogEntry.objects.filter(object_id=str(episode.pk))
+    assert "Details" in entry.get_change_message()
+
+
 def test_audit_tables_refuse_changes(operator, org: TenantFixture) -> None:
     tenant_rows_create(org)
     job = ExtractionJob.objects.filter(client=org.client).first()
