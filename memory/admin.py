@@ -32,7 +32,7 @@ from memory.models import (
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import ReadOnlyAdmin, StoredText
 from mirix_site.search.spaces import write_embedders
 
 
@@ -81,19 +81,6 @@ class MetaAgentAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-
-class StoredText(forms.CharField):
-    """A text field read as the API stores text: a browser's CRLF line breaks are the LF ones
-    stored, and nothing is stripped. Otherwise saving a form nobody changed would rewrite every
-    multi-line text (and count it as an edit)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**{**kwargs, "strip": False})
-
-    def to_python(self, value: Any) -> Any:
-        value = super().to_python(value)
-        return value.replace("\r\n", "\n") if isinstance(value, str) else value
 
 
 class StoredDateTime(forms.SplitDateTimeField):

@@ -1,11 +1,27 @@
 """Experiences, the phrasings of their actions and the recommendations made from them, learning
-runs, and skills with their versions, for operators to browse. Recommendations and versions are
-an audit record; experiences and skills change through the API (their index and versions follow
-every change), so here they are read."""
+runs, and skills with their versions. Recommendations and versions are an audit record;
+experiences change through the API (their index follows every change), so here they are read.
+Skills are curated here: an edit is a new version written by the skills service, versions
+compare side by side and restore, and skills are deprecated and restored."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.safestring import mark_safe
 
 from accounts.admin import (
     USER_PAGE_ROWS,
@@ -15,7 +31,9 @@ from accounts.admin import (
     user_rows_url,
 )
 from accounts.models import EndUser
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import ReadOnlyAdmin, StoredText
+from skills.content import SkillContent, content_diff_table
+from skills.lifecycle import OPERATOR_STATUSES
 from skills.models import (
     ActionGroupingCalibration,
     ActionPhrase,
@@ -27,7 +45,13 @@ from skills.models import (
     Skill,
     SkillVersion,
 )
-from skills.services.skills import skill_confidence
+from skills.services.skills import (
+    SkillConflictError,
+    Written,
+    skill_change,
+    skill_confidence,
+    skill_version_restore,
+)
 
 
 @admin.register(Experience)
@@ -256,10 +280,77 @@ class SkillVersionInline(admin.TabularInline):
         return False
 
 
-@admin.register(Skill)
-class SkillAdmin(ReadOnlyAdmin):
-    """Skills with their evidence, review flag and every version (the diffs under each)."""
+# The fields a skill's versions hold.
+SKILL_TEXT_FIELDS = ("name", "description", "triggers", "instructions", "pitfalls")
 
+
+class LinesField(forms.CharField):
+    """A list of texts edited one per line (blank lines dropped)."""
+
+    widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
+
+    def prepare_value(self, value: Any) -> Any:
+        return "\n".join(value) if isinstance(value, list | tuple) else value
+
+    def to_python(self, value: Any) -> list[str]:
+        text = super().to_python(value) or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class SkillForm(forms.ModelForm):
+    """An operator's edit: the text a version holds, the status an operator may set, and why.
+    Checked by the rules every version is (``SkillContent.errors``) before anything is written."""
+
+    description = StoredText(max_length=1024, widget=forms.Textarea(attrs={"rows": 3, "cols": 80}))
+    instructions = StoredText(required=False, widget=forms.Textarea(attrs={"rows": 12, "cols": 80}))
+    triggers = LinesField(required=False, help_text="one phrasing of a request per line")
+    pitfalls = LinesField(required=False, help_text="one per line")
+    status = forms.ChoiceField(choices=[(status, status) for status in OPERATOR_STATUSES])
+    note = forms.CharField(
+        required=False, max_length=500, help_text="why: kept with the version this writes"
+    )
+
+    class Meta:
+        model = Skill
+        fields = ["name", "description", "triggers", "instructions", "pitfalls", "status"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.status not in OPERATOR_STATUSES:  # deleted: shown, not set again
+            self.fields["status"].choices = [(self.instance.status, self.instance.status)]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        skill = self.instance
+        content = SkillContent.from_snapshot(
+            {
+                **SkillContent.of(skill).snapshot(),
+                **{name: cleaned[name] for name in SKILL_TEXT_FIELDS if name in cleaned},
+            }
+        )
+        for name, problems in content.errors().items():
+            for problem in problems:
+                self.add_error(name if name in self.fields else None, problem)
+        taken = (
+            Skill.objects.filter(end_user=skill.end_user_id, client=skill.client_id)
+            .exclude(pk=skill.pk)
+            .exclude(status=Skill.Status.DELETED)
+            .filter(name=cleaned.get("name"))
+        )
+        if "name" in self.changed_data and taken.exists():
+            self.add_error("name", "This user already has a skill of that name.")
+        return cleaned
+
+
+@admin.register(Skill)
+class SkillAdmin(admin.ModelAdmin):
+    """Skills with their evidence, review flag and every version. An operator's edit writes
+    version N+1 (author ``operator``) through the skills service, never the row in place; any
+    two versions compare side by side, and any one can be restored (a new version, author
+    ``rollback``). Deprecating and restoring are list actions."""
+
+    form = SkillForm
+    change_form_template = "admin/skills/skill/change_form.html"
     list_display = [
         "name",
         "status",
@@ -279,13 +370,6 @@ class SkillAdmin(ReadOnlyAdmin):
         "organization",
         "client",
         "end_user",
-        "name",
-        "description",
-        "triggers",
-        "instructions",
-        "pitfalls",
-        "tools",
-        "status",
         "version",
         "successes",
         "failures",
@@ -299,10 +383,132 @@ class SkillAdmin(ReadOnlyAdmin):
         "updated_at",
     ]
     inlines = [SkillVersionInline]
+    actions = ["deprecate_selected", "restore_selected"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # skills are learned, imported or written through the API
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # deprecated (kept, not served), or gone with their user
 
     @admin.display(description="confidence")
     def confidence(self, skill: Skill) -> float:
         return skill_confidence(skill)
+
+    def save_model(self, request: HttpRequest, obj: Skill, form: Any, change: bool) -> None:
+        changes = {
+            name: form.cleaned_data[name]
+            for name in form.changed_data
+            if name in (*SKILL_TEXT_FIELDS, "status")
+        }
+        if not changes:
+            self.message_user(request, "Nothing changed.", level=messages.INFO)
+            return
+        written = skill_change(skill=obj, changes=changes, note=form.cleaned_data.get("note", ""))
+        if isinstance(written, Written):
+            self.message_user(
+                request, f"Saved as version {written.version.number}.", level=messages.SUCCESS
+            )
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        return super().log_change(request, obj, message) if message else None
+
+    def get_urls(self) -> list[Any]:
+        own = [
+            path(
+                "<path:object_id>/diff/",
+                self.admin_site.admin_view(self.diff_view),
+                name="skills_skill_diff",
+            ),
+            path(
+                "<path:object_id>/rollback/<int:number>/",
+                self.admin_site.admin_view(self.rollback_view),
+                name="skills_skill_rollback",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def _skill(self, request: HttpRequest, object_id: str) -> Skill:
+        skill = self.get_object(request, unquote(object_id))
+        if skill is None or not self.has_view_permission(request, skill):
+            raise Http404("No such skill.")
+        return skill
+
+    def diff_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Any two versions side by side (``?a=&b=``; by default the one before the latest
+        against the latest)."""
+        skill = self._skill(request, object_id)
+        versions = {version.number: version for version in skill.versions.all()}
+        latest = skill.version
+
+        def number(name: str, default: int) -> int:
+            try:
+                value = int(request.GET.get(name, default))
+            except ValueError:
+                value = default
+            return value if value in versions else default
+
+        b = number("b", latest)
+        a = number("a", max(min(versions, default=b), b - 1))
+        table = content_diff_table(
+            SkillContent.from_snapshot(versions[a].snapshot),
+            SkillContent.from_snapshot(versions[b].snapshot),
+            numbers=(a, b),
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{skill.name}: version {a} against version {b}",
+            "skill": skill,
+            "versions": [versions[key] for key in sorted(versions, reverse=True)],
+            "a": a,
+            "b": b,
+            "table": mark_safe(table),  # noqa: S308 - difflib escapes the versions' text
+            "can_change": self.has_change_permission(request, skill),
+        }
+        return TemplateResponse(request, "admin/skills/skill/diff.html", context)
+
+    def rollback_view(self, request: HttpRequest, object_id: str, number: int) -> HttpResponse:
+        skill = self._skill(request, object_id)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request, skill):
+            raise PermissionDenied
+        try:
+            written = skill_version_restore(skill=skill, number=number)
+        except SkillConflictError as error:
+            self.message_user(request, str(error), level=messages.ERROR)
+        else:
+            self.log_change(request, skill, f"Restored version {number}.")
+            self.message_user(
+                request,
+                f"Version {number} restored as version {written.version.number}.",
+                level=messages.SUCCESS,
+            )
+        return HttpResponseRedirect(reverse("admin:skills_skill_change", args=[skill.pk]))
+
+    def _status_set(
+        self, request: HttpRequest, queryset: Any, status: str, *, of: tuple[str, ...]
+    ) -> None:
+        changed = 0
+        for skill in queryset.exclude(status=Skill.Status.DELETED):
+            if skill.status in of:
+                skill_change(skill=skill, changes={"status": status})
+                changed += 1
+        self.message_user(request, f"{changed} skill(s) now {status}.", level=messages.SUCCESS)
+
+    @admin.action(description="Deprecate selected skills (kept, no longer served)")
+    def deprecate_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._status_set(
+            request,
+            queryset,
+            Skill.Status.DEPRECATED,
+            of=(Skill.Status.CANDIDATE, Skill.Status.ACTIVE),
+        )
+
+    @admin.action(description="Restore selected deprecated skills (served again, as candidates)")
+    def restore_selected(self, request: HttpRequest, queryset: Any) -> None:
+        self._status_set(request, queryset, Skill.Status.CANDIDATE, of=(Skill.Status.DEPRECATED,))
 
 
 @admin.register(SkillVersion)

@@ -137,6 +137,19 @@ def content_diff(
     )
 
 
+def content_diff_table(
+    before: SkillContent, after: SkillContent, *, numbers: tuple[int, int]
+) -> str:
+    """The two versions' text side by side, changed lines marked: an HTML table (difflib's,
+    which escapes the text), for the admin."""
+    return difflib.HtmlDiff(wrapcolumn=72).make_table(
+        before.text().splitlines(),
+        after.text().splitlines(),
+        fromdesc=f"version {numbers[0]}",
+        todesc=f"version {numbers[1]}",
+    )
+
+
 def rewrite_share(before: SkillContent, after: SkillContent) -> float:
     """How much of the skill an edit rewrote: the share of its old lines (name, description and
     each non-blank line of its SKILL.md body) that the new text does not keep, from 0 (all

@@ -177,9 +177,16 @@ def _writable(tenant: Tenant, skill: Skill) -> None:
 def skill_patch(
     *, tenant: Tenant, skill: Skill, changes: dict[str, Any], note: str = ""
 ) -> Written | Skill:
-    """An operator's change: text fields make a new version (author ``operator``); a status
-    or ``needs_review`` alone changes the skill without one (they are not its text)."""
+    """A client's change of its own skill (``skill_change``)."""
     _writable(tenant, skill)
+    return skill_change(skill=skill, changes=changes, note=note)
+
+
+@transaction.atomic
+def skill_change(*, skill: Skill, changes: dict[str, Any], note: str = "") -> Written | Skill:
+    """An operator's change (the API's PATCH, or the admin): text fields make a new version
+    (author ``operator``); a status or ``needs_review`` alone changes the skill without one
+    (they are not its text)."""
     skill = Skill.objects.select_for_update().get(pk=skill.pk)
     if skill.status == Skill.Status.DELETED:
         raise SkillConflictError("A deleted skill is not changed.")
@@ -208,8 +215,14 @@ def skill_patch(
 
 @transaction.atomic
 def skill_rollback(*, tenant: Tenant, skill: Skill, number: int) -> Written:
-    """A new version equal to version ``number`` (author ``rollback``)."""
+    """A client rolls its own skill back (``skill_version_restore``)."""
     _writable(tenant, skill)
+    return skill_version_restore(skill=skill, number=number)
+
+
+@transaction.atomic
+def skill_version_restore(*, skill: Skill, number: int) -> Written:
+    """A new version equal to version ``number`` (author ``rollback``)."""
     target = SkillVersion.objects.filter(skill=skill, number=number).first()
     if target is None:
         raise SkillConflictError(f"Skill {skill.pk} has no version {number}.")
