@@ -43,6 +43,7 @@ from skills.models import (
     LearningRunSession,
     Recommendation,
     Skill,
+    SkillProposal,
     SkillVersion,
 )
 from skills.services.skills import (
@@ -50,6 +51,9 @@ from skills.services.skills import (
     Written,
     skill_change,
     skill_confidence,
+    skill_draft_approve,
+    skill_proposal_approve,
+    skill_proposal_reject,
     skill_version_restore,
 )
 
@@ -383,7 +387,7 @@ class SkillAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     inlines = [SkillVersionInline]
-    actions = ["deprecate_selected", "restore_selected"]
+    actions = ["approve_drafts", "deprecate_selected", "restore_selected"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # skills are learned, imported or written through the API
@@ -497,6 +501,36 @@ class SkillAdmin(admin.ModelAdmin):
                 changed += 1
         self.message_user(request, f"{changed} skill(s) now {status}.", level=messages.SUCCESS)
 
+    @admin.action(description="Approve selected drafts (served from now on, as candidates)")
+    def approve_drafts(self, request: HttpRequest, queryset: Any) -> None:
+        approved = 0
+        for skill in queryset.filter(status=Skill.Status.DRAFT):
+            skill_draft_approve(skill=skill)
+            self.log_change(request, skill, "Approved the draft.")
+            approved += 1
+        self.message_user(request, f"{approved} draft(s) approved.", level=messages.SUCCESS)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        skill = self.get_object(request, unquote(object_id))
+        pending = (
+            SkillProposal.objects.filter(skill=skill, state=SkillProposal.State.PENDING).count()
+            if skill is not None
+            else 0
+        )
+        context = {
+            **(extra_context or {}),
+            "pending_proposals": pending,
+            "proposals_url": reverse("admin:skills_skillproposal_changelist")
+            + f"?skill__id__exact={object_id}&state__exact=pending",
+        }
+        return super().change_view(request, object_id, form_url, context)
+
     @admin.action(description="Deprecate selected skills (kept, no longer served)")
     def deprecate_selected(self, request: HttpRequest, queryset: Any) -> None:
         self._status_set(
@@ -509,6 +543,84 @@ class SkillAdmin(admin.ModelAdmin):
     @admin.action(description="Restore selected deprecated skills (served again, as candidates)")
     def restore_selected(self, request: HttpRequest, queryset: Any) -> None:
         self._status_set(request, queryset, Skill.Status.CANDIDATE, of=(Skill.Status.DEPRECATED,))
+
+
+@admin.register(SkillProposal)
+class SkillProposalAdmin(ReadOnlyAdmin):
+    """A curator's changes that wait for an operator (SKILL_REQUIRE_APPROVAL): each shown
+    against the skill as it is now, approved (the skill's next version) or rejected."""
+
+    list_display = ["__str__", "skill", "state", "base_version", "run", "end_user", "created_at"]
+    list_filter = ["state", "operation", "organization", "client"]
+    search_fields = ["skill__name", "note", "end_user__user_id"]
+    list_select_related = ["skill", "run", "end_user"]
+
+    def get_urls(self) -> list[Any]:
+        own = [
+            path(
+                f"<path:object_id>/{decision}/",
+                self.admin_site.admin_view(self.decide_view),
+                {"decision": decision},
+                name=f"skills_skillproposal_{decision}",
+            )
+            for decision in ("approve", "reject")
+        ]
+        return own + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        proposal = self.get_object(request, unquote(object_id))
+        if proposal is None:
+            raise Http404("No such proposal.")
+        skill = proposal.skill
+        table = content_diff_table(
+            SkillContent.of(skill),
+            SkillContent.from_snapshot(proposal.snapshot),
+            numbers=(skill.version, skill.version + 1),
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{proposal.operation} of {skill.name}: the current version, then the "
+            "proposal",
+            "proposal": proposal,
+            "skill": skill,
+            "table": mark_safe(table),  # noqa: S308 - difflib escapes the texts
+            "merged": Skill.objects.filter(pk__in=proposal.merged_skill_ids),
+            "stale": proposal.base_version != skill.version,
+            "can_decide": proposal.state == SkillProposal.State.PENDING
+            and request.user.has_perm("skills.change_skill"),
+        }
+        return TemplateResponse(request, "admin/skills/skillproposal/review.html", context)
+
+    def decide_view(self, request: HttpRequest, object_id: str, decision: str) -> HttpResponse:
+        proposal = self.get_object(request, unquote(object_id))
+        if proposal is None or decision not in ("approve", "reject"):
+            raise Http404("No such proposal.")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not request.user.has_perm("skills.change_skill"):
+            raise PermissionDenied
+        try:
+            if decision == "approve":
+                written = skill_proposal_approve(proposal=proposal)
+                said = f"Approved: version {written.version.number} of {written.skill.name}."
+            else:
+                skill_proposal_reject(proposal=proposal)
+                said = "Rejected: the skill is unchanged."
+        except SkillConflictError as error:
+            self.message_user(request, str(error), level=messages.ERROR)
+        else:
+            self.log_change(request, proposal, said)
+            self.message_user(request, said, level=messages.SUCCESS)
+        return HttpResponseRedirect(
+            reverse("admin:skills_skillproposal_change", args=[proposal.pk])
+        )
 
 
 @admin.register(SkillVersion)

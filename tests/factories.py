@@ -106,6 +106,18 @@ def tenant_rows_create(owner: TenantFixture) -> None:
 
     skill = skill_create(owner, user_id="rows-user")
     skills_embed(skill_ids=[skill.pk], embedders=write_embedders())
+    from dataclasses import replace
+
+    from skills.content import SkillContent
+    from skills.services.skills import Provenance, skill_proposal_write
+
+    skill_proposal_write(
+        skill=skill,
+        content=replace(SkillContent.of(skill), description="A curator's proposed change."),
+        provenance=Provenance(
+            author="curator", operation="edit", operation_key=f"rows-{owner.organization.pk}"
+        ),
+    )
     session = Session.objects.filter(client=owner.client, end_user=skill.end_user).first()
     skill_uses_record(skills=[skill], session_id=session.pk)
 

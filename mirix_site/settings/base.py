@@ -345,6 +345,10 @@ LEARNING_RUN_SLICE_SECONDS = env_int("LEARNING_RUN_SLICE_SECONDS", 240, minimum=
 # A candidate skill becomes active once this many task sessions that used it succeeded and the
 # lower bound of its success rate reaches the floor; one whose bound falls below the review
 # floor after this many counted uses is flagged for review (and an active one demoted).
+# Approval mode: what learning runs write waits for an operator. A new skill is a draft (kept,
+# not served) until approved in the admin; a curator's edit or merge of a skill is a proposal
+# the admin shows against the current version, approved (the next version) or rejected.
+SKILL_REQUIRE_APPROVAL = env_bool("SKILL_REQUIRE_APPROVAL", False)
 SKILL_ACTIVATE_SUCCESSES = env_int("SKILL_ACTIVATE_SUCCESSES", 3, minimum=1)
 SKILL_ACTIVATE_CONFIDENCE = env_float("SKILL_ACTIVATE_CONFIDENCE", 0.5, minimum=0.0)
 SKILL_REVIEW_MIN_USES = env_int("SKILL_REVIEW_MIN_USES", 3, minimum=1)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -51,6 +52,7 @@ from skills.services.skills import (
     Provenance,
     SkillConflictError,
     SkillInputError,
+    skill_proposal_write,
     skill_version_write,
     skills_embed,
 )
@@ -154,6 +156,46 @@ def _tool_descriptions(operation: Operation) -> dict[str, str]:
     return described
 
 
+def _edit_write(
+    *,
+    run: LearningRun,
+    operation: Operation,
+    target: Skill,
+    content: SkillContent,
+    provenance: Provenance,
+    described: dict[str, str],
+    by_name: dict[str, Skill],
+    review: bool,
+    embedders: Sequence[EmbeddingProvider],
+) -> None:
+    """An edit or merge written now: the target's next version, the tools its sessions
+    declared, and the merged skills deprecated."""
+    written = skill_version_write(
+        owner=run.owner_ids,
+        skill=target,
+        content=content,
+        provenance=provenance,
+        embedders=embedders,
+        needs_review=review,
+    )
+    if written.created and (operation.tools or described):
+        Skill.objects.filter(pk=target.pk).update(
+            tools=list(dict.fromkeys([*target.tools, *operation.tools])),
+            tool_descriptions={**target.tool_descriptions, **described},
+        )
+    for position, source in enumerate(operation.sources):
+        if source in by_name:
+            _status_version(
+                run=run,
+                skill=by_name[source],
+                status=Skill.Status.DEPRECATED,
+                operation=operation,
+                note=f"Merged into {target.name}.",
+                key=_operation_key(run, operation, f"m{position}"),
+                embedders=embedders,
+            )
+
+
 def _apply(claim: Claim, operation: Operation) -> list[str]:
     """Apply one operation in one transaction, consuming the lessons it names that still wait;
     returns warnings. An operation applied before (a run claimed again) finds its version by
@@ -191,6 +233,8 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
                         content=operation.content,
                         provenance=provenance,
                         embedders=embedders,
+                        # Approval mode: kept, not served, until an operator approves it.
+                        status=Skill.Status.DRAFT if settings.SKILL_REQUIRE_APPROVAL else None,
                     )
                     if written.created:
                         Skill.objects.filter(pk=written.skill.pk).update(
@@ -209,31 +253,36 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
                             note=f"{operation.reason} (rewrote {share:.0%} of the skill: "
                             "flagged for review)".strip(),
                         )
-                    written = skill_version_write(
-                        owner=run.owner_ids,
-                        skill=target,
-                        content=content,
-                        provenance=provenance,
-                        embedders=embedders,
-                        needs_review=review,
-                    )
-                    if written.created and (operation.tools or described):
-                        Skill.objects.filter(pk=target.pk).update(
-                            tools=list(dict.fromkeys([*target.tools, *operation.tools])),
-                            tool_descriptions={**target.tool_descriptions, **described},
+                    if settings.SKILL_REQUIRE_APPROVAL and target.status != Skill.Status.DRAFT:
+                        # Approval mode: a skill a draft no longer is changes when an operator
+                        # approves; the skills it merges are deprecated then.
+                        skill_proposal_write(
+                            skill=target,
+                            content=content,
+                            provenance=provenance,
+                            tools=operation.tools,
+                            tool_descriptions=described,
+                            merged_skill_ids=[
+                                by_name[source].pk
+                                for source in operation.sources
+                                if source in by_name
+                            ],
+                            needs_review=review,
                         )
-                    counters["skills_edited" if operation.kind == "edit" else "skills_merged"] = 1
-                    for position, source in enumerate(operation.sources):
-                        if source in by_name:
-                            _status_version(
-                                run=run,
-                                skill=by_name[source],
-                                status=Skill.Status.DEPRECATED,
-                                operation=operation,
-                                note=f"Merged into {target.name}.",
-                                key=_operation_key(run, operation, f"m{position}"),
-                                embedders=embedders,
-                            )
+                    else:
+                        _edit_write(
+                            run=run,
+                            operation=operation,
+                            target=target,
+                            content=content,
+                            provenance=provenance,
+                            described=described,
+                            by_name=by_name,
+                            review=review,
+                            embedders=embedders,
+                        )
+                        edited = "skills_edited" if operation.kind == "edit" else "skills_merged"
+                        counters[edited] = 1
                 elif operation.kind in ("deprecate", "split") and target:
                     _status_version(
                         run=run,

@@ -27,6 +27,7 @@ from skills.models.skills import (
     Skill,
     SkillEmbedding,
     SkillPhrasing,
+    SkillProposal,
     SkillUse,
     SkillVersion,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Skill",
     "SkillEmbedding",
     "SkillPhrasing",
+    "SkillProposal",
     "SkillUse",
     "SkillVersion",
 ]

@@ -21,6 +21,9 @@ class Skill(Owned):
     kind of the engine. A new skill is a ``candidate`` until sessions that used it prove it."""
 
     class Status(models.TextChoices):
+        # Learned while SKILL_REQUIRE_APPROVAL is on: kept, not served, until an operator
+        # approves it (then a candidate).
+        DRAFT = "draft"
         CANDIDATE = "candidate"  # served, ranked below proven skills, not yet proven
         ACTIVE = "active"
         DEPRECATED = "deprecated"  # kept, not served
@@ -132,6 +135,55 @@ class SkillVersion(Owned):
 
     def __str__(self) -> str:
         return f"skill {self.skill_id} v{self.number}"
+
+
+class SkillProposal(Owned):
+    """A curator's change of a skill that waits for an operator (SKILL_REQUIRE_APPROVAL): the
+    whole content it would write, against the version it was made on. Approving it writes that
+    content as the skill's next version (author ``curator``, with the run and experiences
+    behind it) and deprecates the skills it merged; rejecting it writes nothing."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="proposals")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    snapshot = models.JSONField()
+    base_version = models.PositiveIntegerField(help_text="the version it was proposed against")
+    operation = models.CharField(max_length=12, help_text="edit or merge")
+    run = models.ForeignKey(
+        LearningRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="proposals"
+    )
+    experience_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    # What approving it does besides the text: the run's evidence, the tools its sessions
+    # declared, the skills it merged (deprecated then), the review flag a large rewrite sets.
+    learned = models.JSONField(default=dict, blank=True)
+    tools = ArrayField(models.TextField(), default=list, blank=True)
+    tool_descriptions = models.JSONField(default=dict, blank=True)
+    merged_skill_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    needs_review = models.BooleanField(default=False)
+    note = models.TextField(blank=True)
+    operation_key = models.CharField(max_length=64, unique=True)
+    version = models.ForeignKey(
+        SkillVersion, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["skill", "created_at"],
+                condition=Q(state="pending"),
+                name="skill_proposal_pending",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} of skill {self.skill_id} ({self.state})"
 
 
 class SkillUse(Owned):

@@ -14,7 +14,7 @@ sessions it was learned from included.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -28,8 +28,8 @@ from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.index import documents_index, documents_reindex
 from skills.confidence import evidence, lower_bound
 from skills.content import SkillContent, content_diff
-from skills.lifecycle import uses_verdict
-from skills.models import LearningRun, Outcome, Skill, SkillUse, SkillVersion
+from skills.lifecycle import SERVED_STATUSES, uses_verdict
+from skills.models import LearningRun, Outcome, Skill, SkillProposal, SkillUse, SkillVersion
 from skills.search import SKILL_KIND
 
 # The task that embeds skills an API request changed (``skills.tasks``), queued by its name.
@@ -190,6 +190,11 @@ def skill_change(*, skill: Skill, changes: dict[str, Any], note: str = "") -> Wr
     skill = Skill.objects.select_for_update().get(pk=skill.pk)
     if skill.status == Skill.Status.DELETED:
         raise SkillConflictError("A deleted skill is not changed.")
+    if skill.status == Skill.Status.DRAFT and changes.get("status", skill.status) != skill.status:
+        raise SkillConflictError(
+            "A draft waits for an operator's approval (SKILL_REQUIRE_APPROVAL): it is served "
+            "once approved in the admin, not by setting its status."
+        )
     if "status" in changes:
         skill.status = changes["status"]
     if "needs_review" in changes:
@@ -238,6 +243,120 @@ def skill_version_restore(*, skill: Skill, number: int) -> Written:
             note=f"Rolled back to version {number}.",
         ),
     )
+
+
+# --- Approval mode (SKILL_REQUIRE_APPROVAL): drafts and proposals wait for an operator ---
+
+
+@transaction.atomic
+def skill_draft_approve(*, skill: Skill) -> Skill:
+    """Serve a draft: it becomes a candidate, its text as learned (no new version)."""
+    skill = Skill.objects.select_for_update().get(pk=skill.pk)
+    if skill.status != Skill.Status.DRAFT:
+        raise SkillConflictError(f"Skill {skill.name!r} is {skill.status}, not a draft.")
+    skill.status = Skill.Status.CANDIDATE
+    skill.save(update_fields=["status", "updated_at"])
+    return skill
+
+
+@transaction.atomic
+def skill_proposal_write(
+    *,
+    skill: Skill,
+    content: SkillContent,
+    provenance: Provenance,
+    tools: Sequence[str] = (),
+    tool_descriptions: dict[str, str] | None = None,
+    merged_skill_ids: Sequence[int] = (),
+    needs_review: bool = False,
+) -> SkillProposal:
+    """A curator's change of ``skill`` kept for an operator to approve or reject, once per
+    operation key (a run claimed again proposes nothing twice). Checked and redacted as a
+    version is."""
+    done = SkillProposal.objects.filter(operation_key=provenance.operation_key).first()
+    if done is not None:
+        return done
+    content = content.redacted()
+    errors = content.errors()
+    if errors:
+        raise SkillInputError(errors)
+    return SkillProposal.objects.create(
+        **skill.owner_ids,
+        skill=skill,
+        snapshot=content.snapshot(),
+        base_version=skill.version,
+        operation=provenance.operation,
+        run=provenance.run,
+        experience_ids=list(provenance.experience_ids),
+        learned=dict(provenance.learned),
+        tools=list(tools),
+        tool_descriptions=dict(tool_descriptions or {}),
+        merged_skill_ids=list(merged_skill_ids),
+        needs_review=needs_review,
+        note=provenance.note,
+        operation_key=provenance.operation_key,
+    )
+
+
+def _proposal_pending(proposal: SkillProposal) -> SkillProposal:
+    proposal = SkillProposal.objects.select_for_update().get(pk=proposal.pk)
+    if proposal.state != SkillProposal.State.PENDING:
+        raise SkillConflictError(f"This proposal was {proposal.state} already.")
+    return proposal
+
+
+@transaction.atomic
+def skill_proposal_approve(*, proposal: SkillProposal) -> Written:
+    """Write the proposal as the skill's next version (author ``curator``: its content, its
+    run and experiences, their evidence), add the tools it names, deprecate the skills it
+    merged. The version's diff is against the skill as it is now, as the admin showed it."""
+    proposal = _proposal_pending(proposal)
+    skill = proposal.skill
+    if skill.status == Skill.Status.DELETED:
+        raise SkillConflictError("A deleted skill is not changed.")
+    provenance = Provenance(
+        author=SkillVersion.Author.CURATOR,
+        operation=proposal.operation,
+        run=proposal.run,
+        experience_ids=proposal.experience_ids,
+        note=f"{proposal.note} (approved by an operator)".strip(),
+        learned=proposal.learned,
+    )
+    written = skill_version_write(
+        owner=skill.owner_ids,
+        skill=skill,
+        content=SkillContent.from_snapshot(proposal.snapshot),
+        provenance=provenance,
+        needs_review=proposal.needs_review,
+    )
+    if proposal.tools or proposal.tool_descriptions:
+        current = written.skill
+        Skill.objects.filter(pk=skill.pk).update(
+            tools=list(dict.fromkeys([*current.tools, *proposal.tools])),
+            tool_descriptions={**current.tool_descriptions, **proposal.tool_descriptions},
+        )
+    merged = Skill.objects.filter(pk__in=proposal.merged_skill_ids, status__in=SERVED_STATUSES)
+    for source in merged:
+        skill_version_write(
+            owner=source.owner_ids,
+            skill=source,
+            content=SkillContent.of(source),
+            provenance=replace(provenance, learned={}, note=f"Merged into {skill.name}."),
+            status=Skill.Status.DEPRECATED,
+        )
+    proposal.state, proposal.version = SkillProposal.State.APPROVED, written.version
+    proposal.decided_at = timezone.now()
+    proposal.save(update_fields=["state", "version", "decided_at"])
+    return written
+
+
+@transaction.atomic
+def skill_proposal_reject(*, proposal: SkillProposal) -> SkillProposal:
+    """Refuse the proposal: nothing is written to the skill."""
+    proposal = _proposal_pending(proposal)
+    proposal.state, proposal.decided_at = SkillProposal.State.REJECTED, timezone.now()
+    proposal.save(update_fields=["state", "decided_at"])
+    return proposal
 
 
 @transaction.atomic
