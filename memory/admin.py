@@ -32,7 +32,7 @@ from memory.models import (
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
-from mirix_site.common.admin import ReadOnlyAdmin, StoredText
+from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
 from mirix_site.search.spaces import write_embedders
 
 
@@ -102,8 +102,12 @@ class MemoryAdmin(admin.ModelAdmin):
     list_select_related = ["end_user", "client", "organization"]
     raw_id_fields = ["superseded_by"]
     owner_fields = ["organization", "client", "end_user", "source_message_ids", "filter_tags"]
-    readonly_fields = [*owner_fields, "created_at", "updated_at"]
+    readonly_fields = [*owner_fields, "created_at", "updated_at", "changes"]
     memory_type = ""
+
+    @admin.display(description="history")
+    def changes(self, row: Any) -> str:
+        return history_table(row)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come from extraction and the API, with their provenance

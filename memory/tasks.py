@@ -15,6 +15,7 @@ from memory.services import (
 )
 from memory.services.extraction import EXTRACT_TASK
 from mirix_site.common.database import database_unreachable
+from mirix_site.common.history import EXTRACTION, history_context
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.providers.llm import LLMTransientError
 
@@ -45,12 +46,13 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
     # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:
-        extraction_job_run(
-            organization_id=organization_id,
-            job_id=job_id,
-            redelivered=redelivered,
-            retried=self.request.retries > 0,
-        )
+        with history_context(EXTRACTION, job_id=job_id):
+            extraction_job_run(
+                organization_id=organization_id,
+                job_id=job_id,
+                redelivered=redelivered,
+                retried=self.request.retries > 0,
+            )
     except (LLMTransientError, EmbeddingTransientError) as error:
         final = self.request.retries >= MAX_RETRIES
         extraction_job_requeue(

@@ -31,7 +31,7 @@ from accounts.admin import (
     user_rows_url,
 )
 from accounts.models import EndUser
-from mirix_site.common.admin import ReadOnlyAdmin, StoredText
+from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
 from skills.content import SkillContent, content_diff_table
 from skills.lifecycle import OPERATOR_STATUSES
 from skills.models import (
@@ -115,8 +115,13 @@ class ExperienceAdmin(ReadOnlyAdmin):
         "consumed_by",
         "created_at",
         "updated_at",
+        "changes",
     ]
     date_hierarchy = "occurred_at"
+
+    @admin.display(description="history")
+    def changes(self, row: Experience) -> str:
+        return history_table(row)
 
 
 @admin.register(Recommendation)

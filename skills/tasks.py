@@ -12,6 +12,7 @@ from celery import shared_task
 from django.conf import settings
 
 from mirix_site.common.database import database_unreachable
+from mirix_site.common.history import AUTO_DREAM, CURATOR, history_context
 from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.search.spaces import write_embedders
 from skills.embedding_queue import (
@@ -21,6 +22,7 @@ from skills.embedding_queue import (
     experiences_embed_drain,
     experiences_unembedded,
 )
+from skills.models import LearningRun
 from skills.services.learning import LEARNING_RUN_TASK
 from skills.services.skills import SKILLS_EMBED_TASK, skills_embed
 
@@ -108,14 +110,17 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
         return None
     llm = llm_provider_from_settings()
     embedders = write_embedders()
+    # What the run changes (experiences it consumes, ...) is the curator's, or auto-dream's.
+    actor = AUTO_DREAM if claim.run.trigger == LearningRun.Trigger.AUTO_DREAM else CURATOR
     try:
-        run = learning_run_execute(
-            claim=claim,
-            llm=llm,
-            embedders=embedders,
-            threshold=_task_threshold(embedders[0].model_name),
-            deadline=time.monotonic() + settings.LEARNING_RUN_SLICE_SECONDS,
-        )
+        with history_context(actor, run_id=run_id):
+            run = learning_run_execute(
+                claim=claim,
+                llm=llm,
+                embedders=embedders,
+                threshold=_task_threshold(embedders[0].model_name),
+                deadline=time.monotonic() + settings.LEARNING_RUN_SLICE_SECONDS,
+            )
     except RunLostError:
         logger.warning("learning run %s was claimed by another worker; stopping", run_id)
         return None

@@ -84,6 +84,11 @@ ENDPOINTS = [
         "GET", "/memory/episodic/{memory_id}", route="memory/<str:memory_type>/<str:memory_id>"
     ),
     Endpoint(
+        "GET",
+        "/memory/episodic/{memory_id}/history",
+        route="memory/<str:memory_type>/<str:memory_id>/history",
+    ),
+    Endpoint(
         "PATCH",
         "/memory/episodic/{memory_id}",
         {"summary": "edited"},
@@ -195,6 +200,11 @@ ENDPOINTS = [
     Endpoint("GET", "/experiences/settings", route="experiences/settings"),
     Endpoint("PUT", "/experiences/settings", {"half_life_days": 30}, route="experiences/settings"),
     Endpoint("GET", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
+    Endpoint(
+        "GET",
+        "/experiences/{experience_id}/history",
+        route="experiences/<str:experience_id>/history",
+    ),
     Endpoint("DELETE", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),
     Endpoint(
         "POST",

@@ -81,6 +81,7 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     agent_system_prompt_set(meta_agent=meta_agent, component=None, system_prompt="Remember.")
     memories_create(owner, user_id="rows-user")
     experiences_create(owner, user_id="rows-user", recommended=True)
+    _rows_changed(owner)
     from images.services import image_fetch_request
 
     owner.api.post(
@@ -120,6 +121,21 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     )
     session = Session.objects.filter(client=owner.client, end_user=skill.end_user).first()
     skill_uses_record(skills=[skill], session_id=session.pk)
+
+
+def _rows_changed(owner: TenantFixture) -> None:
+    """A change of one row of each tracked model: their history tables hold a row."""
+    from memory.types import MEMORY_TYPES
+    from skills.models import Experience
+
+    for memory_type in MEMORY_TYPES.values():
+        row = memory_type.model.objects.filter(client=owner.client).first()
+        name = memory_type.editable_fields[0]
+        setattr(row, name, f"{getattr(row, name)} (edited)")
+        row.save(update_fields=[name])
+    experience = Experience.objects.filter(client=owner.client).first()
+    experience.title = f"{experience.title} (edited)"
+    experience.save(update_fields=["title"])
 
 
 def learning_run_create(owner: TenantFixture, *, user_id: str) -> Any:

@@ -33,6 +33,7 @@ from memory.types import MemoryType, memory_type_names, memory_type_resolve
 from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.errors import UnprocessableEntity
 from mirix_site.api.fields import BooleanField, IntegerField, TextField
+from mirix_site.api.history import history_response, history_serializer
 from mirix_site.api.schema import error_response
 from mirix_site.search.spaces import write_embedders
 
@@ -267,3 +268,20 @@ class MemoryDetailApi(TenantAPIView):
         found, row = self._memory(memory_type, memory_id)
         memory_delete(tenant=self.tenant, memory_type=found, row=row)
         return Response({"success": True, "id": memory_id, "memory_type": found.name})
+
+
+class MemoryHistoryApi(MemoryDetailApi):
+    """A memory's changes: what each changed, before and after, who changed it and when."""
+
+    http_method_names = ["get"]
+
+    @extend_schema(
+        parameters=[MEMORY_TYPE_IN_PATH, MemoryDetailParamsSerializer],
+        responses={
+            200: history_serializer("MemoryHistory", id=TextField(), memory_type=TextField())
+        },
+        summary="A memory's history: every change, before and after, by whom",
+    )
+    def get(self, request: Request, memory_type: str, memory_id: str) -> Response:
+        found, row = self._memory(memory_type, memory_id)
+        return Response(history_response(self.tenant, row, id=str(row.pk), memory_type=found.name))

@@ -45,5 +45,10 @@ urlpatterns = [
         memories.MemoryDetailApi.as_view(),
         name="memory-detail",
     ),
+    path(
+        "memory/<str:memory_type>/<str:memory_id>/history",
+        memories.MemoryHistoryApi.as_view(),
+        name="memory-history",
+    ),
     path("users/<str:user_id>/memories", memories.UserMemoriesApi.as_view(), name="user-memories"),
 ]

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Owned
+from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
 
 # What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
@@ -54,6 +55,7 @@ class ExtractedMemory(MemoryRecord):
         ]
 
 
+@history_tracked("label", "value", "limit", "superseded_by")
 class CoreMemoryBlock(MemoryRecord):
     """A block of always-in-context memory about the user (``human``) or the agent
     (``persona``): short, edited in place, returned whole."""
@@ -74,6 +76,7 @@ class CoreMemoryBlock(MemoryRecord):
         return self.label
 
 
+@history_tracked("event_type", "summary", "details", "actor", "occurred_at", "superseded_by")
 class EpisodicMemory(ExtractedMemory):
     """Something that happened, and when: an exchange, an event the user told of."""
 
@@ -95,6 +98,7 @@ class EpisodicMemory(ExtractedMemory):
         return self.summary[:80]
 
 
+@history_tracked("name", "summary", "details", "source", "superseded_by")
 class SemanticMemory(ExtractedMemory):
     """A fact or concept, independent of when it was learned."""
 
@@ -111,6 +115,7 @@ class SemanticMemory(ExtractedMemory):
         return self.name
 
 
+@history_tracked("entry_type", "summary", "steps", "superseded_by")
 class ProceduralMemory(ExtractedMemory):
     """How to do something: a workflow as ordered steps. Skill learning adds to these."""
 
@@ -126,6 +131,7 @@ class ProceduralMemory(ExtractedMemory):
         return self.summary[:80]
 
 
+@history_tracked("title", "summary", "content", "resource_type", "uri", "superseded_by")
 class ResourceMemory(ExtractedMemory):
     """A document, file, link or image the user shared or worked with."""
 
@@ -143,6 +149,8 @@ class ResourceMemory(ExtractedMemory):
         return self.title
 
 
+# The secret itself is not kept in its history: an overwritten credential must be gone.
+@history_tracked("entry_type", "caption", "sensitivity", "source", "superseded_by")
 class KnowledgeVaultItem(ExtractedMemory):
     """A sensitive value (credential, contact detail, identifier). The value is encrypted at
     rest and never returned by search unless explicitly asked for."""

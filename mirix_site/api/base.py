@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -13,6 +14,7 @@ from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from accounts.tenancy import Tenant
 from mirix_site.api.fields import UserIdField
+from mirix_site.common.history import API, history_context
 
 
 class UserQuerySerializer(serializers.Serializer):
@@ -40,6 +42,11 @@ class TenantAPIView(APIView):
         super().initial(request, *args, **kwargs)
         if not isinstance(request.user, Tenant):
             raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
+        if request.method in settings.PGHISTORY_MIDDLEWARE_METHODS:
+            # What the request changes is this key's, of this client (the per-item history).
+            history_context(
+                API, key_id=request.user.api_key.key_id, client_id=request.user.client.pk
+            )
 
     @property
     def tenant(self) -> Tenant:

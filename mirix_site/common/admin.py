@@ -7,6 +7,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from mirix_site.common.history import history_of
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -33,3 +36,32 @@ class StoredText(forms.CharField):
     def to_python(self, value: Any) -> Any:
         value = super().to_python(value)
         return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
+def history_table(row: Any) -> str:
+    """A tracked row's changes as a table for its admin page (mirix_site.common.history)."""
+    entries = history_of(row)
+    if not entries:
+        return "No changes."
+    lines = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                entry["at"],
+                entry["actor"] or "-",
+                entry["operator"] or entry["key_id"] or "",
+                entry["client_id"] or entry["run_id"] or entry["job_id"] or "",
+                name,
+                format_html("{} &rarr; {}", change["before"], change["after"]),
+            )
+            for entry in entries
+            for name, change in entry["changes"].items()
+        ),
+    )
+    return format_html(
+        '<table class="history"><thead><tr><th>when</th><th>actor</th><th>who</th>'
+        "<th>client / run / job</th><th>field</th><th>before &rarr; after</th></tr></thead>"
+        "<tbody>{}</tbody></table>",
+        lines,
+    )

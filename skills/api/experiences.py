@@ -18,6 +18,7 @@ from memory.api.retrieval import RetrievalApiView
 from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.errors import UnprocessableEntity
 from mirix_site.api.fields import BooleanField, IntegerField, TextField
+from mirix_site.api.history import history_response, history_serializer
 from mirix_site.api.schema import error_response
 from mirix_site.search.services import retrieval_start
 from skills.api.serializers import (
@@ -367,6 +368,16 @@ class ExperienceDetailApi(_ExperienceApi):
         row = self.experience(experience_id)
         experience_delete(tenant=self.tenant, experience=row)
         return Response({"success": True, "id": experience_id})
+
+
+class ExperienceHistoryApi(_ExperienceApi):
+    @extend_schema(
+        responses={200: history_serializer("ExperienceHistory", id=TextField())},
+        summary="An experience's history: every change, before and after, by whom",
+    )
+    def get(self, request: Request, experience_id: str) -> Response:
+        row = self.experience(experience_id)
+        return Response(history_response(self.tenant, row, id=str(row.pk)))
 
 
 class ExperienceSupersedeApi(_ExperienceApi):

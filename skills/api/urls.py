@@ -35,6 +35,11 @@ urlpatterns = [
         name="experience-detail",
     ),
     path(
+        "experiences/<str:experience_id>/history",
+        experiences.ExperienceHistoryApi.as_view(),
+        name="experience-history",
+    ),
+    path(
         "experiences/<str:experience_id>/supersede",
         experiences.ExperienceSupersedeApi.as_view(),
         name="experience-supersede",

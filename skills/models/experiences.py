@@ -12,6 +12,7 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from accounts.models import Client, Organization, Owned, OwnedIndexedByModel
+from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
 
 
@@ -95,6 +96,22 @@ EXPERIENCE_REFERENCES = (
 )
 
 
+@history_tracked(
+    "task",
+    "action",
+    "outcome",
+    "score",
+    "reason",
+    "title",
+    "content",
+    "lesson_type",
+    "evidence",
+    "status",
+    "pool_reason",
+    "superseded_by",
+    "consumed_by",
+    "occurred_at",
+)
 class Experience(OwnedIndexedByModel):
     """One attempt at a task: the action taken, its outcome and score, why it failed, the
     context it ran in, where it came from, when it happened, and what replaced it.

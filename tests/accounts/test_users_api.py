@@ -7,7 +7,7 @@ import pytest
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from accounts.models import EndUser, owned_models
+from accounts.models import EndUser, owned_models, tenant_models
 from mirix_site.api.fields import datetime_text
 from tests.factories import TenantFixture, memories_create
 
@@ -168,10 +168,18 @@ def test_a_client_deletes_only_its_own_rows_about_a_user(org: TenantFixture) -> 
         owner.api.get("/memory/search", {"user_id": "victim", "query": "draft"})  # a log row
     user = EndUser.objects.get(organization=org.organization, user_id="victim")
 
+    # Every row a client holds about the user: its own rows, and their history.
+    from pghistory.models import Event
+
+    models = [
+        *owned_models(),
+        *(model for model in tenant_models() if issubclass(model, Event)),
+    ]
+
     def rows(owner: TenantFixture) -> dict[str, int]:
         counts = {
             model._meta.label: model.objects.filter(client=owner.client, end_user=user).count()
-            for model in owned_models()
+            for model in models
         }
         return {label: count for label, count in counts.items() if count}
 
