@@ -23,9 +23,11 @@ from datetime import date, datetime
 from typing import Any, TypeVar
 
 import pghistory
+from django.apps import apps
 from django.db import models
 from django.http import HttpRequest
 from pghistory.middleware import HistoryMiddleware as TrackingMiddleware
+from pghistory.models import Event
 
 # Who changes things: the context's "actor".
 API, OPERATOR, CURATOR, EXTRACTION, AUTO_DREAM = (
@@ -135,3 +137,46 @@ def history_of(row: models.Model) -> list[dict[str, Any]]:
             }
         )
     return entries
+
+
+def tracked_models() -> list[type[models.Model]]:
+    """Every installed model whose changes are tracked (``history_tracked``)."""
+    found = []
+    for model in apps.get_models():
+        history = getattr(model, "history", None)
+        rel = getattr(history, "rel", None)
+        if rel is not None and issubclass(rel.related_model, Event):
+            found.append(model)
+    return found
+
+
+def history_redact(
+    model: type[models.Model], redact: Callable[[str], str], *, dry_run: bool, batch: int = 500
+) -> int:
+    """Redact the text kept in ``model``'s history in place (``redact`` of each value), as a
+    redaction of the rows themselves does: a change's "before" must not keep what the rows no
+    longer hold. Returns how many history rows held such a value (changed unless ``dry_run``)."""
+    events = model.history.rel.related_model  # type: ignore[attr-defined]
+    fields = [
+        field
+        for field in events._meta.concrete_fields
+        if isinstance(field, models.CharField | models.TextField)
+        and not field.name.startswith("pgh_")
+        and not field.choices
+    ]
+    changed, last = 0, 0
+    while rows := list(events.objects.filter(pgh_id__gt=last).order_by("pgh_id")[:batch]):
+        last = rows[-1].pgh_id
+        for row in rows:
+            names = []
+            for field in fields:
+                value = getattr(row, field.attname)
+                redacted = redact(value)[: field.max_length] if value else value
+                if redacted != value:
+                    setattr(row, field.attname, redacted)
+                    names.append(field.attname)
+            if names:
+                changed += 1
+                if not dry_run:
+                    row.save(update_fields=names)
+    return changed

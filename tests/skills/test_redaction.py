@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from memory.models import EpisodicMemory
+from mirix_site.common.history import tracked_models
 from skills.models import Experience, Recommendation, Skill, SkillVersion
 from tests.factories import TenantFixture, experiences_create, memories_create, skill_create
 
@@ -51,6 +52,12 @@ def _anything_in_clear() -> list[str]:
         *Skill.objects.values_list("instructions", flat=True),
         *(str(snapshot) for snapshot in SkillVersion.objects.values_list("snapshot", flat=True)),
         *SkillVersion.objects.values_list("diff", flat=True),
+        # Every change's "before", of every tracked model.
+        *(
+            str(values)
+            for model in tracked_models()
+            for values in model.history.rel.related_model.objects.values()
+        ),
     ]
     return [row for row in rows if PASSWORD in row or TOKEN in row]
 
