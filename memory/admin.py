@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpRequest
@@ -32,7 +30,7 @@ from memory.models import (
 )
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
-from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
+from mirix_site.common.admin import ReadOnlyAdmin, StoredDateTime, StoredText, history_table
 from mirix_site.search.spaces import write_embedders
 
 
@@ -81,16 +79,6 @@ class MetaAgentAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-
-class StoredDateTime(forms.SplitDateTimeField):
-    """A date and time as the admin shows it, to the second: a form sent back unchanged is
-    unchanged, though the stored value has microseconds the page never showed."""
-
-    def has_changed(self, initial: Any, data: Any) -> bool:
-        if isinstance(initial, datetime):
-            initial = initial.replace(microsecond=0)
-        return super().has_changed(initial, data)
 
 
 class MemoryAdmin(admin.ModelAdmin):

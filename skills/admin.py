@@ -33,7 +33,7 @@ from accounts.admin import (
 from accounts.models import EndUser
 from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
 from skills.content import SkillContent, content_diff_table
-from skills.lifecycle import OPERATOR_STATUSES
+from skills.lifecycle import DEPRECATABLE_STATUSES, OPERATOR_STATUSES, RESTORABLE_STATUSES
 from skills.models import (
     ActionGroupingCalibration,
     ActionPhrase,
@@ -542,12 +542,12 @@ class SkillAdmin(admin.ModelAdmin):
             request,
             queryset,
             Skill.Status.DEPRECATED,
-            of=(Skill.Status.CANDIDATE, Skill.Status.ACTIVE),
+            of=DEPRECATABLE_STATUSES,
         )
 
     @admin.action(description="Restore selected deprecated skills (served again, as candidates)")
     def restore_selected(self, request: HttpRequest, queryset: Any) -> None:
-        self._status_set(request, queryset, Skill.Status.CANDIDATE, of=(Skill.Status.DEPRECATED,))
+        self._status_set(request, queryset, Skill.Status.CANDIDATE, of=RESTORABLE_STATUSES)
 
 
 @admin.register(SkillProposal)

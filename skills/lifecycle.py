@@ -1,7 +1,8 @@
 """A skill's lifecycle, declared once: which statuses are served, which an operator may set,
 and what its uses call for.
 
-A skill is written ``candidate`` (served, ranked below proven ones). Its uses promote it:
+A skill is written ``candidate`` (served, ranked below proven ones), or ``draft`` (kept, not
+served) while SKILL_REQUIRE_APPROVAL is on, until an operator approves it. Its uses promote it:
 ``SKILL_ACTIVATE_SUCCESSES`` successes with the lower bound of its success rate at
 ``SKILL_ACTIVATE_CONFIDENCE`` or more make it ``active``. Uses that bound its rate below
 ``SKILL_REVIEW_CONFIDENCE`` (after ``SKILL_REVIEW_MIN_USES``) flag it for review and demote an
@@ -24,8 +25,13 @@ SERVED_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
 SERVED = Q(status__in=SERVED_STATUSES)
 # The proven ones: what a conversation's procedural memory serves.
 PROVEN_STATUSES = (Skill.Status.ACTIVE,)
-# What an operator's PATCH may set (deletion is DELETE /memory/procedural/{id}).
+# What an operator's PATCH may set (deletion is DELETE /memory/procedural/{id}). A draft
+# (SKILL_REQUIRE_APPROVAL) leaves its status only by an operator's approval.
 OPERATOR_STATUSES = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE, Skill.Status.DEPRECATED)
+# The admin's list actions: a served skill is deprecated; a deprecated one restored (a
+# candidate again, to prove itself anew).
+DEPRECATABLE_STATUSES = SERVED_STATUSES
+RESTORABLE_STATUSES = (Skill.Status.DEPRECATED,)
 
 
 def served(skill: Skill) -> bool:

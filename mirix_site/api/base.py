@@ -14,7 +14,8 @@ from accounts.models import EndUser
 from accounts.selectors import end_user_get
 from accounts.tenancy import Tenant
 from mirix_site.api.fields import UserIdField
-from mirix_site.common.history import API, HISTORY_METHODS, history_context
+from mirix_site.api.permissions import view_writes
+from mirix_site.common.history import API, history_context
 
 
 class UserQuerySerializer(serializers.Serializer):
@@ -49,7 +50,7 @@ class TenantAPIView(APIView):
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         """A write runs in a history context (its changes say who made them); a read, even
         over POST (``writes = False``), runs without one and pays nothing for it."""
-        if request.method in HISTORY_METHODS and self.writes is not False:
+        if view_writes(self, request.method):
             with history_context(API):
                 return super().dispatch(request, *args, **kwargs)
         return super().dispatch(request, *args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -36,6 +37,16 @@ class StoredText(forms.CharField):
     def to_python(self, value: Any) -> Any:
         value = super().to_python(value)
         return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
+class StoredDateTime(forms.SplitDateTimeField):
+    """A date and time as the admin shows it, to the second: a form sent back unchanged is
+    unchanged, though the stored value has microseconds the page never showed."""
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        if isinstance(initial, datetime):
+            initial = initial.replace(microsecond=0)
+        return super().has_changed(initial, data)
 
 
 def history_table(row: Any) -> str:

@@ -67,10 +67,6 @@ def history_context(actor: str, **who: object) -> pghistory.context:
     return pghistory.context(actor=actor, **who)
 
 
-# The requests that may write, and so run in a history context.
-HISTORY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-
-
 class HistoryMiddleware(TrackingMiddleware):
     """The admin's writes are the operator's, by username. The API's views open their own
     context (``mirix_site.api.base.TenantAPIView``), only for writes. The URL is not kept: a

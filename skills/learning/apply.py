@@ -53,6 +53,7 @@ from skills.services.skills import (
     SkillConflictError,
     SkillInputError,
     skill_proposal_write,
+    skill_tools_add,
     skill_version_write,
     skills_embed,
 )
@@ -178,11 +179,8 @@ def _edit_write(
         embedders=embedders,
         needs_review=review,
     )
-    if written.created and (operation.tools or described):
-        Skill.objects.filter(pk=target.pk).update(
-            tools=list(dict.fromkeys([*target.tools, *operation.tools])),
-            tool_descriptions={**target.tool_descriptions, **described},
-        )
+    if written.created:
+        skill_tools_add(skill=target, tools=operation.tools, descriptions=described)
     for position, source in enumerate(operation.sources):
         if source in by_name:
             _status_version(

@@ -245,6 +245,16 @@ def skill_version_restore(*, skill: Skill, number: int) -> Written:
     )
 
 
+def skill_tools_add(*, skill: Skill, tools: Sequence[str], descriptions: dict[str, str]) -> None:
+    """Add the tools a change's sessions used, and what they declared each does, to those the
+    skill names (its text is the version's; its tools are not)."""
+    if tools or descriptions:
+        Skill.objects.filter(pk=skill.pk).update(
+            tools=list(dict.fromkeys([*skill.tools, *tools])),
+            tool_descriptions={**skill.tool_descriptions, **descriptions},
+        )
+
+
 # --- Approval mode (SKILL_REQUIRE_APPROVAL): drafts and proposals wait for an operator ---
 
 
@@ -329,12 +339,9 @@ def skill_proposal_approve(*, proposal: SkillProposal) -> Written:
         provenance=provenance,
         needs_review=proposal.needs_review,
     )
-    if proposal.tools or proposal.tool_descriptions:
-        current = written.skill
-        Skill.objects.filter(pk=skill.pk).update(
-            tools=list(dict.fromkeys([*current.tools, *proposal.tools])),
-            tool_descriptions={**current.tool_descriptions, **proposal.tool_descriptions},
-        )
+    skill_tools_add(
+        skill=written.skill, tools=proposal.tools, descriptions=proposal.tool_descriptions
+    )
     merged = Skill.objects.filter(pk__in=proposal.merged_skill_ids, status__in=SERVED_STATUSES)
     for source in merged:
         skill_version_write(
