@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.db import models
 from django.http import HttpRequest
 from django.utils.text import capfirst
+from django.utils.timesince import timesince
 
 from accounts.admin import (
     USER_PAGE_ROWS,
@@ -28,9 +29,12 @@ from memory.models import (
     ResourceMemory,
     SemanticMemory,
 )
+from memory.selectors import extraction_backlog, memory_counts
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 from mirix_site.common.admin import ReadOnlyAdmin, StoredDateTime, StoredText, history_table
+from mirix_site.console.charts import Bar, bar_chart, table
+from mirix_site.console.panels import Dashboard, Panel, dashboard_register, list_url
 from mirix_site.search.spaces import write_embedders
 
 
@@ -246,3 +250,39 @@ def _user_memories(end_user: EndUser) -> list[UserPagePart]:
 
 
 user_page_register(20, _user_memories)
+
+
+def _dashboard(dashboard: Dashboard) -> list[Panel]:
+    counts = memory_counts()
+    waiting_jobs, oldest_job = extraction_backlog()
+    return [
+        Panel(
+            "Memories by type",
+            bar_chart(
+                [
+                    Bar(
+                        capfirst(MEMORY_TYPES[name].model._meta.verbose_name_plural),
+                        count.value,
+                        list_url(MEMORY_TYPES[name].model),
+                        count.shown,
+                    )
+                    for name, count in counts.items()
+                ],
+                label="memories by type",
+            ),
+            note="Every tenant's, superseded ones included; ≈ is PostgreSQL's estimate of a "
+            "big table, not a count.",
+        ),
+        Panel(
+            "Extraction jobs waiting",
+            table(
+                ["jobs queued", "oldest queued"],
+                [[waiting_jobs, f"{timesince(oldest_job)} ago" if oldest_job else "-"]],
+            ),
+            note="Chat turns wait for the worker in jobs, a batch of a user's turns each.",
+            url=list_url(ExtractionJob, status__exact=ExtractionJob.Status.QUEUED),
+        ),
+    ]
+
+
+dashboard_register(10, _dashboard)

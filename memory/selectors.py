@@ -12,6 +12,7 @@ from accounts.tenancy import Tenant
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.records import CURRENT
 from memory.types import MemoryType
+from mirix_site.common.counts import TableCount, table_count
 from mirix_site.common.ids import row_id
 
 
@@ -112,3 +113,11 @@ def extraction_backlog() -> tuple[int, datetime | None]:
     waiting = ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED)
     oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
     return waiting.count(), oldest
+
+
+def memory_counts() -> dict[str, TableCount]:
+    """Every tenant's memories of each type (superseded ones included): an operator's figure,
+    estimated on a big table rather than scanned."""
+    from memory.types import MEMORY_TYPES
+
+    return {name: table_count(memory_type.model) for name, memory_type in MEMORY_TYPES.items()}

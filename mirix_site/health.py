@@ -19,7 +19,7 @@ from mirix_site.common.redis import redis_client
 logger = logging.getLogger(__name__)
 
 
-def _database_ok() -> bool:
+def database_ok() -> bool:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -30,7 +30,7 @@ def _database_ok() -> bool:
     return True
 
 
-def _redis_ok() -> bool:
+def redis_ok() -> bool:
     try:
         return bool(redis_client().ping())
     except redis.RedisError:
@@ -59,8 +59,8 @@ class HealthApi(APIView):
 
     @extend_schema(auth=[], responses={200: HEALTH, 503: HEALTH})
     def get(self, request: Request) -> Response:
-        database = _database_ok()
-        redis_up = _redis_ok()
+        database = database_ok()
+        redis_up = redis_ok()
         overall = "ok" if database and redis_up else ("degraded" if database else "unavailable")
         body = {
             "status": overall,

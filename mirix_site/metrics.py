@@ -80,6 +80,27 @@ def celery_queues() -> list[str]:
     return sorted({route["queue"] for route in settings.CELERY_TASK_ROUTES.values()})
 
 
+def queue_lengths() -> dict[str, int] | None:
+    """Tasks waiting in each Celery queue, and experiences waiting for their embedding (None:
+    Redis does not answer). One round trip."""
+    names = celery_queues()
+    try:
+        with redis_client().pipeline(transaction=False) as pipe:
+            for name in names:
+                for priority in PRIORITY_STEPS:  # kombu keeps a list per priority step
+                    pipe.llen(f"{name}{Channel.sep}{priority}" if priority else name)
+            pipe.llen(EXPERIENCES_TO_EMBED)
+            lengths = pipe.execute()
+    except redis.RedisError:
+        logger.warning("queue lengths: redis unreachable")
+        return None
+    steps = len(PRIORITY_STEPS)
+    waiting = {
+        name: sum(lengths[index * steps : (index + 1) * steps]) for index, name in enumerate(names)
+    }
+    return {**waiting, "experiences-to-embed": lengths[-1]}
+
+
 class ServerStateCollector(Collector):
     """What is waiting and what answers, read at each scrape."""
 
@@ -94,26 +115,16 @@ class ServerStateCollector(Collector):
         yield up
 
     def _queues(self) -> Generator[GaugeMetricFamily, None, bool]:
+        lengths = queue_lengths()
+        if lengths is None:
+            return False
         queues = GaugeMetricFamily(
             "mirix_queue_length",
             "Tasks waiting in each Celery queue, and experiences waiting for their embedding.",
             labels=["queue"],
         )
-        names = celery_queues()
-        try:
-            with redis_client().pipeline(transaction=False) as pipe:
-                for name in names:
-                    for priority in PRIORITY_STEPS:  # kombu keeps a list per priority step
-                        pipe.llen(f"{name}{Channel.sep}{priority}" if priority else name)
-                pipe.llen(EXPERIENCES_TO_EMBED)
-                lengths = pipe.execute()
-        except redis.RedisError:
-            logger.warning("metrics: redis unreachable")
-            return False
-        steps = len(PRIORITY_STEPS)
-        for index, name in enumerate(names):
-            queues.add_metric([name], float(sum(lengths[index * steps : (index + 1) * steps])))
-        queues.add_metric(["experiences-to-embed"], float(lengths[-1]))
+        for name, length in lengths.items():
+            queues.add_metric([name], float(length))
         yield queues
         return True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.timesince import timesince
 
 from accounts.admin import (
     USER_PAGE_ROWS,
@@ -15,7 +16,10 @@ from accounts.admin import (
 )
 from accounts.models import EndUser
 from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.console.charts import Bar, bar_chart, table
+from mirix_site.console.panels import Dashboard, Panel, dashboard_register, list_url
 from sessions.models import Message, MessageImage, Session
+from sessions.selectors import sessions_by_status, turns_waiting
 
 
 class MessageInline(admin.TabularInline):
@@ -153,3 +157,35 @@ def _user_sessions(end_user: EndUser) -> list[UserPagePart]:
 
 
 user_page_register(10, _user_sessions)
+
+
+def _dashboard(dashboard: Dashboard) -> list[Panel]:
+    by_status = sessions_by_status()
+    waiting, oldest = turns_waiting()
+    return [
+        Panel(
+            "Sessions",
+            bar_chart(
+                [
+                    Bar(status, count.value, list_url(Session, status__exact=status), count.shown)
+                    for status, count in by_status.items()
+                ],
+                label="sessions open and closed",
+            ),
+            note="Open ones close when their caller says, or after SESSION_IDLE_TIMEOUT idle.",
+            url=list_url(Session),
+        ),
+        Panel(
+            "Turns waiting for extraction",
+            table(
+                ["turns", "oldest waiting since"],
+                [[waiting, f"{timesince(oldest)}" if oldest else "-"]],
+            ),
+            note="Chat turns stored and not yet made memories (task sessions' turns are for "
+            "skill learning).",
+            url=list_url(Message, extraction__exact=Message.Extraction.PENDING),
+        ),
+    ]
+
+
+dashboard_register(20, _dashboard)

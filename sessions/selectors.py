@@ -12,6 +12,7 @@ from django.db.models import Case, IntegerField, Prefetch, Q, QuerySet, Value, W
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.common.counts import TableCount, table_count
 from sessions.models import Message, MessageImage, Session
 
 
@@ -216,3 +217,20 @@ def messages_showing(*, tenant: Tenant, end_user: EndUser, image_ids: Iterable[s
         .values_list("message_id", flat=True)
         .distinct()
     )
+
+
+def sessions_by_status() -> dict[str, TableCount]:
+    """Every tenant's sessions, open and closed: the open ones counted on their own index (the
+    idle sweeper's), the closed ones the rest of the table."""
+    open_count = Session.objects.filter(status=Session.Status.OPEN).count()
+    total = table_count(Session)
+    closed = TableCount(max(total.value - open_count, 0), estimated=total.estimated)
+    return {"open": TableCount(open_count, estimated=False), "closed": closed}
+
+
+def turns_waiting() -> tuple[int, datetime | None]:
+    """Every tenant's chat turns waiting for extraction, and when the oldest arrived (their
+    partial index answers both)."""
+    waiting = Message.objects.filter(extraction=Message.Extraction.PENDING)
+    oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
+    return waiting.count(), oldest

@@ -3,9 +3,12 @@ their versions, within what the tenant may read."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncDate
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
@@ -206,3 +209,136 @@ def learning_runs_waiting() -> dict[str, int]:
         .order_by()
     )
     return {str(state): counts.get(state, 0) for state in states}
+
+
+# --- The dashboard's daily series (mirix_site.console): every tenant's, a few days at a time ---
+
+DailyFigures = dict[date, dict[str, float]]
+
+
+def _day_range(first: date, last: date) -> tuple[datetime, datetime]:
+    return (
+        datetime.combine(first, time.min, tzinfo=UTC),
+        datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC),
+    )
+
+
+def _utc_day(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
+
+
+def learning_run_daily_figures(first: date, last: date) -> DailyFigures:
+    """Learning runs queued each day, by the state they are in now."""
+    figures: DailyFigures = defaultdict(dict)
+    rows = (
+        LearningRun.objects.filter(created_at__range=_day_range(first, last))
+        .annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values_list("day", "state")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for day, state, count in rows:
+        figures[day][state] = float(count)
+    return figures
+
+
+# What a version's operation is, on the dashboard: a new skill, or its text changed. The
+# status's changes (deprecate, delete) are counted from the skill's status history.
+_VERSION_COUNTED = {"create": "created"}
+_NOT_AN_EDIT = ("create", "deprecate", "delete")
+
+
+def skill_change_daily_figures(first: date, last: date) -> DailyFigures:
+    """Skills created and edited each day (their versions), promoted (to active: proven by
+    their uses or set by an operator) and demoted (active no more, or deprecated)."""
+    start, end = _day_range(first, last)
+    figures: DailyFigures = defaultdict(dict)
+    versions = (
+        SkillVersion.objects.filter(created_at__range=(start, end))
+        .annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values_list("day", "operation")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for day, operation, count in versions:
+        key = _VERSION_COUNTED.get(operation) or (None if operation in _NOT_AN_EDIT else "edited")
+        if key:
+            figures[day][key] = figures[day].get(key, 0.0) + count
+    for moment, before, after in skill_status_changes(start=start, end=end):
+        day = _utc_day(moment)
+        served = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
+        if after == Skill.Status.ACTIVE:
+            key = "promoted"
+        elif before == Skill.Status.ACTIVE or (
+            before in served and after == Skill.Status.DEPRECATED
+        ):
+            key = "demoted"
+        else:
+            continue
+        figures[day][key] = figures[day].get(key, 0.0) + 1
+    return figures
+
+
+def skill_status_changes(*, start: datetime, end: datetime) -> list[tuple[datetime, str, str]]:
+    """Every skill's status changes between ``start`` and ``end``: when, from what, to what
+    (its history keeps each change's status before it; what it became is the next change's
+    "before" or, for its last change, its status now)."""
+    changes = Skill.history.rel.related_model  # type: ignore[attr-defined]
+    in_range = changes.objects.filter(pgh_created_at__gte=start, pgh_created_at__lt=end)
+    skill_ids = set(in_range.values_list("pgh_obj_id", flat=True))
+    if not skill_ids:
+        return []
+    first_id = in_range.order_by("pgh_id").values_list("pgh_id", flat=True).first()
+    events = list(
+        changes.objects.filter(pgh_obj_id__in=skill_ids, pgh_id__gte=first_id)
+        .order_by("pgh_obj_id", "pgh_id")
+        .values_list("pgh_obj_id", "pgh_created_at", "status")
+    )
+    now = dict(Skill.objects.filter(pk__in=skill_ids).values_list("id", "status"))
+    found = []
+    for index, (skill_id, moment, before) in enumerate(events):
+        following = events[index + 1] if index + 1 < len(events) else None
+        after = following[2] if following and following[0] == skill_id else now.get(skill_id)
+        if start <= moment < end and after is not None and after != before:
+            found.append((moment, before, after))
+    return found
+
+
+def recommendation_daily_figures(first: date, last: date) -> DailyFigures:
+    """Recommendations made each day per confidence band (``issued_0.4``: of confidence 0.4 to
+    0.6), with the outcomes recorded of following them, their success (a partial is half) and
+    their confidence summed (``credit_``/``outcomes_`` is the band's success rate, to set
+    against ``confidence_``/``outcomes_``)."""
+    figures: DailyFigures = defaultdict(dict)
+
+    def add(day: date, key: str, value: float) -> None:
+        figures[day][key] = figures[day].get(key, 0.0) + value
+
+    made = Recommendation.objects.filter(created_at__range=_day_range(first, last))
+    for created_at, confidence in made.values_list("created_at", "confidence"):
+        add(_utc_day(created_at), f"issued_{confidence_band(confidence)[0]:.1f}", 1)
+    followed = made.filter(outcomes__isnull=False).values_list(
+        "created_at", "confidence", "outcomes__outcome"
+    )
+    for created_at, confidence, outcome in followed:
+        band = f"{confidence_band(confidence)[0]:.1f}"
+        day = _utc_day(created_at)
+        add(day, f"outcomes_{band}", 1)
+        add(day, f"credit_{band}", OUTCOME_SCORES[Outcome(outcome)])
+        add(day, f"confidence_{band}", confidence)
+    return figures
+
+
+def skill_uses_by_day(*, skill: Skill) -> DailyFigures:
+    """The skill's counted uses per day (when the session that used it closed), by outcome."""
+    figures: DailyFigures = defaultdict(dict)
+    rows = (
+        skill.uses.filter(counted_at__isnull=False)
+        .annotate(day=TruncDate("counted_at", tzinfo=UTC))
+        .values_list("day", "outcome")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for day, outcome, count in rows:
+        figures[day][outcome] = float(count)
+    return figures

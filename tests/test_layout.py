@@ -15,11 +15,13 @@ PACKAGES = ("accounts", "images", "sessions", "memory", "skills", "mirix_site")
 # Lowest first (DESIGN: accounts <- providers <- search <- images <- sessions <- memory <- skills,
 # with the api kit between accounts and the apps' endpoints). A module belongs to the floor of
 # its longest listed prefix; a module may import its own floor and those below it. The helpers
-# with no domain (mirix_site.common) sit below every app; the rest of `mirix_site` is wiring
-# (settings, urls, Celery and its broker transport, wsgi, health, the launcher, the MCP
-# program), above every app.
+# with no domain (mirix_site.common) and the console's kit sit below every app; the rest of
+# `mirix_site` is wiring (settings, urls, Celery and its broker transport, wsgi, health, the
+# launcher, the MCP program, the admin site), above every app.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("mirix_site.common",),
+    # The console's kit: every app draws its dashboard panels with it and registers them there.
+    ("mirix_site.console",),
     ("accounts",),
     # The DRF kit rests on accounts (keys, tenants); accounts' own endpoints on the kit.
     ("mirix_site.api",),
@@ -30,7 +32,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("sessions",),
     ("memory",),
     ("skills",),
-    ("mirix_site",),
+    # The admin site whose index shows the panels, and the server's health beside them.
+    ("mirix_site", "mirix_site.console.site"),
 )
 
 

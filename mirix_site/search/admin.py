@@ -3,6 +3,7 @@ calibrations, the embedding spaces and the kinds' codes, each shown, none edited
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django.contrib import admin
@@ -17,6 +18,17 @@ from accounts.admin import (
 )
 from accounts.models import EndUser
 from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.console.charts import Series, daily_chart
+from mirix_site.console.panels import (
+    DailySeries,
+    Dashboard,
+    Panel,
+    daily_series_register,
+    dashboard_register,
+    list_url,
+    on_day,
+)
+from mirix_site.search.log import retrieval_daily_figures
 from mirix_site.search.models import (
     EmbeddingSpace,
     GateCalibration,
@@ -157,3 +169,48 @@ def _user_retrievals(end_user: EndUser) -> list[UserPagePart]:
 
 
 user_page_register(40, _user_retrievals)
+
+
+def _retrievals_on(day: date, series: str) -> str:
+    return list_url(RetrievalLog, **on_day("created_at", day))
+
+
+def _dashboard(dashboard: Dashboard) -> list[Panel]:
+    return [
+        Panel(
+            f"Retrievals per day ({dashboard.total('retrievals', 'count'):,.0f} in "
+            f"{len(dashboard.days)} days)",
+            daily_chart(
+                dashboard.days,
+                [Series("retrievals", dashboard.values("retrievals", "count"))],
+                label="retrievals per day",
+                url=_retrievals_on,
+            ),
+            note="Every search and retrieval the API answered (the retrieval log).",
+            url=list_url(RetrievalLog),
+        ),
+        Panel(
+            "Retrieval latency per day",
+            daily_chart(
+                dashboard.days,
+                [
+                    Series("p50", dashboard.values("retrievals", "p50")),
+                    Series("p95", dashboard.values("retrievals", "p95")),
+                ],
+                label="retrieval latency per day",
+                lines=True,
+                unit=" ms",
+                url=_retrievals_on,
+            ),
+            note="Inside the server, from the request's start to its answer (the log's "
+            "latency_ms).",
+        ),
+    ]
+
+
+# The log's rows are many, and a day's figures are final once it is over: today and yesterday
+# are computed again (a retrieval logged across midnight), older days once.
+daily_series_register(
+    DailySeries("retrievals", keys=("count",), figures=retrieval_daily_figures, settle_days=2)
+)
+dashboard_register(30, _dashboard)

@@ -36,7 +36,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin, its index the operators' dashboard (mirix_site.console).
+    "mirix_site.console.admin_app.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -56,6 +57,7 @@ INSTALLED_APPS = [
     "sessions.apps.ConversationsConfig",
     "memory",
     "skills",
+    "mirix_site.console",
 ]
 
 MIDDLEWARE = [
@@ -367,6 +369,10 @@ RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minim
 # GET /metrics (Prometheus): with a token, a scrape must send "Authorization: Bearer <token>";
 # empty, the endpoint is open, as /health is (it shows counts and timings, no tenant's data).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# The admin's dashboard: the days its daily charts show, and how often the worker rolls up
+# their figures (the charts are that fresh; the live counts are read at each page load).
+DASHBOARD_DAYS = env_int("DASHBOARD_DAYS", 14, minimum=1)
+DASHBOARD_ROLL_UP_SECONDS = env_float("DASHBOARD_ROLL_UP_SECONDS", 300.0, minimum=10.0)
 IMAGE_MAX_BYTES = env_int("IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 IMAGE_FETCH_TIMEOUT = env_duration("IMAGE_FETCH_TIMEOUT", "10s")
 # Host names a remote image may be fetched from although they resolve to a loopback address
@@ -417,6 +423,7 @@ CELERY_TASK_ROUTES = {
     "skills.tasks.learning_run_task": {"queue": "learning"},
     "skills.tasks.skills_embed_task": {"queue": "ingest"},
     "skills.tasks.recover_learning_runs": {"queue": "maintenance"},
+    "mirix_site.console.tasks.roll_up_daily_figures": {"queue": "maintenance"},
 }
 # Every periodic job, in one place.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
@@ -450,6 +457,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # The learning-run queue's driver: queued runs the broker may have lost are published
     # again, running runs whose worker stopped beating (LEARNING_RUN_STALE_AFTER) claimed again.
     "recover-learning-runs": {"task": "skills.tasks.recover_learning_runs", "schedule": 60.0},
+    # The dashboard's daily figures: today's again, and any day of its window still missing
+    # (DASHBOARD_ROLL_UP_SECONDS, 5 minutes: the charts are that fresh). The scans of the big
+    # tables happen here, a day at a time, so that the dashboard's page reads a few rows.
+    "roll-up-dashboard": {
+        "task": "mirix_site.console.tasks.roll_up_daily_figures",
+        "schedule": DASHBOARD_ROLL_UP_SECONDS,
+    },
 }
 
 LOGGING = {

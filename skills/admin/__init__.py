@@ -4,4 +4,4 @@ experiences change through the API (their index follows every change), so here t
 Skills are curated here: an edit is a new version written by the skills service, versions
 compare side by side and restore, and skills are deprecated and restored."""
 
-from skills.admin import experiences, runs, skills, user_page  # noqa: F401  (they register)
+from skills.admin import dashboard, experiences, runs, skills, user_page  # noqa: F401  (they register)

@@ -5,6 +5,7 @@ record."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -20,16 +21,20 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.safestring import mark_safe
 
-from mirix_site.common.admin import ReadOnlyAdmin, StoredText
+from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
+from mirix_site.console.charts import Series, daily_chart
 from skills.content import SkillContent, content_diff_table
 from skills.lifecycle import DEPRECATABLE_STATUSES, OPERATOR_STATUSES, RESTORABLE_STATUSES
 from skills.models import (
+    Outcome,
     Skill,
     SkillProposal,
     SkillVersion,
 )
+from skills.selectors import skill_uses_by_day
 from skills.services.skills import (
     SkillConflictError,
     Written,
@@ -117,6 +122,10 @@ class SkillForm(forms.ModelForm):
         return cleaned
 
 
+# The days a skill's uses are drawn over, on its page.
+SKILL_USE_DAYS = 30
+
+
 @admin.register(Skill)
 class SkillAdmin(admin.ModelAdmin):
     """Skills with their evidence, review flag and every version. An operator's edit writes
@@ -156,6 +165,8 @@ class SkillAdmin(admin.ModelAdmin):
         "review_reason",
         "created_at",
         "updated_at",
+        "uses_over_time",
+        "status_changes",
     ]
     inlines = [SkillVersionInline]
     actions = ["approve_drafts", "deprecate_selected", "restore_selected"]
@@ -169,6 +180,26 @@ class SkillAdmin(admin.ModelAdmin):
     @admin.display(description="confidence")
     def confidence(self, skill: Skill) -> float:
         return skill_confidence(skill)
+
+    @admin.display(description="uses over time")
+    def uses_over_time(self, skill: Skill) -> str:
+        today = timezone.now().date()
+        days = [today - timedelta(days=back) for back in range(SKILL_USE_DAYS - 1, -1, -1)]
+        uses = skill_uses_by_day(skill=skill)
+        return daily_chart(
+            days,
+            [
+                Series(
+                    outcome, {day: keys[outcome] for day, keys in uses.items() if outcome in keys}
+                )
+                for outcome in Outcome.values
+            ],
+            label="the skill's uses per day by outcome",
+        )
+
+    @admin.display(description="status changes")
+    def status_changes(self, skill: Skill) -> str:
+        return history_table(skill)
 
     def save_model(self, request: HttpRequest, obj: Skill, form: Any, change: bool) -> None:
         changes = {

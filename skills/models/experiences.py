@@ -79,7 +79,9 @@ class Recommendation(Owned):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            models.Index(fields=["end_user", "client", "-created_at"], name="recommendation_owner")
+            models.Index(fields=["end_user", "client", "-created_at"], name="recommendation_owner"),
+            # The dashboard's roll-up: every tenant's recommendations of a few days.
+            models.Index(fields=["created_at"], name="recommendation_created"),
         ]
 
     def __str__(self) -> str:

@@ -9,11 +9,15 @@ from django.db.models import Q
 from pgvector.django import VectorField
 
 from accounts.models import Owned
+from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
 from skills.models.experiences import Outcome
 from skills.models.learning import LearningRun
 
 
+# Its status's changes (promoted by its uses, demoted, deprecated, approved): its text's are its
+# versions.
+@history_tracked("status")
 class Skill(Owned):
     """A procedure learned from task sessions (or written by an operator): what it does and
     when to use it, the phrasings of tasks it is for, its steps and its pitfalls. Its text is
