@@ -3,9 +3,20 @@ here (experiences change through the API, their index following every change).""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from accounts.tenancy import Tenant
 from mirix_site.common.admin import ReadOnlyAdmin, history_table
+from mirix_site.common.errors import DomainError, NotFoundError
 from skills.models import (
     ActionGroupingCalibration,
     ActionPhrase,
@@ -13,10 +24,35 @@ from skills.models import (
     ExperienceSettings,
     Recommendation,
 )
+from skills.services.experiences import experience_supersede
+
+
+class SupersededFilter(admin.SimpleListFilter):
+    title = "superseded"
+    parameter_name = "superseded"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("no", "current"), ("yes", "superseded")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(superseded_by__isnull=self.value() == "no")
+        return queryset
+
+
+class SupersedeForm(forms.Form):
+    by = forms.IntegerField(
+        label="Superseded by experience", help_text="The id of the experience that replaces it."
+    )
 
 
 @admin.register(Experience)
 class ExperienceAdmin(ReadOnlyAdmin):
+    """Experiences as recorded, filtered by outcome, origin, user (from their page) or learning
+    run (from its page). They change through the API; here an operator can mark one superseded
+    by another of the same user and client (the API's supersede)."""
+
+    change_form_template = "admin/skills/experience/change_form.html"
     list_display = [
         "id",
         "task",
@@ -30,7 +66,15 @@ class ExperienceAdmin(ReadOnlyAdmin):
         "occurred_at",
         "superseded_by",
     ]
-    list_filter = ["outcome", "origin", "lesson_type", "status", "client", "occurred_at"]
+    list_filter = [
+        "outcome",
+        "origin",
+        SupersededFilter,
+        "lesson_type",
+        "status",
+        "client",
+        "occurred_at",
+    ]
     search_fields = ["task", "action", "reason", "title", "end_user__user_id"]
     list_select_related = ["end_user", "client", "organization"]
     raw_id_fields = [
@@ -79,6 +123,54 @@ class ExperienceAdmin(ReadOnlyAdmin):
     @admin.display(description="history")
     def changes(self, row: Experience) -> str:
         return history_table(row)
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<path:object_id>/supersede/",
+                self.admin_site.admin_view(self.supersede_view),
+                name="skills_experience_supersede",
+            ),
+            *super().get_urls(),
+        ]
+
+    def supersede_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Mark the experience superseded by another of its user's, through the service."""
+        if not request.user.has_perm("skills.change_experience"):
+            raise PermissionDenied
+        experience = self.get_object(request, unquote(object_id))
+        if experience is None:
+            raise Http404
+        form = SupersedeForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            by = Experience.objects.filter(pk=form.cleaned_data["by"]).first()
+            if by is None:
+                form.add_error("by", "No experience has this id.")
+            else:
+                tenant = Tenant(organization=experience.organization, client=experience.client)
+                try:
+                    experience_supersede(tenant=tenant, experience=experience, by=by)
+                except NotFoundError:
+                    form.add_error(
+                        "by", "The replacement must be an experience of the same user and client."
+                    )
+                except DomainError as error:
+                    form.add_error("by", str(error))
+                else:
+                    self.message_user(
+                        request, f"Superseded by experience {by.pk}.", level=messages.SUCCESS
+                    )
+                    return HttpResponseRedirect(
+                        reverse("admin:skills_experience_change", args=[experience.pk])
+                    )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": experience,
+            "form": form,
+            "title": f"Supersede experience {experience.pk}",
+        }
+        return TemplateResponse(request, "admin/skills/experience/supersede.html", context)
 
 
 @admin.register(Recommendation)

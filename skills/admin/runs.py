@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.html import format_html
 
 from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.console.panels import list_url
 from skills.models import (
+    Experience,
     LearningRun,
     LearningRunSession,
 )
@@ -68,5 +71,15 @@ class LearningRunAdmin(ReadOnlyAdmin):
         "started_at",
         "heartbeat_at",
         "finished_at",
+        "its_experiences",
     ]
     inlines = [LearningRunSessionInline]
+
+    @admin.display(description="experiences")
+    def its_experiences(self, run: LearningRun) -> str:
+        """The experiences it distilled and those it consumed, as filtered lists."""
+        return format_html(
+            '<a href="{}">distilled</a> · <a href="{}">consumed</a>',
+            list_url(Experience, distilled_by__id__exact=run.pk),
+            list_url(Experience, consumed_by__id__exact=run.pk),
+        )
