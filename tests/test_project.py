@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from io import StringIO
@@ -147,3 +148,18 @@ def test_embedded_postgres_runs_with_the_launchers_settings(db: None) -> None:
                 [name, os.environ.get(variable) or default],
             )
             assert cursor.fetchone() == (True,), name
+
+
+def test_env_example_lists_every_setting_read_from_the_environment() -> None:
+    """DESIGN: `.env.example` lists them all, with their defaults (set, or commented out where
+    the default is computed)."""
+    settings_dir = PROJECT_DIR / "mirix_site" / "settings"
+    read = {
+        name
+        for path in settings_dir.glob("*.py")
+        for name in re.findall(r'env_[a-z_]+\(\s*"([A-Z0-9_]+)"', path.read_text())
+    }
+    example = (PROJECT_DIR / ".env.example").read_text()
+    listed = set(re.findall(r"^#? ?([A-Z0-9_]+)=", example, flags=re.MULTILINE))
+    assert len(read) > 50
+    assert sorted(read - listed) == []
