@@ -50,6 +50,7 @@ ENDPOINTS = [
     Endpoint("GET", "/users", route="users"),
     Endpoint("GET", "/users/{user_id}", route="users/<str:user_id>"),
     Endpoint("DELETE", "/users/{user_id}", route="users/<str:user_id>"),
+    Endpoint("GET", "/users/{user_id}/export", route="users/<str:user_id>/export"),
     Endpoint(
         "POST",
         "/agents/meta/initialize",
