@@ -78,7 +78,8 @@ class PortableKind:
       hold are dropped and counted.
     - ``rows(scope)``: what is exported, in order (default: the kind's rows in the scope, by
       id); ``line_extra(row)``: what a line adds to its columns (``extra_keys`` names those
-      keys).
+      keys); ``masked(record)``: the line with its secrets masked, for a caller who may not
+      see them (an API key without ``reveals_secrets``).
     - ``prepare(row, record, run)`` runs before the insert (checks, redaction, rewriting),
       ``after(row, record, run)`` after it (rows it holds, such as a message's image links);
       ``create(record, run)`` replaces the insert for rows that are not ``Owned`` (images).
@@ -97,6 +98,7 @@ class PortableKind:
     extra_keys: tuple[str, ...] = ()
     rows: Callable[[Scope], Iterable[models.Model]] | None = None
     line_extra: Callable[[models.Model], dict[str, Any]] | None = None
+    masked: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     prepare: Callable[[models.Model, dict[str, Any], ImportRun], None] | None = None
     after: Callable[[models.Model, dict[str, Any], ImportRun], None] | None = None
     create: Callable[[dict[str, Any], ImportRun], models.Model] | None = None
@@ -181,11 +183,14 @@ def row_record(kind: PortableKind, row: models.Model) -> dict[str, Any]:
     return record
 
 
-def scope_records(scope: Scope) -> Iterable[tuple[PortableKind, dict[str, Any]]]:
-    """Every row of every kind in the scope, as line objects, kind after kind."""
+def scope_records(scope: Scope, *, secrets: bool) -> Iterable[tuple[PortableKind, dict[str, Any]]]:
+    """Every row of every kind in the scope, as line objects, kind after kind; without
+    ``secrets``, each masked as its kind masks it."""
     for kind in portable_kinds():
+        mask = kind.masked if not secrets else None
         for row in _scoped_rows(kind, scope):
-            yield kind, row_record(kind, row)
+            record = row_record(kind, row)
+            yield kind, mask(record) if mask is not None else record
 
 
 # --- Import: lines to rows ---

@@ -150,11 +150,17 @@ def end_user_get(*, tenant: Tenant, user_id: str) -> EndUser:
 
 
 def end_user_export(
-    *, organization: Organization, end_user: EndUser, client_ids: Sequence[str]
+    *,
+    organization: Organization,
+    end_user: EndUser,
+    client_ids: Sequence[str],
+    secrets: bool = True,
 ) -> Iterator[str]:
     """Everything the clients ``client_ids`` hold about the end user, as the lines of an
     export file (``accounts.portability``; no newlines): the header, a line per row of every
-    portable kind, then the counts. Read as it is written, a batch of rows at a time."""
+    portable kind, then the counts. Read as it is written, a batch of rows at a time.
+    Without ``secrets``, sensitive values in the turns are masked as the API masks them for
+    a key that may not see them (the vault's values are encrypted either way)."""
     scope = Scope(
         organization_id=organization.pk,
         client_ids=tuple(sorted(client_ids)),
@@ -171,10 +177,11 @@ def end_user_export(
             "name": end_user.name,
             "clients": list(scope.client_ids),
             "exported_at": timezone.now(),
+            "secrets_masked": not secrets,
         }
     )
     counts: Counter[str] = Counter()
-    for kind, record in scope_records(scope):
+    for kind, record in scope_records(scope, secrets=secrets):
         counts[kind.name] += 1
         yield line_encode(record)
     yield line_encode({"kind": END, "counts": dict(counts)})

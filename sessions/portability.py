@@ -27,6 +27,7 @@ from images.selectors import image_bytes
 from images.services import image_store_bytes
 from images.validation import ImageInvalidError
 from sessions.models import Message, MessageImage, Session
+from sessions.sensitive import MASK, sensitive_redacted, sensitive_redacted_json
 
 # The new hash of each image of the file, by its hash there (cleaning the bytes again in the
 # target may change them).
@@ -138,6 +139,15 @@ def _message_images_link(message: Message, record: dict[str, Any], run: ImportRu
     MessageImage.objects.bulk_create(rows)
 
 
+def _message_masked(record: dict[str, Any]) -> dict[str, Any]:
+    """As GET /sessions/{id}/messages shows a turn to a key that may not see its secrets."""
+    return record | {
+        "content": sensitive_redacted_json(record["content"], mask=MASK),
+        "tool_calls": sensitive_redacted_json(record["tool_calls"], mask=MASK),
+        "text": sensitive_redacted(record["text"], mask=MASK),
+    }
+
+
 MESSAGE = PortableKind(
     name="message",
     position=30,
@@ -147,6 +157,7 @@ MESSAGE = PortableKind(
     extra_keys=("images",),
     rows=_messages,
     line_extra=_message_images,
+    masked=_message_masked,
     prepare=_message_prepare,
     after=_message_images_link,
 )

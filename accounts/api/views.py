@@ -78,7 +78,8 @@ class UserExportApi(TenantAPIView):
         description="The client's own rows about the user (other clients' stay out, as for "
         "DELETE): sessions and their turns, memories of the six types (knowledge-vault values "
         "encrypted, as stored), experiences, skills with every version, and the images the "
-        "turns show, in base64. No vectors. `manage.py import_user` reads the file. Streamed.",
+        "turns show, in base64. No vectors. Sensitive values in the turns are masked unless the "
+        "key may reveal secrets. `manage.py import_user` reads the file. Streamed.",
     )
     def get(self, request: Request, user_id: str) -> StreamingHttpResponse:
         user = end_user_get(tenant=self.tenant, user_id=user_id)
@@ -86,6 +87,7 @@ class UserExportApi(TenantAPIView):
             organization=self.tenant.organization,
             end_user=user,
             client_ids=[self.tenant.client.pk],
+            secrets=self.tenant.reveals_secrets,
         )
         response = StreamingHttpResponse(
             (f"{line}\n" for line in lines), content_type="application/x-ndjson"
