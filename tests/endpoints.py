@@ -315,6 +315,13 @@ def call(api, endpoint: Endpoint, **ids: str):
     return method(path, placeholders_filled(endpoint.params, ids))
 
 
+def body(response: Any) -> bytes:
+    """A response's body, streamed (an export) or not."""
+    if response.streaming:
+        return b"".join(response.streaming_content)
+    return response.content
+
+
 def owned_ids(owner: TenantFixture, *, session_id: str = "owned-session") -> dict[str, str]:
     """Ids of objects that exist and belong to ``owner``, for the placeholders. Session ids
     are each client's own: two clients' ``owned_ids`` name two sessions with two of them."""
