@@ -202,6 +202,32 @@ class OwnedIndexedByModel(Owned):
         abstract = True
 
 
+class UserImport(Owned):
+    """An export file imported into this end user, for this client (``manage.py import_user``):
+    the file's export id, where it came from and what it wrote. Importing the same file into
+    the same user and client again is refused; it goes with the user, so a forgotten user can
+    be imported again."""
+
+    export_id = models.CharField(max_length=64)
+    source_organization = models.CharField(max_length=64)
+    source_user_id = models.CharField(max_length=255)
+    exported_at = models.DateTimeField()
+    counts = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "user import"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "export_id"], name="user_import_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_user_id} of {self.source_organization} ({self.export_id})"
+
+
 def owned_models() -> list[type[Owned]]:
     """Every installed concrete ``Owned`` model, of every app."""
     return [model for model in apps.get_models() if issubclass(model, Owned)]

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from accounts.keys import digests_match, key_parse, secret_digest
 from accounts.models import ApiKey, Client, EndUser, EndUserClient, Organization
-from accounts.tenancy import Tenant
+from accounts.portability import END, FORMAT, HEADER, VERSION, line_encode, scope_records
+from accounts.tenancy import Scope, Tenant
 from mirix_site.common.rows import instances_build, model_columns
 
 # Compared against when the key id is unknown, so that an unknown id and a wrong secret take
@@ -143,3 +147,41 @@ def end_users_page(*, tenant: Tenant, after: list[Any] | None, count: int) -> li
 def end_user_get(*, tenant: Tenant, user_id: str) -> EndUser:
     """The organization's end user; raises ``EndUser.DoesNotExist`` (a 404) for any other."""
     return end_user_list(tenant=tenant).get(user_id=user_id)
+
+
+def end_user_export(
+    *,
+    organization: Organization,
+    end_user: EndUser,
+    client_ids: Sequence[str],
+    secrets: bool = True,
+) -> Iterator[str]:
+    """Everything the clients ``client_ids`` hold about the end user, as the lines of an
+    export file (``accounts.portability``; no newlines): the header, a line per row of every
+    portable kind, then the counts. Read as it is written, a batch of rows at a time.
+    Without ``secrets``, sensitive values in the turns are masked as the API masks them for
+    a key that may not see them (the vault's values are encrypted either way)."""
+    scope = Scope(
+        organization_id=organization.pk,
+        client_ids=tuple(sorted(client_ids)),
+        end_user_id=end_user.pk,
+    )
+    yield line_encode(
+        {
+            "kind": HEADER,
+            "format": FORMAT,
+            "version": VERSION,
+            "export_id": str(uuid.uuid4()),
+            "organization": organization.pk,
+            "user_id": end_user.user_id,
+            "name": end_user.name,
+            "clients": list(scope.client_ids),
+            "exported_at": timezone.now(),
+            "secrets_masked": not secrets,
+        }
+    )
+    counts: Counter[str] = Counter()
+    for kind, record in scope_records(scope, secrets=secrets):
+        counts[kind.name] += 1
+        yield line_encode(record)
+    yield line_encode({"kind": END, "counts": dict(counts)})

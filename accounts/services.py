@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.text import capfirst
 
 from accounts.keys import key_format, key_generate, secret_digest
@@ -22,10 +25,23 @@ from accounts.models import (
     EndUser,
     EndUserClient,
     Organization,
+    UserImport,
     owned_models,
     tenant_models,
 )
+from accounts.portability import (
+    END,
+    FORMAT,
+    HEADER,
+    VERSION,
+    ImportRun,
+    later_links_set,
+    portable_kind,
+    portable_kinds,
+    record_load,
+)
 from accounts.tenancy import Tenant
+from mirix_site.common.errors import DomainError
 
 
 @dataclass(frozen=True)
@@ -320,3 +336,198 @@ def end_user_delete_own(*, tenant: Tenant, end_user: EndUser) -> dict[str, int]:
     if not any(model.objects.filter(end_user=end_user).exists() for model in owned_models()):
         end_user.delete()
     return counts
+
+
+# --- Importing an end user's export file (accounts.portability) ---
+
+
+class UserImportError(DomainError):
+    """An export file that cannot be imported, with the line and what is wrong: nothing of it
+    was written."""
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What an import wrote (a dry run: would write), by kind."""
+
+    end_user: EndUser
+    export_id: str
+    counts: dict[str, int]
+    dropped_references: int
+    dry_run: bool
+
+
+def _error_text(exc: ValidationError) -> str:
+    if hasattr(exc, "error_dict"):
+        return "; ".join(
+            f"{name}: {' '.join(messages)}" for name, messages in exc.message_dict.items()
+        )
+    return " ".join(exc.messages)
+
+
+def _header_read(record: dict[str, Any], *, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
+    if record.get("kind") != HEADER or record.get("format") != FORMAT:
+        raise ValidationError(f"not a {FORMAT} file: its first line is not its header.")
+    if record.get("version") != VERSION:
+        raise ValidationError(
+            f"format version {record.get('version')!r}; this server reads version {VERSION}."
+        )
+    missing = [key for key in _HEADER_KEYS if not isinstance(record.get(key), str)]
+    if missing:
+        raise ValidationError(f"the header lacks {', '.join(missing)}.")
+    if parse_datetime(record["exported_at"]) is None:
+        raise ValidationError(f"exported_at {record['exported_at']!r} is not an ISO 8601 time.")
+    done = UserImport.objects.filter(
+        end_user=end_user, client=tenant.client, export_id=record["export_id"]
+    ).first()
+    if done is not None:
+        raise ValidationError(
+            f"this file (export {record['export_id']}) was imported into {end_user.user_id} "
+            f"for client {tenant.client.pk} at {done.created_at:%Y-%m-%d %H:%M:%S %Z}; importing "
+            "it again would write every row twice."
+        )
+    return record
+
+
+_HEADER_KEYS = ("export_id", "organization", "user_id", "exported_at")
+
+
+def _conflict_text(exc: DatabaseError) -> str:
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if isinstance(exc, IntegrityError):
+        return "it conflicts with a row this user already has, or with an earlier line" + (
+            f" ({constraint})." if constraint else "."
+        )
+    return f"a value the database refuses: {str(exc.__cause__ or exc).splitlines()[0]}"
+
+
+def end_user_import(
+    *,
+    tenant: Tenant,
+    user_id: str,
+    lines: Iterable[str],
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ImportSummary:
+    """Write the rows of an export file (``accounts.selectors.end_user_export``) for the end
+    user ``user_id`` of the tenant's organization (created if new), owned by the tenant's
+    client: references re-linked to the new rows, each kind indexed and embedded as its own
+    writes do it. All or nothing: a bad line raises ``UserImportError`` naming it, having
+    written nothing. A file imported into the same user and client before is refused.
+    ``dry_run``: read and check every line, write them, count, and roll everything back
+    (nothing is embedded). ``progress(rows)`` is called every ``PROGRESS_EVERY`` rows."""
+    with transaction.atomic():
+        end_user, _ = end_user_create_or_get(tenant=tenant, user_id=user_id, name=None)
+        run = ImportRun(
+            organization_id=tenant.organization.pk,
+            client_id=tenant.client.pk,
+            end_user_id=end_user.pk,
+            dry_run=dry_run,
+        )
+        header = _lines_load(lines, run=run, tenant=tenant, end_user=end_user, progress=progress)
+        counts = {name: len(ids) for name, ids in run.written.items()}
+        if not dry_run:
+            for kind in portable_kinds():
+                if run.written.get(kind.name) and kind.finish is not None:
+                    kind.finish(run.written[kind.name], run)
+            UserImport.objects.create(
+                **run.owner_ids,
+                export_id=header["export_id"],
+                source_organization=header["organization"],
+                source_user_id=header["user_id"],
+                exported_at=header["exported_at"],
+                counts=counts,
+            )
+        else:
+            transaction.set_rollback(True)
+    return ImportSummary(
+        end_user=end_user,
+        export_id=header["export_id"],
+        counts=counts,
+        dropped_references=run.dropped_references,
+        dry_run=dry_run,
+    )
+
+
+# Rows between two calls of an import's progress callback.
+PROGRESS_EVERY = 1000
+
+
+def _line_read(text: str, where: str) -> dict[str, Any]:
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise UserImportError(f"{where}: not JSON ({exc}).") from None
+    if not isinstance(record, dict):
+        raise UserImportError(f"{where}: a line is a JSON object.")
+    return record
+
+
+def _file_end_check(run: ImportRun, end: dict[str, Any] | None, last_line: int) -> None:
+    if end is None:
+        raise UserImportError(f"the file ends at line {last_line} without its end line: cut short?")
+    counts = {name: len(ids) for name, ids in run.written.items()}
+    if end.get("counts") != counts:
+        raise UserImportError(
+            f"the end line counts {end.get('counts')!r} but the file holds {counts!r}."
+        )
+    try:
+        later_links_set(run)
+    except ValidationError as exc:
+        raise UserImportError(_error_text(exc)) from None
+
+
+def _row_load(record: dict[str, Any], *, run: ImportRun, where: str, after: int) -> int:
+    """Load one row line; returns its kind's position (no line may come before it)."""
+    name = record.get("kind")
+    kind = portable_kind(name) if isinstance(name, str) else None
+    if kind is None:
+        raise UserImportError(f"{where}: unknown kind {name!r}.")
+    if kind.position < after:
+        raise UserImportError(
+            f"{where}: a {kind.name} after rows it comes before: the file is out of order."
+        )
+    try:
+        record_load(kind, record, run)
+    except ValidationError as exc:
+        raise UserImportError(f"{where} ({kind.name}): {_error_text(exc)}") from None
+    except (IntegrityError, DataError) as exc:
+        raise UserImportError(f"{where} ({kind.name}): {_conflict_text(exc)}") from None
+    return kind.position
+
+
+def _lines_load(
+    lines: Iterable[str],
+    *,
+    run: ImportRun,
+    tenant: Tenant,
+    end_user: EndUser,
+    progress: Callable[[int], None] | None,
+) -> dict[str, Any]:
+    """Read the file's lines into rows; returns its header. Raises ``UserImportError``."""
+    header: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    position, rows, number = -1, 0, 0
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        where = f"line {number}"
+        record = _line_read(text, where)
+        if end is not None:
+            raise UserImportError(f"{where}: the file goes on after its end line.")
+        if header is None:
+            try:
+                header = _header_read(record, tenant=tenant, end_user=end_user)
+            except ValidationError as exc:
+                raise UserImportError(f"{where}: {_error_text(exc)}") from None
+        elif record.get("kind") == END:
+            end = record
+        else:
+            position = _row_load(record, run=run, where=where, after=position)
+            rows += 1
+            if progress is not None and rows % PROGRESS_EVERY == 0:
+                progress(rows)
+    if header is None:
+        raise UserImportError("the file is empty: it has no header line.")
+    _file_end_check(run, end, number)
+    return header

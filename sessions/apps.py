@@ -15,9 +15,11 @@ class ConversationsConfig(AppConfig):
         from images.references import image_reference_register
         from images.signals import image_fetch_finished
         from sessions.models import MessageImage
+        from sessions.portability import sessions_portable_register
 
         # A message's image links keep its images alive (images.references).
         image_reference_register(model=MessageImage, field="image", holder="message")
+        sessions_portable_register()
         image_fetch_finished.connect(_image_fetched, dispatch_uid="sessions.image_fetched")
         post_delete.connect(
             _image_unlinked, sender=MessageImage, dispatch_uid="sessions.image_unlinked"

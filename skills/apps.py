@@ -16,10 +16,12 @@ class SkillsConfig(AppConfig):
         from memory.dreams import DreamMode, dream_mode_register
         from memory.procedures import procedural_source_register
         from sessions.signals import session_closed
+        from skills.portability import skills_portable_register
         from skills.procedures import SKILL_PROCEDURES
         from skills.search import skill_kinds_register
 
         skill_kinds_register()
+        skills_portable_register()
         procedural_source_register(SKILL_PROCEDURES)
         dream_mode_register(DreamMode(name="procedural", run=_dream_procedural))
         session_closed.connect(_session_closed, dispatch_uid="skills.learning_run_trigger")

@@ -50,6 +50,7 @@ ENDPOINTS = [
     Endpoint("GET", "/users", route="users"),
     Endpoint("GET", "/users/{user_id}", route="users/<str:user_id>"),
     Endpoint("DELETE", "/users/{user_id}", route="users/<str:user_id>"),
+    Endpoint("GET", "/users/{user_id}/export", route="users/<str:user_id>/export"),
     Endpoint(
         "POST",
         "/agents/meta/initialize",
@@ -312,6 +313,13 @@ def call(api, endpoint: Endpoint, **ids: str):
     if endpoint.body is not None:
         return method(path, placeholders_filled(endpoint.body, ids), format="json")
     return method(path, placeholders_filled(endpoint.params, ids))
+
+
+def body(response: Any) -> bytes:
+    """A response's body, streamed (an export) or not."""
+    if response.streaming:
+        return b"".join(response.streaming_content)
+    return response.content
 
 
 def owned_ids(owner: TenantFixture, *, session_id: str = "owned-session") -> dict[str, str]:

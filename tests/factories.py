@@ -121,6 +121,19 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     )
     session = Session.objects.filter(client=owner.client, end_user=skill.end_user).first()
     skill_uses_record(skills=[skill], session_id=session.pk)
+    from accounts.selectors import end_user_export
+    from accounts.services import end_user_import
+
+    # An import's record: the sibling's rows about the user (none), imported for the owner.
+    end_user_import(
+        tenant=owner.tenant,
+        user_id="rows-user",
+        lines=end_user_export(
+            organization=owner.organization,
+            end_user=skill.end_user,
+            client_ids=[sibling.client.pk],
+        ),
+    )
 
 
 def _rows_changed(owner: TenantFixture) -> None:

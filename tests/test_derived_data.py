@@ -26,7 +26,7 @@ from sessions.sensitive import KINDS
 from skills.models import Experience, LearningRun, Skill
 from skills.tasks import learning_run_task
 from tests.accounts.test_authentication import _rows_of
-from tests.endpoints import ENDPOINTS, REFERENCE_WRITES, Endpoint, call, owned_ids
+from tests.endpoints import ENDPOINTS, REFERENCE_WRITES, Endpoint, body, call, owned_ids
 from tests.factories import TenantFixture, api_client_with
 from tests.skills.sessions import session_send, tool_turns
 
@@ -184,7 +184,7 @@ def _text(response: Any) -> str:
     if response.get("Content-Type", "").startswith("application/zip"):
         with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
             return "\n".join(archive.read(name).decode() for name in archive.namelist())
-    return response.content.decode(errors="replace")
+    return body(response).decode(errors="replace")
 
 
 READS = [endpoint for endpoint in ENDPOINTS if not endpoint.writes]

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -12,7 +13,7 @@ from accounts.api.serializers import (
     UserDeleteOutputSerializer,
     UserOutputSerializer,
 )
-from accounts.selectors import EndUserRow, end_user_get, end_users_page
+from accounts.selectors import EndUserRow, end_user_export, end_user_get, end_users_page
 from accounts.services import end_user_create_or_get, end_user_delete_own
 from mirix_site.api.base import TenantAPIView
 
@@ -64,3 +65,32 @@ class UserDetailApi(TenantAPIView):
         user = end_user_get(tenant=self.tenant, user_id=user_id)
         deleted = end_user_delete_own(tenant=self.tenant, end_user=user)
         return Response({"success": True, "id": user_id, "deleted": deleted})
+
+
+class UserExportApi(TenantAPIView):
+    @extend_schema(
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                description="JSON Lines: a header, one line per row, an end line with the counts"
+            )
+        },
+        summary="Export everything this client holds about an end user",
+        description="The client's own rows about the user (other clients' stay out, as for "
+        "DELETE): sessions and their turns, memories of the six types (knowledge-vault values "
+        "encrypted, as stored), experiences, skills with every version, and the images the "
+        "turns show, in base64. No vectors. Sensitive values in the turns are masked unless the "
+        "key may reveal secrets. `manage.py import_user` reads the file. Streamed.",
+    )
+    def get(self, request: Request, user_id: str) -> StreamingHttpResponse:
+        user = end_user_get(tenant=self.tenant, user_id=user_id)
+        lines = end_user_export(
+            organization=self.tenant.organization,
+            end_user=user,
+            client_ids=[self.tenant.client.pk],
+            secrets=self.tenant.reveals_secrets,
+        )
+        response = StreamingHttpResponse(
+            (f"{line}\n" for line in lines), content_type="application/x-ndjson"
+        )
+        response["Content-Disposition"] = f'attachment; filename="{user.pk}.jsonl"'
+        return response

@@ -14,7 +14,13 @@ class SearchConfig(AppConfig):
     verbose_name = "Search"
 
     def ready(self) -> None:
+        from accounts.portability import portable_skip
         from mirix_site.search import checks  # noqa: F401  (registers the engine's system checks)
+        from mirix_site.search.models import DocumentStats, Posting, RetrievalLog, TermStats
+
+        for model in (Posting, TermStats, DocumentStats):
+            portable_skip(model, "The search index: an import indexes the rows again.")
+        portable_skip(RetrievalLog, "An audit of this install's retrievals.")
 
         post_migrate.connect(_kind_codes_record, sender=self, dispatch_uid="kind_codes_record")
 
