@@ -10,15 +10,18 @@ every session. Nothing locks ordinary message writes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, Max, OuterRef
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from mirix_site.common.errors import ConflictError, ReadOnlyError
 from mirix_site.common.publish import task_publish
 from sessions.models import Session
-from skills.models import LearningRun, LearningRunSession
+from skills.models import LESSONS_WAITING, Experience, LearningRun, LearningRunSession
 
 # The learning run's task (``skills.tasks``), queued by its name.
 LEARNING_RUN_TASK = "skills.tasks.learning_run_task"
@@ -121,23 +124,80 @@ def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:
     )
 
 
+@dataclass(frozen=True)
+class LearningRunPlan:
+    """What a run of the user requested now would learn from: the closed task sessions no run
+    has taken (they join it), the run already waiting (None: a new one is queued), and the
+    lessons earlier runs distilled that no curator has placed yet (pending or pooled), which
+    every run of the user reads."""
+
+    sessions: list[Session]
+    waiting: LearningRun | None
+    lessons: list[Experience]
+
+    @property
+    def learnable(self) -> bool:
+        return self.waiting is not None or bool(self.sessions)
+
+
+def learning_run_plan(*, tenant: Tenant, end_user: EndUser) -> LearningRunPlan:
+    """What ``learning_run_request`` would do for the user, read and changed nothing."""
+    return LearningRunPlan(
+        sessions=_unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk),
+        waiting=learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk),
+        lessons=list(
+            Experience.objects.filter(
+                client_id=tenant.client.pk, end_user_id=end_user.pk, status__in=LESSONS_WAITING
+            ).order_by("pk")
+        ),
+    )
+
+
 @transaction.atomic
 def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[LearningRun, bool]:
     """Queue a run of the user now, whatever the threshold: (the run, whether it is new). A run
     already waiting is returned, with the sessions closed since joined to it. Raises
     LearningRunConflictError when no closed task session is left to learn from."""
-    unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
-    owner = tenant.owner_ids(end_user)
-    waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
-    if waiting is None and not unlearned:
+    plan = learning_run_plan(tenant=tenant, end_user=end_user)
+    if not plan.learnable:
         raise LearningRunConflictError(
             "No closed task session of this user is left to learn from.", code="nothing_to_learn"
         )
-    run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
-    _sessions_attach(run=run, sessions=unlearned)
-    if waiting is None:
+    owner = tenant.owner_ids(end_user)
+    run = plan.waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
+    _sessions_attach(run=run, sessions=plan.sessions)
+    if plan.waiting is None:
         learning_run_publish(run)
-    return run, waiting is None
+    return run, plan.waiting is None
+
+
+def learning_sessions_due() -> list[Session]:
+    """For each user (of a client) with no run waiting whose closed task sessions that no run
+    has taken reach ``SKILL_TRIGGER_SESSION_THRESHOLD``: the newest of those sessions. Its close
+    should have queued a run (``learning_run_trigger``), and did not when the trigger failed
+    after the close committed; the trigger called with it now decides again."""
+    due = (
+        Session.objects.filter(tag=Session.Tag.TASK, status=Session.Status.CLOSED)
+        .exclude(pk__in=LearningRunSession.objects.values("session_id"))
+        .exclude(
+            Exists(
+                LearningRun.objects.filter(
+                    state=LearningRun.State.QUEUED,
+                    client_id=OuterRef("client_id"),
+                    end_user_id=OuterRef("end_user_id"),
+                )
+            )
+        )
+        .values("client_id", "end_user_id")
+        .annotate(unlearned=Count("pk"), newest=Max("pk"))
+        .filter(unlearned__gte=settings.SKILL_TRIGGER_SESSION_THRESHOLD)
+        .order_by("client_id", "end_user_id")
+    )
+    return list(
+        Session.objects.filter(pk__in=[row["newest"] for row in due])
+        .select_related("end_user", "client")
+        .order_by("client_id", "end_user_id")
+    )
 
 
 @transaction.atomic
