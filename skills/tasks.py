@@ -11,8 +11,6 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from mirix_site.common.database import database_unreachable
-from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.search.spaces import write_embedders
 from skills.embedding_queue import (
     DRAIN_TASK,
@@ -84,8 +82,7 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     leaves a stale heartbeat, and the beat (``recover_learning_runs``) publishes the run again.
     A provider's overload or a database restart puts the run back in the queue and retries
     with backoff."""
-    from mirix_site.providers.llm import LLMTransientError
-    from skills.learning.execute import learning_run_work
+    from skills.learning.execute import learning_fault_passing, learning_run_work
     from skills.learning.runs import (
         RunLostError,
         SliceDoneError,
@@ -112,8 +109,7 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
             )
         return "continued"
     except Exception as error:
-        transient = isinstance(error, LLMTransientError | EmbeddingTransientError)
-        if not transient and not database_unreachable(error):
+        if not learning_fault_passing(error):
             logger.exception("learning run %s failed", run_id)
             _run_failed(claim, error)
             return "failed"

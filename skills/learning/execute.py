@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mirix_site.common.database import database_unreachable
 from mirix_site.common.history import AUTO_DREAM, CURATOR, history_context
-from mirix_site.providers.embeddings import EmbeddingProvider
-from mirix_site.providers.llm import LLMPermanentError, LLMProvider, llm_provider_from_settings
+from mirix_site.providers.embeddings import EmbeddingProvider, EmbeddingTransientError
+from mirix_site.providers.llm import (
+    LLMPermanentError,
+    LLMProvider,
+    LLMTransientError,
+    llm_provider_from_settings,
+)
 from mirix_site.search.spaces import write_embedders
 from skills.learning.apply import lessons_curate
 from skills.learning.distill import sessions_distill
@@ -82,3 +88,11 @@ def learning_run_work(*, claim: Claim, deadline: float | None) -> LearningRun:
     finally:
         if llm is not None:
             llm.close()
+
+
+def learning_fault_passing(error: Exception) -> bool:
+    """Whether a run stopped by ``error`` is to be put back in the queue and tried again (a
+    provider's overload, a database restart) rather than failed."""
+    return isinstance(error, LLMTransientError | EmbeddingTransientError) or database_unreachable(
+        error
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, Max, OuterRef
+from django.db.models import Count, Max
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
@@ -171,33 +171,48 @@ def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[Learning
     return run, plan.waiting is None
 
 
-def learning_sessions_due() -> list[Session]:
-    """For each user (of a client) with no run waiting whose closed task sessions that no run
-    has taken reach ``SKILL_TRIGGER_SESSION_THRESHOLD``: the newest of those sessions. Its close
-    should have queued a run (``learning_run_trigger``), and did not when the trigger failed
-    after the close committed; the trigger called with it now decides again."""
-    due = (
+@dataclass(frozen=True)
+class LearningDue:
+    """A user (of a client) whose closed task sessions call for a run the trigger did not
+    queue: one of those sessions, how many there are, and whether a run of theirs waits."""
+
+    session: Session
+    unlearned: int
+    waiting: bool
+
+
+def learning_due() -> list[LearningDue]:
+    """The users whose closed task sessions that no run has taken meet the trigger's rule
+    (``learning_run_trigger``: ``SKILL_TRIGGER_SESSION_THRESHOLD`` of them, or any while a run
+    of theirs waits), each with the newest of those sessions. A close queues the run itself;
+    these are left when the trigger failed after a close committed, until the user's next
+    close. The trigger called with the session decides again."""
+    groups = (
         Session.objects.filter(tag=Session.Tag.TASK, status=Session.Status.CLOSED)
         .exclude(pk__in=LearningRunSession.objects.values("session_id"))
-        .exclude(
-            Exists(
-                LearningRun.objects.filter(
-                    state=LearningRun.State.QUEUED,
-                    client_id=OuterRef("client_id"),
-                    end_user_id=OuterRef("end_user_id"),
-                )
-            )
-        )
         .values("client_id", "end_user_id")
         .annotate(unlearned=Count("pk"), newest=Max("pk"))
-        .filter(unlearned__gte=settings.SKILL_TRIGGER_SESSION_THRESHOLD)
         .order_by("client_id", "end_user_id")
     )
-    return list(
-        Session.objects.filter(pk__in=[row["newest"] for row in due])
-        .select_related("end_user", "client")
-        .order_by("client_id", "end_user_id")
+    waiting = set(
+        LearningRun.objects.filter(state=LearningRun.State.QUEUED).values_list(
+            "client_id", "end_user_id"
+        )
     )
+    due = {
+        group["newest"]: (group["unlearned"], (group["client_id"], group["end_user_id"]) in waiting)
+        for group in groups
+    }
+    due = {
+        newest: (unlearned, queued)
+        for newest, (unlearned, queued) in due.items()
+        if queued or unlearned >= settings.SKILL_TRIGGER_SESSION_THRESHOLD
+    }
+    sessions = Session.objects.filter(pk__in=list(due)).select_related("end_user", "client")
+    return [
+        LearningDue(session=session, unlearned=due[session.pk][0], waiting=due[session.pk][1])
+        for session in sessions.order_by("client_id", "end_user_id")
+    ]
 
 
 @transaction.atomic
