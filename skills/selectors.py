@@ -16,6 +16,7 @@ from mirix_site.common.errors import NotFoundError
 from mirix_site.common.ids import row_id
 from mirix_site.common.rowsmemo import rows_memo
 from skills.confidence import confidence_band
+from skills.lifecycle import SERVED
 from skills.models import (
     OUTCOME_SCORES,
     Experience,
@@ -172,6 +173,12 @@ def skills_list(
     if status is not None:
         return rows.filter(status=status).order_by("name", "id")
     return rows.exclude(status=Skill.Status.DELETED).order_by("name", "id")
+
+
+def skills_served(*, tenant: Tenant, end_user: EndUser) -> list[Skill]:
+    """The user's skills that searches serve, by name: what an export holds (``GET
+    /skills/export``, ``manage.py export_skills``)."""
+    return list(skills_list(tenant=tenant, end_user=end_user).filter(SERVED))
 
 
 def skill_get(*, tenant: Tenant, skill_id: str) -> Skill:

@@ -11,9 +11,6 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
-from mirix_site.common.database import database_unreachable
-from mirix_site.common.history import AUTO_DREAM, CURATOR, history_context
-from mirix_site.providers.embeddings import EmbeddingTransientError
 from mirix_site.search.spaces import write_embedders
 from skills.embedding_queue import (
     DRAIN_TASK,
@@ -22,7 +19,6 @@ from skills.embedding_queue import (
     experiences_embed_drain,
     experiences_unembedded,
 )
-from skills.models import LearningRun
 from skills.services.learning import LEARNING_RUN_TASK
 from skills.services.skills import SKILLS_EMBED_TASK, skills_embed
 
@@ -78,16 +74,6 @@ def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
         raise self.retry(countdown=countdown, exc=error) from error
 
 
-def _task_threshold(model: str) -> float | None:
-    """How near two tasks' embeddings are when they are one kind of task: the similarity gate's
-    "strong" threshold for skills and the model (above every unrelated pair it measured)."""
-    from mirix_site.search.gate import gate_thresholds
-    from skills.search import SKILL_KIND
-
-    thresholds = gate_thresholds(model=model, kinds=[SKILL_KIND])[SKILL_KIND.name]
-    return thresholds.strong_similarity if thresholds is not None else None
-
-
 @shared_task(name=LEARNING_RUN_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     """Claim the learning run and run it, a slice of ``LEARNING_RUN_SLICE_SECONDS`` at a time
@@ -96,8 +82,7 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     leaves a stale heartbeat, and the beat (``recover_learning_runs``) publishes the run again.
     A provider's overload or a database restart puts the run back in the queue and retries
     with backoff."""
-    from mirix_site.providers.llm import LLMTransientError, llm_provider_from_settings
-    from skills.learning.execute import learning_run_execute
+    from skills.learning.execute import learning_fault_passing, learning_run_work
     from skills.learning.runs import (
         RunLostError,
         SliceDoneError,
@@ -108,19 +93,10 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
     claim = learning_run_claim(run_id=run_id)
     if claim is None:  # finished, held by a live worker, or another run of the user runs
         return None
-    llm = llm_provider_from_settings()
-    embedders = write_embedders()
-    # What the run changes (experiences it consumes, ...) is the curator's, or auto-dream's.
-    actor = AUTO_DREAM if claim.run.trigger == LearningRun.Trigger.AUTO_DREAM else CURATOR
     try:
-        with history_context(actor, run_id=run_id):
-            run = learning_run_execute(
-                claim=claim,
-                llm=llm,
-                embedders=embedders,
-                threshold=_task_threshold(embedders[0].model_name),
-                deadline=time.monotonic() + settings.LEARNING_RUN_SLICE_SECONDS,
-            )
+        run = learning_run_work(
+            claim=claim, deadline=time.monotonic() + settings.LEARNING_RUN_SLICE_SECONDS
+        )
     except RunLostError:
         logger.warning("learning run %s was claimed by another worker; stopping", run_id)
         return None
@@ -133,17 +109,13 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
             )
         return "continued"
     except Exception as error:
-        transient = isinstance(error, LLMTransientError | EmbeddingTransientError)
-        if not transient and not database_unreachable(error):
+        if not learning_fault_passing(error):
             logger.exception("learning run %s failed", run_id)
             _run_failed(claim, error)
             return "failed"
         learning_run_release(claim)
         countdown = random.uniform(0.5, 1.0) * min(900.0, 5.0 * 2**self.request.retries)  # noqa: S311
         raise self.retry(countdown=countdown, exc=error) from error
-    finally:
-        if llm is not None:
-            llm.close()
     return run.state
 
 

@@ -32,13 +32,14 @@ from mirix_site.api.schema import error_response
 from sessions.selectors import session_get_own
 from skills.content import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from skills.export import discovery_index, skill_md, skills_zip
-from skills.lifecycle import OPERATOR_STATUSES, served
+from skills.lifecycle import OPERATOR_STATUSES
 from skills.models import Skill, SkillVersion
 from skills.selectors import (
     skill_experience_ids,
     skill_get,
     skill_versions_list,
     skills_list,
+    skills_served,
 )
 from skills.services.retrieval import skills_retrieve
 from skills.services.skills import Written, skill_confidence, skill_patch, skill_rollback
@@ -368,8 +369,7 @@ class SkillRetrieveApi(TenantAPIView):
 
 
 def _served(view: TenantAPIView) -> list[Skill]:
-    end_user = view.query_end_user()
-    return [skill for skill in skills_list(tenant=view.tenant, end_user=end_user) if served(skill)]
+    return skills_served(tenant=view.tenant, end_user=view.query_end_user())
 
 
 class SkillExportApi(TenantAPIView):

@@ -42,6 +42,7 @@ from skills.learning.runs import (
 )
 from skills.lifecycle import SERVED_STATUSES
 from skills.models import (
+    LESSONS_WAITING,
     Experience,
     LearningRun,
     LessonStatus,
@@ -87,10 +88,6 @@ def _lesson_view(row: Experience) -> LessonView:
     )
 
 
-# The lessons a curator has yet to place: new ones, and those earlier runs pooled.
-WAITING = (LessonStatus.PENDING, LessonStatus.POOLED)
-
-
 def _skills(run: LearningRun) -> list[Skill]:
     return list(
         Skill.objects.filter(client_id=run.client_id, end_user_id=run.end_user_id)
@@ -112,7 +109,7 @@ def _operation_key(run: LearningRun, operation: Operation, part: str = "") -> st
 
 
 def _consume(run: LearningRun, lesson_ids: Sequence[int]) -> int:
-    return Experience.objects.filter(pk__in=lesson_ids, status__in=WAITING).update(
+    return Experience.objects.filter(pk__in=lesson_ids, status__in=LESSONS_WAITING).update(
         status=LessonStatus.CONSUMED, consumed_by=run, pool_reason=""
     )
 
@@ -205,7 +202,7 @@ def _apply(claim: Claim, operation: Operation) -> list[str]:
         run = run_fenced(claim)
         waiting = list(
             Experience.objects.select_for_update()
-            .filter(pk__in=operation.lesson_ids, status__in=WAITING)
+            .filter(pk__in=operation.lesson_ids, status__in=LESSONS_WAITING)
             .values_list("pk", flat=True)
         )
         by_name = {skill.name: skill for skill in _skills(run)}
@@ -327,7 +324,7 @@ def _pool(claim: Claim, lessons: Sequence[tuple[int, str]]) -> None:
         run = run_fenced(claim)
         pooled = 0
         for lesson_id, reason in lessons:
-            pooled += Experience.objects.filter(pk=lesson_id, status__in=WAITING).update(
+            pooled += Experience.objects.filter(pk=lesson_id, status__in=LESSONS_WAITING).update(
                 status=LessonStatus.POOLED, pool_reason=reason
             )
         LearningRun.objects.filter(pk=run.pk).update(
@@ -339,7 +336,7 @@ def _waiting_lessons(run: LearningRun) -> list[Experience]:
     """The user's lessons no curator has placed: those pooled by earlier runs, then new ones."""
     return list(
         Experience.objects.filter(
-            client_id=run.client_id, end_user_id=run.end_user_id, status__in=WAITING
+            client_id=run.client_id, end_user_id=run.end_user_id, status__in=LESSONS_WAITING
         ).order_by("pk")
     )
 

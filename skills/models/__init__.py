@@ -6,6 +6,7 @@ from __future__ import annotations
 from skills.models.experiences import (
     CURRENT,
     EXPERIENCE_REFERENCES,
+    LESSONS_WAITING,
     OUTCOME_SCORES,
     ActionGroupingCalibration,
     ActionPhrase,
@@ -35,6 +36,7 @@ from skills.models.skills import (
 __all__ = [
     "CURRENT",
     "EXPERIENCE_REFERENCES",
+    "LESSONS_WAITING",
     "OUTCOME_SCORES",
     "ActionGroupingCalibration",
     "ActionPhrase",

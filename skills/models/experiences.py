@@ -54,6 +54,10 @@ class LessonStatus(models.TextChoices):
     SUPERSEDED = "superseded"  # replaced before a curator read it
 
 
+# The lessons a curator has yet to place: new ones, and those earlier runs pooled.
+LESSONS_WAITING = (LessonStatus.PENDING, LessonStatus.POOLED)
+
+
 # What "current" means for an experience: not replaced by a newer one. Recall and recommend
 # read current experiences unless asked for the superseded too.
 CURRENT = Q(superseded_by__isnull=True)

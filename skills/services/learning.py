@@ -10,15 +10,18 @@ every session. Nothing locks ordinary message writes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Max
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from mirix_site.common.errors import ConflictError, ReadOnlyError
 from mirix_site.common.publish import task_publish
 from sessions.models import Session
-from skills.models import LearningRun, LearningRunSession
+from skills.models import LESSONS_WAITING, Experience, LearningRun, LearningRunSession
 
 # The learning run's task (``skills.tasks``), queued by its name.
 LEARNING_RUN_TASK = "skills.tasks.learning_run_task"
@@ -121,23 +124,95 @@ def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:
     )
 
 
+@dataclass(frozen=True)
+class LearningRunPlan:
+    """What a run of the user requested now would learn from: the closed task sessions no run
+    has taken (they join it), the run already waiting (None: a new one is queued), and the
+    lessons earlier runs distilled that no curator has placed yet (pending or pooled), which
+    every run of the user reads."""
+
+    sessions: list[Session]
+    waiting: LearningRun | None
+    lessons: list[Experience]
+
+    @property
+    def learnable(self) -> bool:
+        return self.waiting is not None or bool(self.sessions)
+
+
+def learning_run_plan(*, tenant: Tenant, end_user: EndUser) -> LearningRunPlan:
+    """What ``learning_run_request`` would do for the user, read and changed nothing."""
+    return LearningRunPlan(
+        sessions=_unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk),
+        waiting=learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk),
+        lessons=list(
+            Experience.objects.filter(
+                client_id=tenant.client.pk, end_user_id=end_user.pk, status__in=LESSONS_WAITING
+            ).order_by("pk")
+        ),
+    )
+
+
 @transaction.atomic
 def learning_run_request(*, tenant: Tenant, end_user: EndUser) -> tuple[LearningRun, bool]:
     """Queue a run of the user now, whatever the threshold: (the run, whether it is new). A run
     already waiting is returned, with the sessions closed since joined to it. Raises
     LearningRunConflictError when no closed task session is left to learn from."""
-    unlearned = _unlearned_sessions(client_id=tenant.client.pk, end_user_id=end_user.pk)
-    owner = tenant.owner_ids(end_user)
-    waiting = learning_run_queued(client_id=tenant.client.pk, end_user_id=end_user.pk)
-    if waiting is None and not unlearned:
+    plan = learning_run_plan(tenant=tenant, end_user=end_user)
+    if not plan.learnable:
         raise LearningRunConflictError(
             "No closed task session of this user is left to learn from.", code="nothing_to_learn"
         )
-    run = waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
-    _sessions_attach(run=run, sessions=unlearned)
-    if waiting is None:
+    owner = tenant.owner_ids(end_user)
+    run = plan.waiting or _queued_run(owner=owner, trigger=LearningRun.Trigger.REQUEST)
+    _sessions_attach(run=run, sessions=plan.sessions)
+    if plan.waiting is None:
         learning_run_publish(run)
-    return run, waiting is None
+    return run, plan.waiting is None
+
+
+@dataclass(frozen=True)
+class LearningDue:
+    """A user (of a client) whose closed task sessions call for a run the trigger did not
+    queue: one of those sessions, how many there are, and whether a run of theirs waits."""
+
+    session: Session
+    unlearned: int
+    waiting: bool
+
+
+def learning_due() -> list[LearningDue]:
+    """The users whose closed task sessions that no run has taken meet the trigger's rule
+    (``learning_run_trigger``: ``SKILL_TRIGGER_SESSION_THRESHOLD`` of them, or any while a run
+    of theirs waits), each with the newest of those sessions. A close queues the run itself;
+    these are left when the trigger failed after a close committed, until the user's next
+    close. The trigger called with the session decides again."""
+    groups = (
+        Session.objects.filter(tag=Session.Tag.TASK, status=Session.Status.CLOSED)
+        .exclude(pk__in=LearningRunSession.objects.values("session_id"))
+        .values("client_id", "end_user_id")
+        .annotate(unlearned=Count("pk"), newest=Max("pk"))
+        .order_by("client_id", "end_user_id")
+    )
+    waiting = set(
+        LearningRun.objects.filter(state=LearningRun.State.QUEUED).values_list(
+            "client_id", "end_user_id"
+        )
+    )
+    due = {
+        group["newest"]: (group["unlearned"], (group["client_id"], group["end_user_id"]) in waiting)
+        for group in groups
+    }
+    due = {
+        newest: (unlearned, queued)
+        for newest, (unlearned, queued) in due.items()
+        if queued or unlearned >= settings.SKILL_TRIGGER_SESSION_THRESHOLD
+    }
+    sessions = Session.objects.filter(pk__in=list(due)).select_related("end_user", "client")
+    return [
+        LearningDue(session=session, unlearned=due[session.pk][0], waiting=due[session.pk][1])
+        for session in sessions.order_by("client_id", "end_user_id")
+    ]
 
 
 @transaction.atomic

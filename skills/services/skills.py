@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -107,12 +107,16 @@ def skill_version_write(
     embedders: Sequence[EmbeddingProvider] | None = None,
     status: str | None = None,
     needs_review: bool = False,
+    diff_from: SkillContent | Literal["row"] | None = "row",
 ) -> Written:
     """Write ``content`` as the next version of ``skill`` (None: a new skill of ``owner``,
     the ``organization_id``/``client_id``/``end_user_id`` it belongs to). An operation whose
     key wrote a version already writes nothing and returns that version. Raises
     SkillInputError for content that breaks the rules and SkillConflictError for a name the
-    user's other skill holds. The content is stored redacted (``SkillContent.redacted``)."""
+    user's other skill holds. The content is stored redacted (``SkillContent.redacted``).
+    The version's diff is from the skill's text as it is (``diff_from`` "row"), or from
+    ``diff_from``, None for nothing: a backfill records text that changed without a version
+    as the change from the newest version, or from nothing when there is none."""
     if provenance.operation_key:
         done = (
             SkillVersion.objects.select_related("skill")
@@ -131,7 +135,7 @@ def skill_version_write(
         previous = None
     else:
         skill = Skill.objects.select_for_update().get(pk=skill.pk)
-        previous = SkillContent.of(skill)
+        previous = SkillContent.of(skill) if diff_from == "row" else diff_from
     skill.name, skill.description = content.name, content.description
     skill.triggers, skill.instructions = list(content.triggers), content.instructions
     skill.pitfalls = list(content.pitfalls)

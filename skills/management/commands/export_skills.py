@@ -1,0 +1,58 @@
+"""``manage.py export_skills ORG USER [--client CLIENT] [-o FILE.zip | --dir DIR]``: the user's
+served skills as Agent Skills ``<name>/SKILL.md`` folders, the bytes ``GET /skills/export``
+answers (``skills.export``), to a zip or unpacked into a folder."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from accounts.management.scopes import end_user_named, tenant_named
+from skills.export import skills_zip
+from skills.selectors import skills_served
+from skills.services.skills import skill_confidence
+
+
+class Command(BaseCommand):
+    help = (
+        "Export an end user's served skills as Agent Skills: a zip of <name>/SKILL.md, as "
+        "GET /skills/export answers it (-o), or those folders in a directory (--dir)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("organization", help="the organization's id")
+        parser.add_argument("user", help="the end user's id, as the API names them")
+        parser.add_argument(
+            "--client",
+            help="the client whose skills (and those it has read scopes on) are exported, by "
+            "id or name (default: the organization's only client)",
+        )
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("-o", "--output", type=Path, help="the zip file to write")
+        target.add_argument("--dir", type=Path, help="the directory to write the folders in")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant = tenant_named(organization_id=options["organization"], client=options["client"])
+        end_user = end_user_named(tenant=tenant, user_id=options["user"])
+        skills = skills_served(tenant=tenant, end_user=end_user)
+        body = skills_zip(skills, confidence=skill_confidence)
+        output, directory = options["output"], options["dir"]
+        try:
+            if output is not None:
+                output.write_bytes(body)
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                with zipfile.ZipFile(io.BytesIO(body)) as archive:
+                    archive.extractall(directory)
+        except OSError as error:
+            raise CommandError(f"Could not write the export: {error}") from None
+        for skill in skills:
+            self.stdout.write(f"  {skill.name}/SKILL.md  v{skill.version} {skill.status}")
+        self.stdout.write(
+            f"Exported {len(skills)} skills of {end_user.user_id} of {tenant.organization.pk} "
+            f"(client {tenant.client.name}) to {output if output is not None else directory}."
+        )
