@@ -172,9 +172,7 @@ def test_a_remote_image_fetch_is_labelled_with_its_organization(
     org: TenantFixture, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        response = org.api.post(
-            "/images", {"url": "https://images.example/cat.png"}, format="json"
-        )
+        response = org.api.post("/images", {"url": "https://images.example/cat.png"}, format="json")
     assert response.status_code == 202, response.content
     fetch = ImageFetch.objects.get()
     [message] = queued("images", IMAGE_FETCH_TASK)

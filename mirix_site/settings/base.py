@@ -12,6 +12,7 @@ from phonenumbers import SUPPORTED_REGIONS
 # Safe before Django is set up: that module imports nothing of Django when imported.
 from mirix_site.providers.embeddings import LOCAL_MODEL_NAME
 from mirix_site.settings.env import (
+    env_basic_auth,
     env_bool,
     env_choice,
     env_duration,
@@ -364,6 +365,10 @@ RECOMMEND_EVIDENCE = env_int("RECOMMEND_EVIDENCE", 50, minimum=1)
 RECOMMEND_RUNNERS_UP = env_int("RECOMMEND_RUNNERS_UP", 3, minimum=0)
 RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
 RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
+# Flower's logins (user:password, several separated by commas): Flower reads the variable
+# itself (mirix_site.launcher); required in production settings. Unset, Flower asks none
+# (`make run` binds it to 127.0.0.1).
+FLOWER_BASIC_AUTH = env_basic_auth("FLOWER_BASIC_AUTH")
 # GET /metrics (Prometheus): with a token, a scrape must send "Authorization: Bearer <token>";
 # empty, the endpoint is open, as /health is (it shows counts and timings, no tenant's data).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
