@@ -1,9 +1,12 @@
 """Running in production: Flower's logins (FLOWER_BASIC_AUTH) are required and parsed strictly,
-and Flower started as `make run` starts it asks for them."""
+Flower started as `make run` starts it asks for them, and the compose file of
+docs/production starts every process with settings that production accepts."""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import get_commands, load_command_class
 
 from mirix_site.launcher import PROJECT_DIR, flower_command
 from tests.processes import _wait_for, environment_on_test_database, free_port, process_running
@@ -121,3 +126,85 @@ def test_flower_with_production_settings_stops_at_start_without_its_logins(
     )
     assert result.returncode != 0
     assert "FLOWER_BASIC_AUTH is required and not set" in result.stderr
+
+
+COMPOSE_FILE = PROJECT_DIR / "docs" / "production" / "docker-compose.yml"
+# What an operator puts in docs/production/.env for the required `${NAME:?...}` variables.
+OPERATOR_VALUES = {
+    "POSTGRES_PASSWORD": "pg-secret",
+    "SECRET_KEY": "a-real-secret",
+    "API_KEY_PEPPER": "a-real-pepper",
+    "ENCRYPTION_KEY": "a-real-key",
+    "FLOWER_BASIC_AUTH": "admin:a-real-password",
+}
+# Variables of the processes themselves rather than of the settings.
+PROCESS_VARIABLES = {"DJANGO_SETTINGS_MODULE", "PROMETHEUS_MULTIPROC_DIR"}
+_VARIABLE = re.compile(r"\$\{(\w+)(?::([?-])([^}]*))?\}")
+
+
+def _interpolated(value: object) -> str:
+    """A value as Compose interpolates it, with the operator's values for required variables."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, kind, default = match.groups()
+        if kind == "?":
+            return OPERATOR_VALUES[name]
+        return default or ""
+
+    return _VARIABLE.sub(replace, str(value))
+
+
+def _app_services() -> dict[str, dict]:
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    return {name: service for name, service in services.items() if "build" in service}
+
+
+def test_the_compose_file_runs_every_process_of_the_server() -> None:
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    assert services["db"]["image"] == "pgvector/pgvector:pg16"
+    assert set(_app_services()) == {"migrate", "web", "worker", "beat", "flower"}
+    for service in _app_services().values():
+        assert service["build"]["dockerfile"] == "docs/production/Dockerfile"
+        assert (COMPOSE_FILE.parent / service["build"]["context"] / "manage.py").exists()
+
+
+def test_every_variable_the_compose_file_sets_is_a_documented_setting() -> None:
+    documented = set(
+        re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", (PROJECT_DIR / ".env.example").read_text(), re.M)
+    )
+    for name, service in _app_services().items():
+        unknown = set(service["environment"]) - documented - PROCESS_VARIABLES
+        assert not unknown, f"{name} sets {unknown}, which .env.example does not list"
+
+
+@pytest.mark.parametrize("service", ["migrate", "web", "worker", "beat", "flower"])
+def test_each_process_of_the_compose_file_starts_production_settings(service: str) -> None:
+    environment = {
+        name: _interpolated(value)
+        for name, value in _app_services()[service]["environment"].items()
+    }
+    assert environment["DJANGO_SETTINGS_MODULE"] == "mirix_site.settings.production"
+    result = _django_setup("mirix_site.settings.production", **environment)
+    assert result.returncode == 0, result.stderr
+    # Without one of the operator's secrets it stops at start, naming it.
+    result = _django_setup(
+        "mirix_site.settings.production", **{**environment, "FLOWER_BASIC_AUTH": ""}
+    )
+    assert result.returncode != 0 and "FLOWER_BASIC_AUTH" in result.stderr
+
+
+def test_the_commands_the_migrate_service_runs_exist_with_those_options(db: None) -> None:
+    script = _app_services()["migrate"]["command"][-1]
+    commands = get_commands()
+    steps = [shlex.split(step) for step in script.split("&&")]
+    assert [step[2] for step in steps] == [
+        "migrate",
+        "calibrate_gate",
+        "calibrate_action_grouping",
+        "collectstatic",
+    ]
+    for step in steps:
+        assert step[:2] == ["python", "manage.py"]
+        name, arguments = step[2], step[3:]
+        command = load_command_class(commands[name], name)
+        command.create_parser("manage.py", name).parse_args(arguments)  # exits on a bad option
