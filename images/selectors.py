@@ -34,13 +34,14 @@ def image_fetch_get(*, tenant: Tenant, fetch_id: int) -> ImageFetch:
     )
 
 
-def image_fetches_pending(*, older_than: timedelta) -> list[int]:
-    """Fetches pending for longer than ``older_than``, oldest first (the recovery job's)."""
+def image_fetches_pending(*, older_than: timedelta) -> list[tuple[int, str]]:
+    """Fetches pending for longer than ``older_than``, oldest first (the recovery job's): each
+    one's id and organization's."""
     cutoff = timezone.now() - older_than
     return list(
         ImageFetch.objects.filter(status=ImageFetch.Status.PENDING, created_at__lt=cutoff)
         .order_by("created_at")
-        .values_list("pk", flat=True)[:RECOVERY_BATCH]
+        .values_list("pk", "organization_id")[:RECOVERY_BATCH]
     )
 
 

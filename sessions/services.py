@@ -281,7 +281,9 @@ def _message_images_link(
         link.fetch_id = link.fetch.pk if link.fetch is not None else None
     MessageImage.objects.bulk_create(links)
     for fetch in fetches:
-        transaction.on_commit(partial(image_fetch_publish, fetch_id=fetch.pk))
+        transaction.on_commit(
+            partial(image_fetch_publish, fetch_id=fetch.pk, organization_id=fetch.organization_id)
+        )
 
 
 @transaction.atomic

@@ -19,7 +19,7 @@ from skills.embedding_queue import (
     experiences_embed_drain,
     experiences_unembedded,
 )
-from skills.services.learning import LEARNING_RUN_TASK
+from skills.services.learning import LEARNING_RUN_TASK, learning_run_publish
 from skills.services.skills import SKILLS_EMBED_TASK, skills_embed
 
 logger = logging.getLogger(__name__)
@@ -63,8 +63,15 @@ def embed_pending_experiences() -> int:
 
 
 @shared_task(name=SKILLS_EMBED_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
-def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
-    """Embed skills an API request changed (a learning run embeds its own as it writes them)."""
+def skills_embed_task(
+    self,  # noqa: ANN001
+    skill_ids: list[int],
+    *,
+    org: str | None = None,
+    user: str | None = None,
+) -> int:
+    """Embed skills an API request changed (a learning run embeds its own as it writes them).
+    ``org`` and ``user`` only label it for Flower (mirix_site.common.publish.task_labels)."""
     try:
         return skills_embed(skill_ids=skill_ids, embedders=write_embedders())
     except Exception as error:
@@ -75,13 +82,20 @@ def skills_embed_task(self, skill_ids: list[int]) -> int:  # noqa: ANN001
 
 
 @shared_task(name=LEARNING_RUN_TASK, bind=True, max_retries=MAX_RETRIES, acks_late=True)
-def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
+def learning_run_task(
+    self,  # noqa: ANN001
+    run_id: int,
+    *,
+    org: str | None = None,
+    user: str | None = None,
+) -> str | None:
     """Claim the learning run and run it, a slice of ``LEARNING_RUN_SLICE_SECONDS`` at a time
     (a long run gives its claim back and publishes itself again, so no task outlives Celery's
     time limit). A run held by another worker, or finished, is left alone: a holder that died
     leaves a stale heartbeat, and the beat (``recover_learning_runs``) publishes the run again.
     A provider's overload or a database restart puts the run back in the queue and retries
-    with backoff."""
+    with backoff. ``org`` and ``user`` only label it for Flower (they name the run's owner;
+    mirix_site.common.publish.task_labels); a message sent without them runs the same."""
     from skills.learning.execute import learning_fault_passing, learning_run_work
     from skills.learning.runs import (
         RunLostError,
@@ -102,11 +116,9 @@ def learning_run_task(self, run_id: int) -> str | None:  # noqa: ANN001
         return None
     except SliceDoneError:
         if learning_run_release(claim):
-            learning_run_task.delay(run_id)
+            learning_run_publish(claim.run)
         else:  # a newer run of the user is queued: this one is claimed again once stale
-            learning_run_task.apply_async(
-                (run_id,), countdown=settings.LEARNING_RUN_STALE_AFTER + 1
-            )
+            learning_run_publish(claim.run, countdown=settings.LEARNING_RUN_STALE_AFTER + 1)
         return "continued"
     except Exception as error:
         if not learning_fault_passing(error):
@@ -134,8 +146,8 @@ def recover_learning_runs() -> int:
     from skills.learning.runs import learning_runs_due
 
     due = learning_runs_due(queued_older_than=timedelta(seconds=60))
-    for run_id in due:
-        learning_run_task.delay(run_id)
+    for run in due:
+        learning_run_publish(run)
     if due:
         logger.info("published %s learning runs again", len(due))
     return len(due)

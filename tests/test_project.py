@@ -88,7 +88,12 @@ def test_local_settings_start_with_a_clean_environment() -> None:
 
 
 def test_production_requires_secret_key() -> None:
-    environment = {"API_KEY_PEPPER": "p", "ENCRYPTION_KEY": "e", "SECRET_KEY": ""}
+    environment = {
+        "API_KEY_PEPPER": "p",
+        "ENCRYPTION_KEY": "e",
+        "FLOWER_BASIC_AUTH": "admin:a-real-password",
+        "SECRET_KEY": "",
+    }
     result = _django_setup("mirix_site.settings.production", **environment)
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr

@@ -41,7 +41,7 @@ from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from mirix_site.common.database import database_unreachable
-from mirix_site.common.publish import task_publish
+from mirix_site.common.publish import task_labels, task_publish
 from mirix_site.providers.embeddings import embedding_provider_from_settings
 from mirix_site.providers.llm import LLMProvider, llm_provider_from_settings
 from mirix_site.search.spaces import write_embedders
@@ -65,11 +65,13 @@ RUN_LOCK_BASE = 1 << 62
 EXTRACT_TASK = "memory.tasks.extract_memories"
 
 
-def extraction_job_publish(job_id: int, organization_id: str) -> bool:
-    """Hand the job to the broker. With the broker down the job stays queued in the database
+def extraction_job_publish(job_id: int, organization_id: str, user_id: str) -> bool:
+    """Hand the job to the broker, labelled with whom it was queued for (``user_id``: the end
+    user's own id; see task_labels). With the broker down the job stays queued in the database
     and the recovery beat job publishes it again: nothing is lost, so this never raises."""
+    labels = task_labels(organization_id=organization_id, user_id=user_id, token=True)
     try:
-        task_publish(EXTRACT_TASK, organization_id, job_id, quick=True)
+        task_publish(EXTRACT_TASK, organization_id, job_id, labels=labels, quick=True)
     except Exception:  # kombu/redis raise many types for "broker unreachable"
         logger.warning(
             "broker unreachable: extraction job %s stays queued for the recovery job", job_id
@@ -88,7 +90,7 @@ INSERT INTO memory_extractionjob
 VALUES (%(organization_id)s, %(client_id)s, %(end_user_id)s, 'queued', 0, 0, '{}', 0, 0, 0, '',
         %(now)s)
 ON CONFLICT (client_id, end_user_id) WHERE status = 'queued' DO NOTHING
-RETURNING id
+RETURNING id, (SELECT user_id FROM accounts_enduser WHERE id = %(end_user_id)s)
 """
 
 
@@ -108,7 +110,8 @@ def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: 
         created = cursor.fetchone()
     if created is None:
         return False
-    transaction.on_commit(lambda: extraction_job_publish(created[0], organization_id))
+    job_id, user_id = created
+    transaction.on_commit(lambda: extraction_job_publish(job_id, organization_id, user_id))
     return True
 
 
@@ -354,7 +357,10 @@ def extraction_job_run(
     if not claimed:
         logger.info("extraction job %s (%s): nothing to claim", job_id, organization_id)
         return []
-    jobs = list(ExtractionJob.objects.filter(pk__in=claimed).order_by("id"))
+    # With their users: the task's result names whom the run served.
+    jobs = list(
+        ExtractionJob.objects.filter(pk__in=claimed).select_related("end_user").order_by("id")
+    )
     try:
         jobs = _jobs_execute(jobs, provider)
     except Exception as error:
@@ -563,4 +569,5 @@ def extraction_jobs_recover(*, older_than: timedelta | None = None) -> int:
 
 
 def _jobs_publish(jobs: QuerySet[ExtractionJob]) -> int:
-    return sum(extraction_job_publish(job.pk, job.organization_id) for job in jobs)
+    owners = jobs.values_list("pk", "organization_id", "end_user__user_id")
+    return sum(extraction_job_publish(*owner) for owner in owners)

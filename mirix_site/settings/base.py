@@ -12,6 +12,7 @@ from phonenumbers import SUPPORTED_REGIONS
 # Safe before Django is set up: that module imports nothing of Django when imported.
 from mirix_site.providers.embeddings import LOCAL_MODEL_NAME
 from mirix_site.settings.env import (
+    env_basic_auth,
     env_bool,
     env_choice,
     env_duration,
@@ -366,6 +367,10 @@ RECOMMEND_EVIDENCE = env_int("RECOMMEND_EVIDENCE", 50, minimum=1)
 RECOMMEND_RUNNERS_UP = env_int("RECOMMEND_RUNNERS_UP", 3, minimum=0)
 RETRIEVAL_LOG_ENABLED = env_bool("RETRIEVAL_LOG_ENABLED", True)
 RETRIEVAL_LOG_RETENTION_DAYS = env_int("RETRIEVAL_LOG_RETENTION_DAYS", 30, minimum=1)
+# Flower's logins (user:password, several separated by commas): Flower reads the variable
+# itself (mirix_site.launcher); required in production settings. Unset, Flower asks none
+# (`make run` binds it to 127.0.0.1).
+FLOWER_BASIC_AUTH = env_basic_auth("FLOWER_BASIC_AUTH")
 # GET /metrics (Prometheus): with a token, a scrape must send "Authorization: Bearer <token>";
 # empty, the endpoint is open, as /health is (it shows counts and timings, no tenant's data).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
@@ -425,13 +430,17 @@ CELERY_TASK_ROUTES = {
     "skills.tasks.recover_learning_runs": {"queue": "maintenance"},
     "mirix_site.console.tasks.roll_up_daily_figures": {"queue": "maintenance"},
 }
-# Every periodic job, in one place.
+# Every periodic job, in one place: why it runs and how often. An interval is fixed here unless
+# its entry names the setting that sets it. Beat's DatabaseScheduler writes these entries into
+# its table at each start, so an interval changed in the admin (Periodic tasks) lasts until
+# beat restarts: change it here.
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Sessions idle longer than SESSION_IDLE_TIMEOUT close with reason "idle" (and so reach
     # skill learning). Every 5 minutes: closing a few minutes late costs nothing.
     "close-idle-sessions": {"task": "sessions.tasks.close_idle_sessions", "schedule": 300.0},
     # The safety net of ingestion: turns stored while the broker was down, jobs a dead worker
-    # held, jobs the broker lost. Every minute, acting on work older than 2 minutes.
+    # held, jobs the broker lost. Every minute, acting on work older than
+    # EXTRACTION_REQUEUE_AFTER (2 minutes).
     "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
     # Retrieval-log rows older than RETRIEVAL_LOG_RETENTION_DAYS go. Hourly: the table grows by
     # one row per retrieval, and small batches keep each delete short.
@@ -440,13 +449,15 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 3600.0,
     },
     # Users past EXACT_SCAN_MAX_ROWS embeddings get an HNSW index of their own (searching the
-    # shared one costs them ~5x). Until it runs they are served by the shared index.
+    # shared one costs them ~5x). Every VECTOR_INDEX_SYNC_SECONDS (10 minutes); until it runs
+    # they are served by the shared index.
     "sync-vector-indexes": {
         "task": "mirix_site.search.tasks.sync_vector_indexes",
         "schedule": VECTOR_INDEX_SYNC_SECONDS,
     },
     # Experiences whose embedding job the broker lost (recorded while Redis was down). Every
-    # 2 minutes: until then BM25 finds them, the vector lane does not.
+    # 2 minutes, acting on those older than EXTRACTION_REQUEUE_AFTER: until then BM25 finds
+    # them, the vector lane does not.
     "embed-pending-experiences": {
         "task": "skills.tasks.embed_pending_experiences",
         "schedule": 120.0,
@@ -456,6 +467,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "recover-image-fetches": {"task": "images.tasks.recover_image_fetches", "schedule": 120.0},
     # The learning-run queue's driver: queued runs the broker may have lost are published
     # again, running runs whose worker stopped beating (LEARNING_RUN_STALE_AFTER) claimed again.
+    # Every minute: a lost run waits no longer than that.
     "recover-learning-runs": {"task": "skills.tasks.recover_learning_runs", "schedule": 60.0},
     # The dashboard's daily figures: today's again, and any day of its window still missing
     # (DASHBOARD_ROLL_UP_SECONDS, 5 minutes: the charts are that fresh). The scans of the big

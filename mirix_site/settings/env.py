@@ -127,6 +127,30 @@ def env_rate(name: str, default: str) -> str:
     return f"{int(match.group(1))}/{match.group(2)[0]}"
 
 
+def env_basic_auth(
+    name: str, *, required: bool = False, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """HTTP basic-auth credentials, ``user:password`` or several separated by commas (Flower's
+    ``--basic-auth``, which reads the variable itself and splits it the same way). A user
+    holds no colon; neither part is empty or starts or ends with a space (Flower would compare
+    it as written, so the login the operator meant would fail)."""
+    value = env_str(name, required=required, environ=environ)
+    if value is None:
+        return []
+    credentials = value.split(",")
+    for credential in credentials:
+        user, colon, password = credential.partition(":")
+        if not (colon and user and password) or any(
+            part != part.strip() for part in (user, password)
+        ):
+            raise ImproperlyConfigured(
+                f"Environment variable {name} is invalid: expected user:password (several "
+                "separated by commas), each with a user and a password and no spaces around "
+                "them."
+            )
+    return credentials
+
+
 def env_url(name: str, default: str | None, *, schemes: Sequence[str]) -> str | None:
     value = _raw(name)
     if value is None:

@@ -199,9 +199,10 @@ def learning_run_release(claim: Claim) -> bool:
     return True
 
 
-def learning_runs_due(*, queued_older_than: timedelta) -> list[int]:
+def learning_runs_due(*, queued_older_than: timedelta) -> list[LearningRun]:
     """Runs the beat publishes: queued ones waiting longer than ``queued_older_than`` (their
-    message may be lost) and running ones whose heartbeat is stale."""
+    message may be lost) and running ones whose heartbeat is stale; with their users, whom
+    their task's labels name."""
     now = timezone.now()
     return list(
         LearningRun.objects.filter(
@@ -211,6 +212,6 @@ def learning_runs_due(*, queued_older_than: timedelta) -> list[int]:
                 heartbeat_at__lt=now - timedelta(seconds=settings.LEARNING_RUN_STALE_AFTER),
             )
         )
-        .order_by("pk")
-        .values_list("pk", flat=True)[:500]
+        .select_related("end_user")
+        .order_by("pk")[:500]
     )

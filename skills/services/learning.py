@@ -19,7 +19,7 @@ from django.db.models import Count, Max
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from mirix_site.common.errors import ConflictError, ReadOnlyError
-from mirix_site.common.publish import task_publish
+from mirix_site.common.publish import task_labels, task_publish
 from sessions.models import Session
 from skills.models import LESSONS_WAITING, Experience, LearningRun, LearningRunSession
 
@@ -99,12 +99,17 @@ def learning_run_trigger(*, session: Session) -> LearningRun | None:
     return run
 
 
-def learning_run_publish(run: LearningRun) -> None:
-    """Send the run to a worker once the transaction that queued it commits: once per queuing,
-    and again when a run of the user that was running when it came ends
-    (``skills.learning.runs.run_finish``); the beat sends it again if a message is lost."""
+def learning_run_publish(run: LearningRun, *, countdown: float | None = None) -> None:
+    """Send the run to a worker once the transaction that queued it commits (at once outside
+    one), labelled with its organization and user: once per queuing, again when a run of the
+    user that was running when it came ends (``skills.learning.runs.run_finish``), for each
+    slice of a long run (``countdown``: not before that many seconds); the beat sends it again
+    if a message is lost."""
     run_id = run.pk
-    transaction.on_commit(lambda: task_publish(LEARNING_RUN_TASK, run_id))
+    labels = task_labels(organization_id=run.organization_id, user_id=run.end_user.user_id)
+    transaction.on_commit(
+        lambda: task_publish(LEARNING_RUN_TASK, run_id, labels=labels, countdown=countdown)
+    )
 
 
 def _sessions_attach(*, run: LearningRun, sessions: list[Session]) -> None:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from accounts.tenancy import Tenant
 from mirix_site.common.errors import ConflictError, InvalidInputError, ReadOnlyError
-from mirix_site.common.publish import task_publish
+from mirix_site.common.publish import task_labels, task_publish
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.index import documents_index, documents_reindex
 from skills.confidence import evidence, lower_bound
@@ -88,7 +88,8 @@ def _index(skill: Skill, *, new: bool, embedders: Sequence[EmbeddingProvider] | 
     index(documents=[(SKILL_KIND, skill)], embedders=embedders or [])
     if embedders is None:
         skill_id = skill.pk
-        transaction.on_commit(lambda: task_publish(SKILLS_EMBED_TASK, [skill_id]))
+        labels = task_labels(organization_id=skill.organization_id, user_id=skill.end_user.user_id)
+        transaction.on_commit(lambda: task_publish(SKILLS_EMBED_TASK, [skill_id], labels=labels))
 
 
 def _learned_add(skill: Skill, learned: dict[str, int]) -> None:

@@ -232,7 +232,7 @@ class Broker:
         self.capture_on_commit = capture_on_commit
         self.published: list[tuple[int, str]] = []
 
-    def publish(self, job_id: int, organization_id: str) -> bool:
+    def publish(self, job_id: int, organization_id: str, user_id: str) -> bool:
         self.published.append((job_id, organization_id))
         return True
 

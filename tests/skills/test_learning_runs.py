@@ -103,7 +103,7 @@ def test_a_run_queued_while_another_runs_is_sent_again_when_that_one_ends(
 ) -> None:
     sent: list[int] = []
 
-    def publish(name: str, run_id: int) -> None:
+    def publish(name: str, run_id: int, **options: object) -> None:
         assert name == learning.LEARNING_RUN_TASK
         sent.append(run_id)
 
