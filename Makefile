@@ -9,7 +9,12 @@ STAMP := $(VENV)/.installed-stamp
 TEST_DATA_DIR ?= $(CURDIR)/.mirix-data/test
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint format stop clean
+# The browser tests (tests/browser) drive Debian's Chromium; installed once, when missing
+# (Playwright's own browser downloads need the internet).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install chromium run test lint format stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,10 +24,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+chromium:
+	test -x $(CHROMIUM) || { $(SUDO) apt-get update && \
+		$(SUDO) apt-get install -y --no-install-recommends chromium; }
+
 run: install
 	$(BIN)/python -m mirix_site.launcher run
 
-test: install lint
+test: install lint chromium
 	MIRIX_DATA_DIR=$(TEST_DATA_DIR) $(BIN)/python -m mirix_site.launcher exec -- \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
