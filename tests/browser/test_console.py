@@ -270,3 +270,50 @@ def test_a_key_the_operator_revokes_is_refused_on_the_next_call(
     assert owner.api_key.revoked_at is not None
     # Only the key the operator chose: the client's other key still answers.
     assert api_get(live_server, owner, "/users", key=other_key).status_code == 200
+
+
+def test_the_dashboard_draws_every_chart_with_the_servers_numbers(
+    page: Page, live_server: Any
+) -> None:
+    from mirix_site.console.services import daily_figures_roll_up
+    from mirix_site.search.models import RetrievalLog
+    from tests.console.test_dashboard import _seed
+
+    _seed(tenant_fixture("dash"))
+    daily_figures_roll_up()
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto("/admin/")
+    panels = page.locator("#dashboard section.panel")
+    titles = panels.locator("h2").all_inner_texts()
+    for title in (
+        "Memories by type",
+        "Sessions",
+        "Turns waiting for extraction",
+        "Retrieval latency per day",
+        "Learning runs by state",
+        "Skills created, edited, promoted and demoted",
+        "Health",
+        "Worker queues",
+    ):
+        assert title in titles
+    assert any(title.startswith("Retrievals per day") for title in titles)
+    assert any(title.startswith("Recommendations followed") for title in titles)
+    # Every chart is drawn: an SVG with marks, and the numbers are the server's.
+    charts = page.locator("#dashboard svg.chart")
+    assert charts.count() >= 8
+    for index in range(charts.count()):
+        box = charts.nth(index).bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 50
+    today = page.locator("#dashboard rect.mark[data-series='retrievals']").last
+    assert float(today.get_attribute("data-value")) == RetrievalLog.objects.count()
+    episodic = page.locator("#dashboard g.bar[data-label='Episodic memories']")
+    assert float(episodic.get_attribute("data-value")) == EpisodicMemory.objects.count() > 0
+    expect(page.locator("#dashboard")).to_contain_text("PostgreSQL")
+    screenshot(page, "dashboard")
+
+    # A bar is the list it counts: the closed sessions.
+    page.locator("#dashboard g.bar[data-label='closed']").click()
+    expect(page).to_have_url(re.compile(r"/admin/conversations/session/\?status__exact=closed"))
+    expect(page.locator("#result_list tbody tr")).to_have_count(
+        Session.objects.filter(status="closed").count()
+    )
