@@ -799,12 +799,12 @@ def report(
     )
     total_ms = sum(float(query["time"]) for query in statements) * 1000
     print(
-        f"\nSQL statements of one page load: {len(statements)} ({total_ms:.1f} ms in the "
-        "database, as this process saw it); the slowest:"
+        f"\nSQL statements of one page load: {len(statements)} ({total_ms:.0f} ms in the "
+        "database, as this process saw it; Django times each to the millisecond); the slowest:"
     )
     slowest = sorted(statements, key=lambda query: float(query["time"]), reverse=True)
     for query in slowest[:SLOWEST_SHOWN]:
-        print(f"  {float(query['time']) * 1000:7.1f} ms  {query['sql'][:150]}")
+        print(f"  {float(query['time']) * 1000:4.0f} ms  {query['sql'][:150]}")
     print(f"\nthe page's parts, each alone in this process (median of {PART_TIMINGS} calls):")
     for name, milliseconds in parts:
         print(f"  {name:<44} {milliseconds:7.1f} ms")
