@@ -9,6 +9,9 @@ on their own:
   baselines, and the server's local model and database for the benches that work in-process);
 - ``bench.experiences_data``: the experiences and queries generated from a seed, which
   ``experiences`` stores and asks, ``embedding_runtime`` embeds and ``recommend_path`` asks;
+- ``bench.memories_load``: memories at scale loaded straight into the database (the corpus,
+  synthetic vectors, the loader and its HNSW handling), for ``retrieval_latency`` and
+  ``dashboard``;
 - ``bench.skills_common``: the task sessions, the wait for their learning runs and the BM25
   baseline of ``skill_learning`` and ``skill_families``;
 - the library modules of the ``bench.retrieval_quality`` package, ``datasets``, ``ingest``,

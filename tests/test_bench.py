@@ -13,11 +13,13 @@ import re
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connections
 
 from accounts.models import EndUser
 from bench import (
     auth,
+    dashboard,
     embedding_runtime,
     experience_quality,
     experiences,
@@ -35,9 +37,11 @@ from bench.common import SMOKE_NOTE
 from images.models import ImageObject
 from memory.models import ExtractionJob
 from memory.types import MEMORY_TYPES
+from mirix_site.console.models import DailyFigure
 from mirix_site.search.lanes import lanes_close
+from mirix_site.search.models import RetrievalLog
 from sessions.models import Message, Session
-from skills.models import Recommendation
+from skills.models import LearningRun, Recommendation, Skill
 from tests import processes
 from tests.factories import TenantFixture
 from tests.skills.experiences import embed_all, record_many
@@ -558,6 +562,45 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
 
     assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
+
+
+# --- The admin's dashboard -----------------------------------------------------------------------
+
+
+def test_dashboard_times_the_page_against_a_plain_one_and_deletes_what_it_made(
+    smoke_argv, tmp_path, capsys
+) -> None:
+    assert dashboard.main([*smoke_argv, "--data-dir", str(tmp_path)]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(
+        r"roll-up: from scratch \d+ ms \([1-9][\d,]* figures\), again \d+ ms \([\d,]+ figures",
+        out,
+    )
+    for path in ("/admin/", "/admin/password_change/"):
+        assert re.search(
+            rf"^GET {re.escape(path)} +p50 +[\d.]+ ms +p95 +[\d.]+ ms +max +[\d.]+ ms +"
+            r"\(4 requests\)$",
+            out,
+            re.MULTILINE,
+        )
+    assert re.search(r"goal, dashboard p95 < 500 ms at 200 memories: [\d.]+ ms (NOT )?met", out)
+    statements = int(re.search(r"SQL statements of one page load: (\d+)", out).group(1))
+    assert 0 < statements <= 40  # the console's own test bounds the page at 40
+    for part in ("Dashboard()", "memory.admin panels", "skills.admin.dashboard panels"):
+        assert re.search(rf"^  {re.escape(part)}.* +[\d.]+ ms$", out, re.MULTILINE)
+    assert "load average before: " in out and "load average after: " in out
+    assert SMOKE_NOTE in out
+
+    # Its user and every row loaded for them, and its operator, are gone; the figures were
+    # rolled up again without them.
+    assert not EndUser.objects.filter(user_id__startswith="dash-").exists()
+    assert not MEMORY_TYPES["episodic"].model.objects.exists()
+    assert not RetrievalLog.objects.exists()
+    assert not Session.objects.exists() and not Recommendation.objects.exists()
+    assert not Skill.objects.exists() and not LearningRun.objects.exists()
+    assert not get_user_model().objects.filter(username__startswith="dashbench-").exists()
+    assert DailyFigure.objects.filter(series="retrievals", key="count", value__gt=0).count() == 0
 
 
 # --- Experiences ------------------------------------------------------------------------------

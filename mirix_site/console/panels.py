@@ -82,9 +82,13 @@ def daily_series_register(series: DailySeries) -> None:
     _series[series.name] = series
 
 
+def panel_sources() -> list[Callable[[Dashboard], list[Panel]]]:
+    """The registered apps' panel functions, in the dashboard's order (a bench times each)."""
+    return [panels for _, panels in sorted(_panels, key=lambda registered: registered[0])]
+
+
 def dashboard_panels(dashboard: Dashboard) -> list[Panel]:
-    ordered = sorted(_panels, key=lambda registered: registered[0])
-    return [panel for _, panels in ordered for panel in panels(dashboard)]
+    return [panel for panels in panel_sources() for panel in panels(dashboard)]
 
 
 def daily_series() -> list[DailySeries]:

