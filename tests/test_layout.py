@@ -206,6 +206,7 @@ def test_no_view_catches_a_domain_error() -> None:
 BENCH_LIBRARIES = frozenset(
     {
         "bench.common",
+        "bench.memories_load",
         "bench.experiences_data",
         "bench.skills_common",
         "bench.retrieval_quality.datasets",
