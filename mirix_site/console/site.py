@@ -40,7 +40,7 @@ def health_panels() -> list[Panel]:
             "Health",
             table(["component", "state"], rows),
             note="The worker's pulse is the dashboard's roll-up, which beat sends every "
-            f"{settings.DASHBOARD_ROLL_UP_SECONDS} s; late after three missed.",
+            f"{settings.DASHBOARD_ROLL_UP_SECONDS:g} s; late after three missed.",
         )
     ]
     if lengths is not None:
@@ -68,7 +68,6 @@ class ConsoleSite(admin.AdminSite):
         dashboard = Dashboard()
         context = {
             "dashboard_panels": [*dashboard_panels(dashboard), *health_panels()],
-            "dashboard_days": dashboard.days,
             **(extra_context or {}),
         }
         return super().index(request, extra_context=context)

@@ -309,6 +309,10 @@ def test_the_dashboard_draws_every_chart_with_the_servers_numbers(
     episodic = page.locator("#dashboard g.bar[data-label='Episodic memories']")
     assert float(episodic.get_attribute("data-value")) == EpisodicMemory.objects.count() > 0
     expect(page.locator("#dashboard")).to_contain_text("PostgreSQL")
+    # The panels use the width: at 1280 pixels, side by side (the admin's index is 600 wide).
+    tops = [panels.nth(index).bounding_box()["y"] for index in range(panels.count())]
+    assert len(set(tops)) < len(tops)
+    assert page.locator("#dashboard").bounding_box()["width"] > 800
     screenshot(page, "dashboard")
 
     # A bar is the list it counts: the closed sessions.
