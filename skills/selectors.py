@@ -4,7 +4,7 @@ their versions, within what the tenant may read."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
@@ -15,8 +15,9 @@ from accounts.tenancy import Tenant
 from mirix_site.common.errors import NotFoundError
 from mirix_site.common.ids import row_id
 from mirix_site.common.rowsmemo import rows_memo
+from mirix_site.console.panels import DailyFigures, utc_day_range
 from skills.confidence import confidence_band
-from skills.lifecycle import SERVED
+from skills.lifecycle import PROVEN_STATUSES, SERVED, SERVED_STATUSES
 from skills.models import (
     OUTCOME_SCORES,
     Experience,
@@ -220,15 +221,6 @@ def learning_runs_waiting() -> dict[str, int]:
 
 # --- The dashboard's daily series (mirix_site.console): every tenant's, a few days at a time ---
 
-DailyFigures = dict[date, dict[str, float]]
-
-
-def _day_range(first: date, last: date) -> tuple[datetime, datetime]:
-    return (
-        datetime.combine(first, time.min, tzinfo=UTC),
-        datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC),
-    )
-
 
 def _utc_day(moment: datetime) -> date:
     return moment.astimezone(UTC).date()
@@ -238,7 +230,7 @@ def learning_run_daily_figures(first: date, last: date) -> DailyFigures:
     """Learning runs queued each day, by the state they are in now."""
     figures: DailyFigures = defaultdict(dict)
     rows = (
-        LearningRun.objects.filter(created_at__range=_day_range(first, last))
+        LearningRun.objects.filter(created_at__range=utc_day_range(first, last))
         .annotate(day=TruncDate("created_at", tzinfo=UTC))
         .values_list("day", "state")
         .annotate(count=Count("id"))
@@ -249,16 +241,14 @@ def learning_run_daily_figures(first: date, last: date) -> DailyFigures:
     return figures
 
 
-# What a version's operation is, on the dashboard: a new skill, or its text changed. The
-# status's changes (deprecate, delete) are counted from the skill's status history.
-_VERSION_COUNTED = {"create": "created"}
-_NOT_AN_EDIT = ("create", "deprecate", "delete")
+# Versions that change a skill's status, not its text: counted from its status history.
+_STATUS_OPERATIONS = ("deprecate", "delete")
 
 
 def skill_change_daily_figures(first: date, last: date) -> DailyFigures:
     """Skills created and edited each day (their versions), promoted (to active: proven by
     their uses or set by an operator) and demoted (active no more, or deprecated)."""
-    start, end = _day_range(first, last)
+    start, end = utc_day_range(first, last)
     figures: DailyFigures = defaultdict(dict)
     versions = (
         SkillVersion.objects.filter(created_at__range=(start, end))
@@ -268,16 +258,16 @@ def skill_change_daily_figures(first: date, last: date) -> DailyFigures:
         .order_by()
     )
     for day, operation, count in versions:
-        key = _VERSION_COUNTED.get(operation) or (None if operation in _NOT_AN_EDIT else "edited")
-        if key:
-            figures[day][key] = figures[day].get(key, 0.0) + count
+        if operation in _STATUS_OPERATIONS:
+            continue
+        key = "created" if operation == "create" else "edited"
+        figures[day][key] = figures[day].get(key, 0.0) + count
     for moment, before, after in skill_status_changes(start=start, end=end):
         day = _utc_day(moment)
-        served = (Skill.Status.CANDIDATE, Skill.Status.ACTIVE)
-        if after == Skill.Status.ACTIVE:
+        if after in PROVEN_STATUSES and before not in PROVEN_STATUSES:
             key = "promoted"
-        elif before == Skill.Status.ACTIVE or (
-            before in served and after == Skill.Status.DEPRECATED
+        elif (before in PROVEN_STATUSES and after not in PROVEN_STATUSES) or (
+            before in SERVED_STATUSES and after == Skill.Status.DEPRECATED
         ):
             key = "demoted"
         else:
@@ -321,7 +311,7 @@ def recommendation_daily_figures(first: date, last: date) -> DailyFigures:
     def add(day: date, key: str, value: float) -> None:
         figures[day][key] = figures[day].get(key, 0.0) + value
 
-    made = Recommendation.objects.filter(created_at__range=_day_range(first, last))
+    made = Recommendation.objects.filter(created_at__range=utc_day_range(first, last))
     for created_at, confidence in made.values_list("created_at", "confidence"):
         add(_utc_day(created_at), f"issued_{confidence_band(confidence)[0]:.1f}", 1)
     followed = made.filter(outcomes__isnull=False).values_list(

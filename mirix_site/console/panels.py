@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -19,6 +19,15 @@ from mirix_site.console.models import DailyFigure
 
 # A series' figures per day, for the days from ``first`` to ``last`` (both included).
 DailyFigures = dict[date, dict[str, float]]
+
+
+def utc_day_range(first: date, last: date) -> tuple[datetime, datetime]:
+    """The moments from the start of UTC day ``first`` to the end of ``last``: the range a
+    series' ``figures`` reads (``created_at >= start AND created_at < end``)."""
+    return (
+        datetime.combine(first, time.min, tzinfo=UTC),
+        datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC),
+    )
 
 
 @dataclass(frozen=True)
@@ -56,9 +65,6 @@ class Dashboard:
         rows = DailyFigure.objects.filter(day__gte=self.days[0], day__lte=today)
         for series, day, key, value in rows.values_list("series", "day", "key", "value"):
             self._figures[series][day][key] = value
-
-    def figures(self, series: str) -> DailyFigures:
-        return self._figures[series]
 
     def values(self, series: str, key: str) -> dict[date, float]:
         """One key of a series, by day (days without it left out)."""

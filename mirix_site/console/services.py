@@ -30,13 +30,9 @@ def daily_figures_roll_up(*, today: date | None = None) -> int:
             .values_list("day", flat=True)
             .distinct()
         )
-        settled_before = today - timedelta(days=series.settle_days - 1)
-        days = [
-            first + timedelta(days=offset)
-            for offset in range((today - first).days + 1)
-            if first + timedelta(days=offset) not in stored
-            or first + timedelta(days=offset) >= settled_before
-        ]
+        unsettled = today - timedelta(days=series.settle_days - 1)
+        window = (first + timedelta(days=offset) for offset in range((today - first).days + 1))
+        days = [day for day in window if day not in stored or day >= unsettled]
         if not days:
             continue
         figures = series.figures(days[0], days[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.console.panels import DailyFigures, utc_day_range
 from mirix_site.search.engine import SearchOutcome
 from mirix_site.search.models import RetrievalLog
 
@@ -137,11 +138,10 @@ class Percentile(Aggregate):
         super().__init__(expression, fraction=float(fraction))
 
 
-def retrieval_daily_figures(first: date, last: date) -> dict[date, dict[str, float]]:
+def retrieval_daily_figures(first: date, last: date) -> DailyFigures:
     """Retrievals per UTC day from ``first`` to ``last``, with their latency's median and 95th
     percentile (ms): the dashboard's series, one scan of those days' rows on the time index."""
-    start = datetime.combine(first, time.min, tzinfo=UTC)
-    end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
+    start, end = utc_day_range(first, last)
     rows = (
         RetrievalLog.objects.filter(created_at__gte=start, created_at__lt=end)
         .annotate(day=TruncDate("created_at", tzinfo=UTC))
