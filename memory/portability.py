@@ -26,10 +26,10 @@ from accounts.portability import (
 )
 from memory.crypto import secret_decrypt
 from memory.models import ExtractionJob, KnowledgeVaultItem
+from memory.services.redaction import memory_row_redact, memory_text_fields
 from memory.types import MEMORY_TYPES, MemoryType
 from mirix_site.search.index import documents_index
 from mirix_site.search.spaces import write_embedders
-from sessions.sensitive import sensitive_redacted
 
 # Memories indexed and embedded per call.
 INDEX_BATCH = 200
@@ -37,16 +37,7 @@ INDEX_BATCH = 200
 
 def _redact(row: models.Model, record: dict[str, Any], run: ImportRun) -> None:
     """No sensitive value in clear outside the vault's encrypted one, whatever the file says."""
-    for column in row._meta.concrete_fields:
-        if (
-            isinstance(column, models.CharField | models.TextField)
-            and column.editable
-            and not column.choices
-            and not column.is_relation
-        ):
-            value = getattr(row, column.attname)
-            if value:
-                setattr(row, column.attname, sensitive_redacted(value)[: column.max_length])
+    memory_row_redact(row, memory_text_fields(type(row)))
     if isinstance(row, KnowledgeVaultItem) and secret_decrypt(row.secret_value_encrypted) is None:
         raise ValidationError(
             {

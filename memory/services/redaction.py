@@ -14,7 +14,8 @@ from mirix_site.search.index import documents_reindex
 from sessions.sensitive import sensitive_redacted
 
 
-def _text_fields(model: type[models.Model]) -> list[models.Field]:
+def memory_text_fields(model: type[models.Model]) -> list[models.Field]:
+    """A memory model's text columns, which hold no sensitive value in clear."""
     return [
         field
         for field in model._meta.concrete_fields
@@ -32,7 +33,9 @@ def _rows(model: type[models.Model], batch: int) -> Iterator[list[models.Model]]
         last = rows[-1].pk
 
 
-def _redacted_in_place(row: models.Model, fields: list[models.Field]) -> list[str]:
+def memory_row_redact(row: models.Model, fields: list[models.Field]) -> list[str]:
+    """Redact the row's ``fields`` in place, as extraction stores them; returns the names of
+    those it changed."""
     changed = []
     for field in fields:
         value = getattr(row, field.attname)
@@ -49,10 +52,10 @@ def _redacted_in_place(row: models.Model, fields: list[models.Field]) -> list[st
 
 @transaction.atomic
 def _batch_redact(memory_type: MemoryType, rows: list[models.Model], *, dry_run: bool) -> int:
-    fields = _text_fields(memory_type.model)
+    fields = memory_text_fields(memory_type.model)
     changed = []
     for row in rows:
-        names = _redacted_in_place(row, fields)
+        names = memory_row_redact(row, fields)
         if names and not dry_run:
             row.save(update_fields=names)
         if names:
