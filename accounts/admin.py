@@ -28,6 +28,7 @@ from accounts.services import (
     organization_delete,
     removal_summary,
 )
+from mirix_site.console.panels import list_url
 
 # --- An end user's page: each app shows what it holds about them -----------------------------
 
@@ -57,9 +58,7 @@ def user_page_register(order: int, parts: Callable[[EndUser], list[UserPagePart]
 
 def user_rows_url(model: type[models.Model], end_user: EndUser) -> str:
     """The admin list of a model's rows, filtered to one end user."""
-    meta = model._meta
-    changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
-    return f"{changelist}?end_user__id__exact={end_user.pk}"
+    return list_url(model, end_user__id__exact=end_user.pk)
 
 
 def change_link(obj: models.Model, text: object = None) -> str:

@@ -43,11 +43,24 @@ def tenant_named(*, organization_id: str, client: str | None) -> Tenant:
 
 
 def end_user_named(*, tenant: Tenant, user_id: str) -> EndUser:
-    """The organization's end user with this id, as the API names them; a ``CommandError``
-    when it has none."""
+    """The end user with this id the tenant's client may read, as the API names them; a
+    ``CommandError`` when it has none."""
     try:
         return end_user_get(tenant=tenant, user_id=user_id)
     except EndUser.DoesNotExist:
         raise CommandError(
             f"No end user {user_id!r} in organization {tenant.organization.pk!r}."
+        ) from None
+
+
+def end_user_in(*, organization_id: str, user_id: str) -> EndUser:
+    """The organization's end user with this id, whichever client wrote them; a
+    ``CommandError`` when it has none (or there is no such organization)."""
+    try:
+        return EndUser.objects.select_related("organization").get(
+            organization_id=organization_id, user_id=user_id
+        )
+    except EndUser.DoesNotExist:
+        raise CommandError(
+            f"No end user {user_id!r} in organization {organization_id!r}."
         ) from None

@@ -5,7 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts.models import Client, EndUser
+from accounts.management.scopes import end_user_in
+from accounts.models import Client
 from accounts.selectors import end_user_export
 
 # Lines between two progress lines on stderr.
@@ -30,14 +31,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         organization_id, user_id = options["organization"], options["user"]
-        try:
-            end_user = EndUser.objects.select_related("organization").get(
-                organization_id=organization_id, user_id=user_id
-            )
-        except EndUser.DoesNotExist:
-            raise CommandError(
-                f"No end user {user_id!r} in organization {organization_id!r}."
-            ) from None
+        end_user = end_user_in(organization_id=organization_id, user_id=user_id)
         clients = Client.objects.filter(organization_id=organization_id)
         if options["client"] is not None:
             clients = clients.filter(pk=options["client"])

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from accounts.models import EndUser
+from accounts.management.scopes import end_user_in
 from accounts.services import end_user_delete, removal_summary
 
 
@@ -26,12 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         organization_id, user_id = options["organization"], options["user"]
-        try:
-            end_user = EndUser.objects.get(organization_id=organization_id, user_id=user_id)
-        except EndUser.DoesNotExist:
-            raise CommandError(
-                f"No end user {user_id!r} in organization {organization_id!r}."
-            ) from None
+        end_user = end_user_in(organization_id=organization_id, user_id=user_id)
         dry_run = options["dry_run"]
         removed = removal_summary(end_user_delete(end_user=end_user, dry_run=dry_run))
         width = max(map(len, removed), default=0)

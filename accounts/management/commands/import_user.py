@@ -5,9 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from accounts.models import Client
+from accounts.management.scopes import tenant_named
 from accounts.services import UserImportError, end_user_import
-from accounts.tenancy import Tenant
 from mirix_site.common.history import OPERATOR, history_context
 
 
@@ -27,7 +26,9 @@ class Command(BaseCommand):
             "file", nargs="?", help="the export file (default: read from stdin)", default=None
         )
         parser.add_argument(
-            "--client", required=True, help="the client of the organization the rows go to"
+            "--client",
+            required=True,
+            help="the client of the organization the rows go to, by id or name",
         )
         parser.add_argument(
             "--dry-run",
@@ -37,15 +38,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         organization_id, user_id = options["organization"], options["user"]
-        try:
-            client = Client.objects.select_related("organization").get(
-                pk=options["client"], organization_id=organization_id
-            )
-        except Client.DoesNotExist:
-            raise CommandError(
-                f"No client {options['client']!r} in organization {organization_id!r}."
-            ) from None
-        tenant = Tenant(organization=client.organization, client=client)
+        tenant = tenant_named(organization_id=organization_id, client=options["client"])
+        client = tenant.client
         dry_run = options["dry_run"]
         path = options["file"]
         try:
