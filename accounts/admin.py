@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst
 
-from accounts.models import ApiKey, Client, EndUser, Organization
+from accounts.models import ApiKey, Client, EndUser, Organization, UserImport
 from accounts.services import (
     api_key_create,
     api_key_delete,
@@ -28,6 +28,7 @@ from accounts.services import (
     organization_delete,
     removal_summary,
 )
+from mirix_site.common.admin import ReadOnlyAdmin
 from mirix_site.console.panels import list_url
 
 # --- An end user's page: each app shows what it holds about them -----------------------------
@@ -284,3 +285,34 @@ class EndUserAdmin(ServiceDeletionAdmin):
                 parts.extend(render(end_user))
         context = {**(extra_context or {}), "user_page_parts": parts}
         return super().change_view(request, object_id, form_url, context)
+
+
+@admin.register(UserImport)
+class UserImportAdmin(ReadOnlyAdmin):
+    """Each export file imported (``manage.py import_user``): into whom, from where, what it
+    wrote. A record: a second import of the same file into the same user and client is refused
+    by it."""
+
+    list_display = [
+        "export_id",
+        "end_user",
+        "client",
+        "source_organization",
+        "source_user_id",
+        "exported_at",
+        "created_at",
+    ]
+    list_filter = ["organization", "client", "created_at"]
+    search_fields = ["export_id", "end_user__user_id", "source_user_id", "source_organization"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "export_id",
+        "source_organization",
+        "source_user_id",
+        "exported_at",
+        "counts",
+        "created_at",
+    ]

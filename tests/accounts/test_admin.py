@@ -111,6 +111,9 @@ def test_admin_revoke_action(operator, org: TenantFixture) -> None:
         "/admin/images/imageobject/",
         "/admin/images/imagefetch/",
         "/admin/images/imagefetch/?status=failed",
+        "/admin/accounts/userimport/",
+        "/admin/skills/skillproposal/",
+        "/admin/",
     ],
 )
 def test_admin_pages_render(operator, org: TenantFixture, path: str) -> None:
