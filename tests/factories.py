@@ -121,6 +121,9 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     )
     session = Session.objects.filter(client=owner.client, end_user=skill.end_user).first()
     skill_uses_record(skills=[skill], session_id=session.pk)
+    # A change of its status (as its uses would promote it): its status history holds a row.
+    skill.status = "active"
+    skill.save(update_fields=["status"])
     from accounts.selectors import end_user_export
     from accounts.services import end_user_import
 
