@@ -16,10 +16,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install chromium run test lint format stop clean
 
-$(STAMP): pyproject.toml
+# The MCP program is a distribution of its own (mirix_site/mcp), which the server uses too.
+$(STAMP): pyproject.toml mirix_site/mcp/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./mirix_site/mcp -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularSwaggerView
 from mirix_site.api.schema_view import SchemaApi
 from mirix_site.common.ids import RowIdConverter
 from mirix_site.health import HealthApi
+from mirix_site.mcp_http import McpApi
 from mirix_site.metrics import metrics_view
 
 # Before the apps' URLs, which name row ids in their paths as <id:...>.
@@ -20,6 +21,7 @@ handler500 = "mirix_site.api.errors.json_500"
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
     path("metrics", metrics_view, name="metrics"),
+    path("mcp", McpApi.as_view(), name="mcp"),
     path("", include("accounts.api.urls")),
     path("", include("sessions.api.urls")),
     path("", include("memory.api.urls")),

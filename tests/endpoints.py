@@ -46,6 +46,15 @@ class Endpoint:
 
 
 ENDPOINTS = [
+    # MCP over streamable HTTP: a JSON-RPC message for the user the URL names; its tools call
+    # the endpoints below, each with its own checks.
+    Endpoint(
+        "POST",
+        "/mcp?user_id=owned-user",  # a user id names no object: any is the caller's own
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        route="mcp",
+        reads_only=True,
+    ),
     Endpoint("POST", "/users/create_or_get", {"user_id": "carol"}, route="users/create_or_get"),
     Endpoint("GET", "/users", route="users"),
     Endpoint("GET", "/users/{user_id}", route="users/<str:user_id>"),

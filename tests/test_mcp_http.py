@@ -1,0 +1,91 @@
+"""``/mcp`` as an HTTP endpoint: who it acts for, what it refuses and how, and that a tool's
+call is the API's own (its checks, its rows), in process. The MCP sessions themselves, over
+a real server and the client library, are in tests/test_mcp.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from accounts.models import EndUser
+from tests.factories import TenantFixture
+
+MESSAGE = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+
+
+def rpc(org: TenantFixture, method: str, params: dict[str, Any] | None = None, **extra: Any):
+    message = {"jsonrpc": "2.0", "id": 1, "method": method} | (
+        {"params": params} if params is not None else {}
+    )
+    return org.api.post("/mcp?user_id=sam", message, format="json", **extra)
+
+
+def tool_result(response: Any) -> dict[str, Any]:
+    assert response.status_code == 200, response.content
+    result = response.json()["result"]
+    assert result["isError"] is False, result
+    return result["structuredContent"]
+
+
+@pytest.mark.django_db
+def test_the_user_is_named_by_header_or_url_and_must_be_well_formed(org: TenantFixture) -> None:
+    by_url = org.api.post("/mcp?user_id=sam", MESSAGE, format="json")
+    assert by_url.status_code == 200
+    assert by_url.json()["id"] == 7 and by_url.json()["result"]["tools"]
+    by_header = org.api.post("/mcp", MESSAGE, format="json", HTTP_X_USER_ID="sam")
+    assert by_header.json() == by_url.json()
+    for path in ("/mcp", "/mcp?user_id=a/b", "/mcp?user_id=%20sam"):
+        refused = org.api.post(path, MESSAGE, format="json")
+        assert refused.status_code == 422, path
+        assert set(refused.json()["fields"]) == {"user_id"}
+    # Listing reads nothing and creates no user.
+    assert not EndUser.objects.exists()
+
+
+@pytest.mark.django_db
+def test_what_is_not_an_mcp_message_is_refused_in_the_apis_error_shape(
+    org: TenantFixture,
+) -> None:
+    refused = org.api.post("/mcp?user_id=sam", {"hello": "world"}, format="json")
+    assert refused.status_code == 400
+    body = refused.json()
+    assert body["code"] == "invalid_mcp_message"
+    assert body["detail"].startswith("Not an MCP request this endpoint serves")
+    assert "Traceback" not in refused.content.decode()
+    not_json = org.api.generic("POST", "/mcp?user_id=sam", b"{", content_type="application/json")
+    assert not_json.status_code == 400 and not_json.json()["code"] == "parse_error"
+    # No stream for the server's own messages and no session to end: the transport allows 405.
+    for method in ("get", "delete"):
+        answer = getattr(org.api, method)("/mcp?user_id=sam")
+        assert answer.status_code == 405
+        assert answer.json()["code"] == "method_not_allowed"
+    # An unknown method is the protocol's own error, for the MCP client.
+    unknown = rpc(org, "skills/teleport")
+    assert unknown.status_code == 200 and unknown.json()["error"]["code"] < 0
+
+
+@pytest.mark.django_db
+def test_a_tool_call_is_the_apis_own_in_process(org: TenantFixture) -> None:
+    stored = tool_result(rpc(org, "tools/call", {"name": "remember", "arguments": {"text": "hi"}}))
+    assert stored["stored"] is True
+    # The API stored it for the user the URL named, as this key's application.
+    user = EndUser.objects.get(organization=org.organization, user_id="sam")
+    turns = org.api.get("/sessions", {"user_id": "sam"}).json()["results"]
+    assert len(turns) == 1 and user.user_id == "sam"
+    # Its validation: a bad argument is the tool's error, naming the parameter.
+    bad = rpc(
+        org, "tools/call", {"name": "search_memories", "arguments": {"query": "x", "limit": 0}}
+    )
+    result = bad.json()["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"].startswith("Invalid arguments: limit:")
+    # A step of a task that was never started: the API's answer, in the tool's words.
+    missing = rpc(
+        org,
+        "tools/call",
+        {"name": "finish_task", "arguments": {"session_id": "nope", "outcome": "success"}},
+    )
+    assert missing.json()["result"]["isError"] is True
+    assert "404" in json.dumps(missing.json())
