@@ -48,10 +48,10 @@ class SessionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
     closed_at = serializers.DateTimeField(allow_null=True)
-    outcome = TextField(
+    outcome = TextChoiceField(
+        choices=Outcome.values,
         allow_null=True,
-        help_text="how the task went, as stated when the session was closed "
-        "(success, failure or partial); null: not stated",
+        help_text="how the task went, as stated when the session was closed; null: not stated",
     )
     note = TextField(
         allow_null=True, help_text="what the closer said of how it went; null: nothing"

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from accounts.selectors import end_user_get
 from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.pagination import PositionPage
+from mirix_site.api.schema import error_response
 from sessions.api.serializers import (
     MessageSerializer,
     SessionCloseInputSerializer,
@@ -70,7 +71,12 @@ class SessionMessagesApi(TenantAPIView):
 class SessionCloseApi(TenantAPIView):
     @extend_schema(
         request=SessionCloseInputSerializer,
-        responses=SessionSerializer,
+        responses={
+            200: SessionSerializer,
+            409: error_response(
+                "The session is closed stating another outcome or note than this close states."
+            ),
+        },
         summary="Close the session (idempotent); task sessions then count toward skill learning",
         description="A task session's closer may state its outcome and a note: the learning "
         "run takes them for how the session went. A chat session takes neither (422). Closing "
