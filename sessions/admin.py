@@ -73,10 +73,11 @@ class SessionAdmin(ReadOnlyAdmin):
         "tag",
         "status",
         "close_reason",
+        "outcome",
         "message_count",
         "last_activity_at",
     ]
-    list_filter = ["tag", "status", "close_reason", "organization", "client"]
+    list_filter = ["tag", "status", "close_reason", "outcome", "organization", "client"]
     search_fields = ["session_id", "end_user__user_id"]
     list_select_related = ["end_user", "client", "organization"]
     readonly_fields = [
@@ -87,6 +88,8 @@ class SessionAdmin(ReadOnlyAdmin):
         "tag",
         "status",
         "close_reason",
+        "outcome",
+        "note",
         "message_count",
         "filter_tags",
         "created_at",
@@ -138,13 +141,14 @@ def _user_sessions(end_user: EndUser) -> list[UserPagePart]:
     return [
         UserPagePart(
             title="Sessions",
-            headers=["session", "client", "tag", "status", "turns", "last activity"],
+            headers=["session", "client", "tag", "status", "outcome", "turns", "last activity"],
             rows=[
                 [
                     change_link(session),
                     session.client,
                     session.tag,
                     session.status,
+                    session.outcome or "-",
                     session.message_count,
                     session.last_activity_at,
                 ]

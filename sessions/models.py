@@ -10,6 +10,16 @@ from accounts.models import Owned
 from images.models import ImageFetch, ImageObject
 
 
+class Outcome(models.TextChoices):
+    """How a piece of work went: a task session as its agent states it on closing, and an
+    experience (``skills``, which reads the choices from here: sessions come first in the
+    apps' order, so the one vocabulary lives where both can use it)."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    PARTIAL = "partial"
+
+
 class Session(Owned):
     """One conversation (``chat``) or one unit of agent work (``task``) of an end user, named by
     the caller's ``session_id``. Chat turns sent without a session_id go to the user's open
@@ -42,6 +52,13 @@ class Session(Owned):
     created_at = models.DateTimeField(auto_now_add=True)
     last_activity_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
+    # How the work went and what the agent says of it, as stated when it closed the task
+    # session (POST /sessions/{id}/close); NULL: not stated. The note is kept as written, as
+    # turns are: what is derived from it (lessons) and what is served of it is redacted.
+    outcome = models.CharField(  # noqa: DJ001
+        max_length=8, choices=Outcome.choices, null=True, blank=True
+    )
+    note = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -87,7 +87,20 @@ IMAGE = PortableKind(
     create=_image_create,
 )
 
-SESSION = PortableKind(name="session", position=20, model=Session, fields=model_columns(Session))
+
+def _session_masked(record: dict[str, Any]) -> dict[str, Any]:
+    """As GET /sessions/{id} shows the closer's note to a key that may not see its secrets."""
+    note = record["note"]
+    return record | {"note": sensitive_redacted(note, mask=MASK) if note else note}
+
+
+SESSION = PortableKind(
+    name="session",
+    position=20,
+    model=Session,
+    fields=model_columns(Session),
+    masked=_session_masked,
+)
 
 
 def _messages(scope: Scope) -> Iterable[Message]:

@@ -18,7 +18,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.models import ImageFetch, ImageObject
 from images.services import image_fetch_publish, image_store, images_hold, images_release
-from mirix_site.common.errors import ConflictError, NotFoundError
+from mirix_site.common.errors import ConflictError, InvalidInputError, NotFoundError
 from sessions.content import MessageInput
 from sessions.models import Message, MessageImage, Session
 from sessions.signals import session_closed
@@ -305,17 +305,63 @@ def message_image_unlinked(*, link: MessageImage) -> None:
         images_release(image_ids=[link.image_id])
 
 
+class SessionOutcomeConflictError(ConflictError):
+    """The session closed stating another outcome or note (or none) than this close states:
+    what it stated is what learning and the skills it used have counted, so it stays."""
+
+    code = "session_outcome_conflict"
+
+    def __init__(self, session_id: str | None) -> None:
+        super().__init__(
+            "This session is closed with another outcome or note than this close states; "
+            "a closed session's outcome does not change."
+        )
+        self.session_id = session_id
+
+
+def _outcome_check(*, session: Session, outcome: str | None, note: str | None) -> None:
+    """Raises InvalidInputError for an outcome or note stated on a chat session: they say how
+    a task went, and only task sessions are learned from."""
+    if session.tag == Session.Tag.TASK:
+        return
+    stated = {"outcome": outcome, "note": note}
+    fields = {
+        name: ["Only a task session (session_tag task) states an outcome or note on closing."]
+        for name, value in stated.items()
+        if value is not None
+    }
+    if fields:
+        raise InvalidInputError(fields)
+
+
 @transaction.atomic
-def session_close(*, session: Session, reason: str) -> Session:
+def session_close(
+    *, session: Session, reason: str, outcome: str | None = None, note: str | None = None
+) -> Session:
     """Close the session (idempotent: closing a closed session changes nothing) and, after the
-    commit, tell whoever listens (skill learning) through ``session_closed``."""
+    commit, tell whoever listens (skill learning) through ``session_closed``.
+
+    A task session's closer may state how the work went (``outcome``, an ``Outcome``) and
+    what it says of it (``note``; blank is none); the distiller and the skills the session
+    used read them. Closing again repeats what was stated or states nothing: a close stating
+    another outcome or note than the stored ones raises SessionOutcomeConflictError, since
+    the first close's outcome may already be counted. A chat session takes neither
+    (InvalidInputError)."""
+    note = note if note and note.strip() else None
     locked = Session.objects.select_for_update().get(pk=session.pk)
+    _outcome_check(session=locked, outcome=outcome, note=note)
     if locked.status == Session.Status.CLOSED:
+        if (outcome is not None and outcome != locked.outcome) or (
+            note is not None and note != locked.note
+        ):
+            raise SessionOutcomeConflictError(locked.session_id)
         return locked
     locked.status = Session.Status.CLOSED
     locked.close_reason = reason
     locked.closed_at = timezone.now()
-    locked.save(update_fields=["status", "close_reason", "closed_at"])
+    locked.outcome = outcome
+    locked.note = note
+    locked.save(update_fields=["status", "close_reason", "closed_at", "outcome", "note"])
     transaction.on_commit(lambda: session_closed.send(sender=Session, session=locked))
     return locked
 

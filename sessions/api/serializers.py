@@ -5,13 +5,15 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from mirix_site.api.fields import IntegerField, TextField, UserIdField
+from mirix_site.api.fields import IntegerField, TextChoiceField, TextField, UserIdField
 from sessions.content import message_schema
-from sessions.models import Message, MessageImage, Session
+from sessions.models import Message, MessageImage, Outcome, Session
 from sessions.selectors import session_name
-from sessions.sensitive import MASK, sensitive_redacted_json
+from sessions.sensitive import MASK, sensitive_redacted, sensitive_redacted_json
 
 MESSAGE_ROLES = tuple(role.value for role in Message.Role)
+# What an agent says of its task on closing it: a paragraph, as an experience's reason is.
+MAX_NOTE_CHARS = 4000
 
 
 @extend_schema_field(message_schema(roles=MESSAGE_ROLES))
@@ -21,6 +23,10 @@ class MessageInputField(serializers.JSONField):
 
 
 class SessionSerializer(serializers.Serializer):
+    """A session. Sensitive values in its note (``sessions.sensitive``) are masked unless the
+    context's ``secrets_of`` (``Tenant.secrets_of``) names the client that wrote it, as its
+    turns' are."""
+
     id = TextField(source="pk")
     session_id = TextField(
         allow_null=True, help_text="the caller's id; null: the default conversation"
@@ -42,9 +48,23 @@ class SessionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     last_activity_at = serializers.DateTimeField()
     closed_at = serializers.DateTimeField(allow_null=True)
+    outcome = TextChoiceField(
+        choices=Outcome.values,
+        allow_null=True,
+        help_text="how the task went, as stated when the session was closed; null: not stated",
+    )
+    note = TextField(
+        allow_null=True, help_text="what the closer said of how it went; null: nothing"
+    )
 
     def get_name(self, session: Session) -> str:
         return session_name(session)
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if data["note"] and self.context.get("secrets_of") != instance.client_id:
+            data["note"] = sensitive_redacted(data["note"], mask=MASK)
+        return data
 
 
 class MessageImageSerializer(serializers.Serializer):
@@ -92,3 +112,20 @@ class MessageSerializer(serializers.Serializer):
 
 class SessionCloseInputSerializer(serializers.Serializer):
     user_id = UserIdField()
+    outcome = TextChoiceField(
+        choices=Outcome.values,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="task sessions: how the work went, as the agent judges it; the learning run "
+        "takes it for the session's outcome",
+    )
+    note = TextField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=MAX_NOTE_CHARS,
+        help_text="task sessions: what the agent says about how it went (blank: nothing); "
+        "lessons learned from the session quote it, redacted",
+    )

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from accounts.selectors import end_user_get
 from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.pagination import PositionPage
+from mirix_site.api.schema import error_response
 from sessions.api.serializers import (
     MessageSerializer,
     SessionCloseInputSerializer,
@@ -27,7 +28,7 @@ class SessionListApi(TenantAPIView):
         sessions = session_list(tenant=self.tenant, end_user=self.query_end_user()).select_related(
             "end_user"
         )
-        return self.paginate(sessions, SessionSerializer)
+        return self.paginate(sessions, SessionSerializer, secrets_of=self.tenant.secrets_of)
 
 
 class SessionDetailApi(TenantAPIView):
@@ -38,7 +39,9 @@ class SessionDetailApi(TenantAPIView):
         session = session_get(
             tenant=self.tenant, end_user=self.query_end_user(), session_id=session_id
         )
-        return Response(SessionSerializer(session).data)
+        return Response(
+            SessionSerializer(session, context={"secrets_of": self.tenant.secrets_of}).data
+        )
 
 
 class SessionMessagesApi(TenantAPIView):
@@ -68,13 +71,30 @@ class SessionMessagesApi(TenantAPIView):
 class SessionCloseApi(TenantAPIView):
     @extend_schema(
         request=SessionCloseInputSerializer,
-        responses=SessionSerializer,
+        responses={
+            200: SessionSerializer,
+            409: error_response(
+                "The session is closed stating another outcome or note than this close states."
+            ),
+        },
         summary="Close the session (idempotent); task sessions then count toward skill learning",
+        description="A task session's closer may state its outcome and a note: the learning "
+        "run takes them for how the session went. A chat session takes neither (422). Closing "
+        "a closed session again answers it as it is, unless the close states another outcome "
+        "or note than the first did (409): the first close's outcome may already be counted.",
     )
     def post(self, request: Request, session_id: str) -> Response:
         serializer = SessionCloseInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        end_user = end_user_get(tenant=self.tenant, user_id=serializer.validated_data["user_id"])
+        data = serializer.validated_data
+        end_user = end_user_get(tenant=self.tenant, user_id=data["user_id"])
         session = session_get_own(tenant=self.tenant, end_user=end_user, session_id=session_id)
-        closed = session_close(session=session, reason=Session.CloseReason.EXPLICIT)
-        return Response(SessionSerializer(closed).data)
+        closed = session_close(
+            session=session,
+            reason=Session.CloseReason.EXPLICIT,
+            outcome=data["outcome"],
+            note=data["note"],
+        )
+        return Response(
+            SessionSerializer(closed, context={"secrets_of": self.tenant.secrets_of}).data
+        )

@@ -255,11 +255,17 @@ def _description(tools: Sequence[str], triggers: Sequence[str], described: dict[
 
 
 def _said(lesson: LessonView) -> str:
-    """A lesson's title, and what its evidence (a tool's output, a user's words) said, quoted
+    """A lesson's title, and what its evidence (a tool's output, a user's or the agent's
+    words) said, quoted
     as data: a skill is loaded as instructions, and what a tool returned must not become one."""
     if not lesson.evidence:
         return lesson.title
-    source = "the user said" if lesson.signal.startswith("user_") else "the tool said"
+    if lesson.signal.startswith("user_"):
+        source = "the user said"
+    elif lesson.signal == "tool_error":
+        source = "the tool said"
+    else:  # self-correction, or the agent's report on closing the session (inferred)
+        source = "the agent said"
     return f"{lesson.title} ({source}: {quoted(lesson.evidence)})"
 
 

@@ -13,7 +13,11 @@ Two readings of a session, both pure (they take the turns, return lessons, touch
   worked is the fix, the error its evidence. The same call failing again unchanged is an
   ``avoid``. A user turn after the first that rejects the work is a critique of the action just
   before it (``avoid``), one that confirms it a confirmation (``learn``); the session's outcome
-  is the last such verdict, else what its last tool call did.
+  is the last such verdict, else what its last tool call did. What the agent stated on
+  closing the session (``Stated``: its outcome and note) wins over both: the work no verdict
+  has judged yet gets the lesson a verdict would give (``learn`` for a success, ``avoid``
+  otherwise), resting on the agent's word (signal ``inferred``) and quoting its note. The
+  stored turns are left as they are: no user turn is made up for it.
 
 A run's distill step (``sessions_distill``) reads each of its sessions so (with the model,
 transcript part by part, when there is one) and records the lessons once, in the transaction
@@ -112,13 +116,32 @@ class RedactedTurn:
     tool_call_id: str
 
 
-def turns_view(turns: Sequence[Turn]) -> list[RedactedTurn]:
-    """The turns of one session as lessons are read from them: redacted
+@dataclass(frozen=True)
+class Stated:
+    """How the agent that closed the task session says its work went (``Session.outcome``
+    and ``note``; the note redacted as the turns are, ``turns_view``)."""
+
+    outcome: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _Note:
+    """The closer's note read as one more turn of the session, so that a value given in a
+    turn and repeated in the note (or the other way round) is redacted in both."""
+
+    text: str
+    tool_calls: None = None
+
+
+def turns_view(turns: Sequence[Turn], *, note: str = "") -> tuple[list[RedactedTurn], str]:
+    """The turns of one session as lessons are read from them, and the closer's note: redacted
     (``sessions.sensitive.turns_redacted``)."""
+    *redacted, (redacted_note, _) = turns_redacted([*turns, _Note(note)])
     return [
         RedactedTurn(turn.pk, turn.role, text, tool_calls, turn.name, turn.tool_call_id)
-        for turn, (text, tool_calls) in zip(turns, turns_redacted(turns), strict=True)
-    ]
+        for turn, (text, tool_calls) in zip(turns, redacted, strict=True)
+    ], redacted_note
 
 
 @dataclass(frozen=True)
@@ -309,8 +332,9 @@ def _excerpt(text: str) -> str:
     return first_sentence(text, MAX_EVIDENCE_CHARS)
 
 
-def session_distill(turns: Sequence[Turn]) -> Distilled:
-    """The lessons of one task session, read from its structure (no model)."""
+def session_distill(turns: Sequence[Turn], *, stated: Stated | None = None) -> Distilled:
+    """The lessons of one task session, read from its structure (no model), and from what the
+    agent ``stated`` when it closed it."""
     distilled = Distilled()
     requests = [turn for turn in turns if turn.role == "user" and turn.text.strip()]
     # The whole request: its first sentence is often a preamble ("I'm planning a trip.").
@@ -377,45 +401,71 @@ def session_distill(turns: Sequence[Turn]) -> Distilled:
                 source_message_ids=tuple(pk for f in failures for pk in f.message_ids),
             )
         )
-    _verdicts(turns, task, distilled, calls)
+    unjudged = _verdicts(turns, task, distilled, calls)
+    if stated is not None and stated.outcome is not None:
+        lesson = _stated_lesson(task, stated, unjudged)
+        if lesson is not None:
+            distilled.lessons.append(lesson)
+        distilled.outcome = stated.outcome
     if distilled.outcome is None and calls:
         distilled.outcome = Outcome.FAILURE if calls[-1].failed else Outcome.SUCCESS
     return distilled
 
 
+@dataclass(frozen=True)
+class _Unjudged:
+    """The work no user verdict has judged: since the last one (or the request), the
+    assistant's last answer and the tools that worked."""
+
+    answer: Turn | None
+    worked: list[str]
+
+
+def _work_described(worked: Sequence[str], answer: Turn) -> str:
+    """Judged work as a lesson's action: the tools that worked, else the answer's first
+    sentence, else the tools it called."""
+    return ", ".join(dict.fromkeys(worked)) or (
+        first_sentence(answer.text, MAX_TEXT_CHARS)
+        or ", ".join(
+            str((call.get("function") or {}).get("name")) for call in answer.tool_calls or []
+        )
+    )
+
+
 def _verdicts(
     turns: Sequence[Turn], task: str, distilled: Distilled, calls: Sequence[_Call]
-) -> None:
+) -> _Unjudged:
     """User turns after the first that judge the work: a lesson about the work since the
     previous user turn (the tools that worked, else the assistant's last answer), and the
-    session's outcome from the last."""
+    session's outcome from the last. Returns the work after the last verdict."""
     by_result = {call.message_ids[-1]: call for call in calls}
     seen_request = False
     answer: Turn | None = None
     worked: list[str] = []
+    # The same, since the last verdict (or the request) rather than the last user turn.
+    answer_unjudged: Turn | None = None
+    worked_unjudged: list[str] = []
     for turn in turns:
         if turn.role == "assistant" and (turn.text.strip() or turn.tool_calls):
-            answer = turn
+            answer = answer_unjudged = turn
         call = by_result.get(turn.pk) if turn.role == "tool" else None
         if call is not None and not call.failed:
             worked.append(call.tool)
+            worked_unjudged.append(call.tool)
         if turn.role != "user" or not turn.text.strip():
             continue
         judged, worked = worked, []
         if not seen_request:
             seen_request = True
+            answer_unjudged, worked_unjudged = None, []
             continue
         verdict = verdict_read(turn.text)
         if verdict is None or answer is None:
             continue
+        answer_unjudged, worked_unjudged = None, []
         distilled.outcome = verdict
         confirmed = verdict == Outcome.SUCCESS
-        action = ", ".join(dict.fromkeys(judged)) or (
-            first_sentence(answer.text, MAX_TEXT_CHARS)
-            or ", ".join(
-                str((call.get("function") or {}).get("name")) for call in answer.tool_calls or []
-            )
-        )
+        action = _work_described(judged, answer)
         distilled.lessons.append(
             Lesson(
                 lesson_type="learn" if confirmed else "avoid",
@@ -433,6 +483,41 @@ def _verdicts(
                 source_message_ids=(answer.pk, turn.pk),
             )
         )
+    return _Unjudged(answer=answer_unjudged, worked=worked_unjudged)
+
+
+_REPORTED = {
+    Outcome.SUCCESS: "Reported done",
+    Outcome.PARTIAL: "Reported partly done",
+    Outcome.FAILURE: "Reported failed",
+}
+
+
+def _stated_lesson(task: str, stated: Stated, unjudged: _Unjudged) -> Lesson | None:
+    """The lesson of the outcome the agent stated, about the work no verdict judged (none
+    when there is no such work: the user's last verdict judged it all)."""
+    answer = unjudged.answer
+    if answer is None or stated.outcome is None:
+        return None
+    worked = stated.outcome == Outcome.SUCCESS
+    action = _work_described(unjudged.worked, answer)
+    evidence = _excerpt(stated.note) if stated.note.strip() else ""
+    reported = f"The agent reported a {stated.outcome}" + (f": {evidence}" if evidence else ".")
+    return Lesson(
+        lesson_type="learn" if worked else "avoid",
+        title=first_sentence(f"{_REPORTED[Outcome(stated.outcome)]}: {action}", MAX_TITLE_CHARS),
+        content=f"{action}\n{reported}",
+        task=task,
+        action=action,
+        evidence=evidence,
+        # The agent's own word on its work: less sure than a user's verdict (0.8), an
+        # admitted failure more telling than a claimed success.
+        signal="inferred",
+        importance=0.6 if worked else 0.8,
+        credibility=0.6 if worked else 0.7,
+        outcome=stated.outcome,
+        source_message_ids=(answer.pk,),
+    )
 
 
 # --- A run's distill step: each session of the run, once ---------------------------------------
@@ -469,10 +554,27 @@ def transcript_parts(turns: Sequence[Turn], *, budget: int) -> list[str]:
     return parts
 
 
+def stated_text(stated: Stated | None) -> str:
+    """What the model reads, before each part of the transcript, of what the agent stated on
+    closing the session ("" when it stated nothing)."""
+    if stated is None or (stated.outcome is None and not stated.note.strip()):
+        return ""
+    lines = ["The agent closed this session stating:"]
+    if stated.outcome is not None:
+        lines.append(f"  outcome: {stated.outcome}")
+    if stated.note.strip():
+        lines.append(f"  note: {stated.note.strip()}")
+    return "\n".join(lines)
+
+
 def _distill(
-    claim: Claim, turns: Sequence[Turn], llm: LLMProvider | None, budget: Budget
+    claim: Claim,
+    turns: Sequence[Turn],
+    llm: LLMProvider | None,
+    budget: Budget,
+    stated: Stated | None = None,
 ) -> Distilled:
-    structure = session_distill(turns)
+    structure = session_distill(turns, stated=stated)
     if llm is None:
         return structure
     distilled = Distilled(
@@ -482,11 +584,16 @@ def _distill(
         tools=structure.tools,
         failed_tools=structure.failed_tools,
     )
-    room = window_budget() - estimate_tokens(DISTILL_SYSTEM)
+    # The statement heads every part: a part read alone still knows how the session ended.
+    # A note longer than the window is cut to a quarter of it.
+    heading = stated_text(stated)
+    heading = heading[: window_budget() * 3 // 4]
+    room = window_budget() - estimate_tokens(DISTILL_SYSTEM) - estimate_tokens(heading) - 1
     for part in transcript_parts(turns, budget=room):
         budget.check(step=False)
+        prompt = f"{heading}\n\n{part}" if heading else part
         data = llm_call(
-            claim, llm, system=DISTILL_SYSTEM, prompt=part, schema=DISTILL_SCHEMA, name="lessons"
+            claim, llm, system=DISTILL_SYSTEM, prompt=prompt, schema=DISTILL_SCHEMA, name="lessons"
         )
         parsed = lessons_parse(json.dumps(data), task=structure.task)
         distilled.lessons += parsed.lessons
@@ -540,11 +647,14 @@ def sessions_distill(
     for link_id in links.order_by("session_id").values_list("pk", flat=True):
         link = LearningRunSession.objects.get(pk=link_id)
         stored = list(Message.objects.filter(session_id=link.session_id).order_by("position"))
-        turns = turns_view(stored)
-        distilled = _distill(claim, turns, llm, budget)
-        declared = (
-            Session.objects.filter(pk=link.session_id).values_list("tools", flat=True).first() or {}
+        session = (
+            Session.objects.filter(pk=link.session_id).values("tools", "outcome", "note").first()
+            or {}
         )
+        turns, note = turns_view(stored, note=session.get("note") or "")
+        stated = Stated(outcome=session.get("outcome"), note=note)
+        distilled = _distill(claim, turns, llm, budget, stated)
+        declared = session.get("tools") or {}
         distilled.tool_descriptions = {
             tool: sensitive_redacted(str(declared[tool]))
             for tool in distilled.tools

@@ -17,7 +17,10 @@ DISTILL_SYSTEM = (
     "(the kind of request it applies to), action (what to do or not do), evidence (a short "
     "quote from the session), signal (tool_error, user_critique, user_confirmation, "
     "self_correction or inferred), importance and credibility in [0, 1], outcome (success, "
-    "failure or partial). Only lessons the session supports; none is a valid answer."
+    "failure or partial). When the agent stated how the session went on closing it, that "
+    "statement (outcome and note) comes first: take its outcome for the session's, weigh its "
+    "note as the agent's own account. Only lessons the session supports; none is a valid "
+    "answer."
 )
 
 DISTILL_SCHEMA: dict[str, Any] = {

@@ -14,13 +14,7 @@ from pgvector.django import VectorField
 from accounts.models import Client, Organization, Owned, OwnedIndexedByModel
 from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
-
-
-class Outcome(models.TextChoices):
-    SUCCESS = "success"
-    FAILURE = "failure"
-    PARTIAL = "partial"
-
+from sessions.models import Outcome
 
 # The score an outcome implies when the caller gives none.
 OUTCOME_SCORES = {Outcome.SUCCESS: 1.0, Outcome.PARTIAL: 0.5, Outcome.FAILURE: 0.0}

@@ -443,12 +443,16 @@ def skills_embed(*, skill_ids: Sequence[int], embedders: Sequence[EmbeddingProvi
 
 
 def skill_uses_session_count(*, session_id: int) -> list[Skill]:
-    """Count the closed task session's outcome for the skills it used: the outcome its turns
-    state (the user's last verdict, else its last tool call), none when they say nothing."""
-    from sessions.models import Message
+    """Count the closed task session's outcome for the skills it used: the outcome its closer
+    stated, else the one its turns state (the user's last verdict, else its last tool call),
+    none when they say nothing."""
+    from sessions.models import Message, Session
     from skills.learning.distill import session_distill
 
     if not SkillUse.objects.filter(session_id=session_id, counted_at__isnull=True).exists():
         return []
+    stated = Session.objects.filter(pk=session_id).values_list("outcome", flat=True).first()
+    if stated is not None:
+        return skill_uses_count(session_id=session_id, outcome=stated)
     turns = list(Message.objects.filter(session_id=session_id).order_by("position"))
     return skill_uses_count(session_id=session_id, outcome=session_distill(turns).outcome)

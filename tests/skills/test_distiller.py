@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from skills.learning.distill import lessons_parse, session_distill
+from skills.learning.distill import Stated, lessons_parse, session_distill, turns_view
 
 LESSON = {
     "type": "learn",
@@ -243,3 +243,84 @@ def test_the_task_is_the_whole_first_request_not_its_first_sentence() -> None:
     session.turns[0].text = "I'm planning a trip.   Can you find\nflights from Boston to Denver?"
     distilled = session_distill(session.turns)
     assert distilled.task == "I'm planning a trip. Can you find flights from Boston to Denver?"
+
+
+# --- What the agent stated on closing the session --------------------------------------------
+
+
+def _import_session() -> Session:
+    return (
+        Session()
+        .say("user", "Import orders.csv into the warehouse.")
+        .call("read_csv", {"path": "orders.csv"}, "Loaded 812 rows.")
+        .call("warehouse_load", {"table": "orders"}, "Inserted 812 rows.")
+        .say("assistant", "Loaded the orders, but two columns came out garbled.")
+    )
+
+
+def test_a_stated_failure_without_a_verdict_is_the_outcome_and_an_avoid_lesson() -> None:
+    session = _import_session()
+    plain = session_distill(session.turns)
+    assert plain.outcome == "success"  # what the last tool call did
+    stated = Stated(outcome="failure", note="Columns 4 and 5 are mojibake. Needs a re-run.")
+    distilled = session_distill(session.turns, stated=stated)
+    assert distilled.outcome == "failure"
+    [lesson] = distilled.lessons
+    assert (lesson.lesson_type, lesson.outcome, lesson.signal) == ("avoid", "failure", "inferred")
+    # About the work done: the tools that worked since the request.
+    assert lesson.action == "read_csv, warehouse_load"
+    assert lesson.evidence == "Columns 4 and 5 are mojibake."
+    assert "The agent reported a failure: Columns 4 and 5" in lesson.content
+    assert "user" not in lesson.content.lower()
+    assert lesson.source_message_ids == (session.turns[-1].pk,)  # the agent's last answer
+
+
+@pytest.mark.parametrize(
+    ("outcome", "lesson_type", "title"),
+    [
+        ("success", "learn", "Reported done: read_csv, warehouse_load"),
+        ("partial", "avoid", "Reported partly done: read_csv, warehouse_load"),
+    ],
+)
+def test_a_stated_success_is_a_learn_lesson_and_a_partial_an_avoid(
+    outcome: str, lesson_type: str, title: str
+) -> None:
+    distilled = session_distill(_import_session().turns, stated=Stated(outcome=outcome))
+    [lesson] = distilled.lessons
+    assert (lesson.lesson_type, lesson.title, lesson.outcome) == (lesson_type, title, outcome)
+    assert lesson.evidence == "" and distilled.outcome == outcome
+
+
+def test_a_stated_outcome_wins_over_the_users_verdict_and_judges_only_the_work_after_it() -> None:
+    session = (
+        Session()
+        .say("user", "Make the login page load faster.")
+        .say("assistant", "I added a Redis cache for the session lookup.")
+        .say("user", "Perfect, it works now, thanks!")
+    )
+    judged = session_distill(session.turns, stated=Stated(outcome="failure", note="Cache is cold."))
+    # The user's verdict judged all the work: its lesson stays, none is added for the same work.
+    [confirmation] = judged.lessons
+    assert confirmation.signal == "user_confirmation"
+    assert judged.outcome == "failure"
+    session.say("assistant", "I also minified the stylesheet.")
+    later = session_distill(session.turns, stated=Stated(outcome="failure", note="Cache is cold."))
+    confirmation, reported = later.lessons
+    assert (reported.lesson_type, reported.action) == ("avoid", "I also minified the stylesheet.")
+
+
+def test_a_note_without_an_outcome_adds_no_lesson() -> None:
+    session = _import_session()
+    distilled = session_distill(session.turns, stated=Stated(note="Done, mostly."))
+    assert distilled.lessons == [] and distilled.outcome == "success"
+
+
+def test_the_note_is_redacted_with_what_the_turns_gave() -> None:
+    session = (
+        Session()
+        .say("user", "Connect to the reporting database.")
+        .call("db_connect", {"password": "Tr0ub4dor&3-horse"}, "connected")
+    )
+    turns, note = turns_view(session.turns, note="Used Tr0ub4dor&3-horse; the db is slow.")
+    assert "Tr0ub4dor" not in note and "the db is slow" in note
+    assert "Tr0ub4dor" not in json.dumps(turns[1].tool_calls)

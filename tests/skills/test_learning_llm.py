@@ -305,3 +305,31 @@ def test_the_curator_is_shown_what_the_declared_tools_do_and_the_skill_keeps_it(
     skill = Skill.objects.get()
     assert skill.description.startswith("Reads CSV files that are not UTF-8")
     assert skill.tool_descriptions == {"read_csv_latin1": said}
+
+
+def test_the_model_reads_what_the_agent_stated_on_closing(
+    org: TenantFixture, llm: LoopbackServer, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.SKILL_TRIGGER_SESSION_THRESHOLD = 2
+    llm.respond(Model([LESSON]))
+    note = "Half the rows were skipped; the admin password hunter2-garden expired."
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(CSV_TASKS[:2]):
+            session_send(org.api, f"stated-{index}", csv_session(task), close=False)
+            closed = org.api.post(
+                f"/sessions/stated-{index}/close",
+                {"user_id": "agent-user", "outcome": "partial", "note": note},
+                format="json",
+            )
+            assert closed.status_code == 200, closed.content
+    run = LearningRun.objects.get(state="queued")
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    prompts = [_prompt(request) for request in llm.requests if _schema(request) == "lessons"]
+    assert len(prompts) == 2
+    for prompt in prompts:
+        assert prompt.startswith("The agent closed this session stating:\n  outcome: partial\n")
+        assert "note: Half the rows were skipped; the admin password" in prompt
+        assert "hunter2-garden" not in prompt
+    # The stated outcome wins over the user's closing "Thanks, that works now."
+    links = LearningRunSession.objects.filter(run=run)
+    assert set(links.values_list("outcome", flat=True)) == {"partial"}

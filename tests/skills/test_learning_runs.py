@@ -4,9 +4,12 @@ those into a versioned skill; a run claimed again redoes nothing."""
 
 from __future__ import annotations
 
+import json
+
 from django.test import override_settings
 
 from mirix_site.search.spaces import write_embedders
+from sessions.models import Message
 from skills.learning.execute import learning_run_execute
 from skills.learning.runs import learning_run_claim
 from skills.models import Experience, LearningRun, LearningRunSession, Skill, SkillVersion
@@ -14,7 +17,7 @@ from skills.prototypes import skill_phrasings
 from skills.services import learning
 from skills.tasks import learning_run_task
 from tests.factories import TenantFixture
-from tests.skills.sessions import CSV_TASKS, csv_session, session_send
+from tests.skills.sessions import CSV_TASKS, csv_session, session_send, tool_turns
 
 
 def _learn(org: TenantFixture, tasks, capture) -> LearningRun:
@@ -179,3 +182,51 @@ def test_a_session_that_declares_no_tools_learns_as_before(
     assert skill.tool_descriptions == {}
     assert skill.description.startswith("Handles requests like")
     assert skill_phrasings(skill, lambda text: [text])[1:] == skill.triggers
+
+
+# What agents' own work looks like: no user turn after the request, every call "worked".
+EXPORTS = ("Export the March invoices to invoices.csv.", "Export the April invoices to april.csv.")
+REPORTED = "The totals are off by VAT (checked with password hunter2-garden). Re-run it."
+
+
+def _unjudged_session(task: str) -> list[dict[str, object]]:
+    return [
+        {"role": "user", "content": task},
+        *tool_turns("export_invoices", {"month": task.split()[2]}, "Wrote 212 invoices.", "c-1"),
+        {"role": "assistant", "content": "Exported the invoices."},
+    ]
+
+
+@override_settings(LLM_PROVIDER="none", SKILL_TRIGGER_SESSION_THRESHOLD=2)
+def test_a_task_session_closed_as_a_failure_teaches_that_without_a_user_verdict(
+    org: TenantFixture, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        for index, task in enumerate(EXPORTS):
+            session_id = f"export-{index}"
+            session_send(org.api, session_id, _unjudged_session(task), close=False)
+            closed = org.api.post(
+                f"/sessions/{session_id}/close",
+                {"user_id": "agent-user", "outcome": "failure", "note": REPORTED},
+                format="json",
+            )
+            assert closed.status_code == 200, closed.content
+    run = LearningRun.objects.get()
+    assert learning_run_task.apply(args=[run.pk]).get() == "succeeded"
+    links = LearningRunSession.objects.filter(run=run)
+    assert set(links.values_list("outcome", flat=True)) == {"failure"}
+    lessons = Experience.objects.filter(distilled_by=run)
+    assert lessons.count() == 2
+    for lesson in lessons:
+        assert (lesson.lesson_type, lesson.outcome) == ("avoid", "failure")
+        assert lesson.signal == "inferred"  # the agent's word, not a user's
+        assert lesson.action == "export_invoices"
+        assert lesson.evidence == "The totals are off by VAT (checked with password <password>)."
+        assert lesson.source_session.session_id.startswith("export-")
+    # Nothing the note held in clear reached a lesson; the turns are the ones sent.
+    for lesson in Experience.objects.all():
+        assert "hunter2-garden" not in json.dumps(
+            [lesson.content, lesson.evidence, lesson.reason, lesson.title, lesson.context]
+        )
+    assert Message.objects.filter(session__session_id="export-0").count() == 4
+    assert not Message.objects.filter(role="user", text__contains="VAT").exists()

@@ -89,3 +89,34 @@ def test_a_read_only_key_retrieves_but_does_not_link_a_session(
     assert linked.status_code == 403 and linked.json()["code"] == "read_only_key"
     assert "session_id" in linked.json()["detail"]
     assert not SkillUse.objects.exists()
+
+
+def test_the_outcome_the_agent_states_is_what_the_skill_counts(
+    org: TenantFixture, learned: Skill, django_capture_on_commit_callbacks
+) -> None:
+    # Every call worked and no user judged it: the turns alone would count a success.
+    session_send(
+        org.api,
+        "stated-0",
+        [
+            {"role": "user", "content": NEW_TASK},
+            *tool_turns("read_csv_latin1", {"path": "q3.csv"}, "Loaded 80 rows.", "call-1"),
+            {"role": "assistant", "content": "I read q3.csv with latin-1."},
+        ],
+        close=False,
+    )
+    linked = org.api.post(
+        "/skills/retrieve",
+        {"user_id": "agent-user", "task": NEW_TASK, "session_id": "stated-0"},
+        format="json",
+    )
+    assert linked.json()["count"] >= 1
+    with django_capture_on_commit_callbacks(execute=True):
+        closed = org.api.post(
+            "/sessions/stated-0/close",
+            {"user_id": "agent-user", "outcome": "failure", "note": "Only 80 of 95 rows."},
+            format="json",
+        )
+    assert closed.status_code == 200, closed.content
+    learned.refresh_from_db()
+    assert (learned.successes, learned.failures) == (0, 1)
