@@ -1,11 +1,13 @@
-"""Downloading an image a caller named by URL, without letting the URL reach this server's network.
+"""Downloading what a caller named by URL (an image in a message, a skill an operator imports),
+without letting the URL reach this server's network.
 
 A URL in a message is a way to make the server connect somewhere: the cloud metadata service, a
 database on loopback, the private network. So each hop is judged by the address it will really
 connect to (numeric hosts read as ``inet_aton`` reads them, names resolved once, every answer
 public), and the socket is opened to that vetted address, so a DNS answer that changes between
 two lookups cannot slip in. TLS and the ``Host`` header keep the URL's hostname. The bytes are
-returned undecoded: reading them as an image is the caller's job.
+returned undecoded: reading them (as an image, a SKILL.md) is the caller's job. ``FetchKind``
+says what is fetched: the word its refusals use, what it asks for, the media types it takes.
 """
 
 from __future__ import annotations
@@ -25,11 +27,21 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from mirix_site.providers.http import http_status_transient
 
-__all__ = ["FetchedImage", "ImageFetchError", "Resolver", "image_fetch", "url_check"]
+__all__ = [
+    "IMAGE",
+    "FetchKind",
+    "Fetched",
+    "FetchedImage",
+    "ImageFetchError",
+    "Resolver",
+    "image_fetch",
+    "remote_fetch",
+    "url_check",
+]
 
 MAX_REDIRECTS = 3
 READ_CHUNK_BYTES = 64 * 1024
-_REQUEST_HEADERS = {"User-Agent": "mirix-site", "Accept": "image/*", "Connection": "close"}
+_REQUEST_HEADERS = {"User-Agent": "mirix-site", "Connection": "close"}
 
 # (host, port) -> the addresses the host names; the default asks the system resolver.
 Resolver = Callable[[str, int], list[str]]
@@ -77,16 +89,32 @@ _LOOPBACK = (ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv6Network("::1/12
 
 
 @dataclass(frozen=True)
-class FetchedImage:
-    """The undecoded bytes of a fetched image, its media type, and the URL after redirects."""
+class FetchKind:
+    """What is fetched: the word refusals name it by, the ``Accept`` header asking for it, and
+    the media types taken (None: any, the caller checks the bytes)."""
+
+    noun: str
+    accept: str
+    media_type: re.Pattern[str] | None
+
+
+IMAGE = FetchKind(noun="image", accept="image/*", media_type=_IMAGE_MEDIA_TYPE)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The undecoded bytes fetched, their media type, and the URL after redirects."""
 
     data: bytes
     content_type: str
     url: str
 
 
+FetchedImage = Fetched
+
+
 class ImageFetchError(Exception):
-    """A fetch that produced no image.
+    """A fetch that produced nothing (of any ``FetchKind``: the name is the images' own).
 
     ``reason`` is one sentence, safe to show the caller and to store on the message.
     ``transient`` says whether the same fetch may succeed later (a timeout, a dropped
@@ -179,30 +207,31 @@ def _host_read(hostname: str) -> tuple[str, IPAddress | None]:
     return (str(ipv4), ipv4) if ipv4 is not None else (name, None)
 
 
-def _target_read(url: str) -> _Target:
+def _target_read(url: str, kind: FetchKind = IMAGE) -> _Target:
     """The hop ``url`` describes, or ImageFetchError for a URL refused from its text alone."""
+    noun = kind.noun
     if _UNSAFE_URL_CHARACTERS.search(url):
-        raise ImageFetchError("The image URL contains spaces, control characters or backslashes.")
+        raise ImageFetchError(f"The {noun} URL contains spaces, control characters or backslashes.")
     try:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         port = parts.port
     except ValueError:
-        raise ImageFetchError("The image URL is not a valid URL.") from None
+        raise ImageFetchError(f"The {noun} URL is not a valid URL.") from None
     if scheme not in _DEFAULT_PORTS:
-        raise ImageFetchError("Only http:// and https:// image URLs are fetched.")
+        raise ImageFetchError(f"Only http:// and https:// {noun} URLs are fetched.")
     if "@" in parts.netloc:
-        raise ImageFetchError("Image URLs with credentials (user@host) are refused.")
+        raise ImageFetchError(f"{noun.capitalize()} URLs with credentials (user@host) are refused.")
     if not parts.hostname:
-        raise ImageFetchError("The image URL has no host.")
+        raise ImageFetchError(f"The {noun} URL has no host.")
     if port == 0:
-        raise ImageFetchError("The image URL's port is not valid.")
+        raise ImageFetchError(f"The {noun} URL's port is not valid.")
     try:
         host, address = _host_read(parts.hostname)
     except ValueError:
-        raise ImageFetchError("The image URL's host is not a valid name or address.") from None
+        raise ImageFetchError(f"The {noun} URL's host is not a valid name or address.") from None
     if address is not None and not _is_public(address):
-        raise ImageFetchError(f"The image URL's host {host} is not a public internet address.")
+        raise ImageFetchError(f"The {noun} URL's host {host} is not a public internet address.")
     # Non-ASCII characters in the path go out percent-encoded, as browsers send them.
     path = quote(parts.path or "/", safe=string.punctuation)
     query = quote(parts.query, safe=string.punctuation)
@@ -234,14 +263,16 @@ def _system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(answer[4][0]) for answer in answers))
 
 
-def _target_vet(*, target: _Target, allow_hosts: frozenset[str], resolver: Resolver) -> _Target:
+def _target_vet(
+    *, target: _Target, allow_hosts: frozenset[str], resolver: Resolver, kind: FetchKind = IMAGE
+) -> _Target:
     """``target`` with the addresses it may connect to, from a single lookup; all must pass."""
     if target.address is not None:
         return replace(target, addresses=(str(target.address),))
     # One reason for a name that does not resolve and one that resolves to a private address,
     # never naming the address: either distinction would let callers map this network's
     # internal DNS through the error messages.
-    reason = f"The image host {target.host} does not resolve to a public internet address."
+    reason = f"The {kind.noun} host {target.host} does not resolve to a public internet address."
     try:
         answers = resolver(target.host, target.port)
     except (OSError, UnicodeError) as error:
@@ -345,9 +376,11 @@ class _VettedConnection(http.client.HTTPConnection):
             self.sock = context.wrap_socket(sock, server_hostname=self.host)
 
 
-def _body_read(response: http.client.HTTPResponse, *, max_bytes: int) -> bytes:
+def _body_read(
+    response: http.client.HTTPResponse, *, max_bytes: int, kind: FetchKind = IMAGE
+) -> bytes:
     declared = (response.getheader("Content-Length") or "").strip()
-    too_big = ImageFetchError(f"The image is larger than {max_bytes} bytes.")
+    too_big = ImageFetchError(f"The {kind.noun} is larger than {max_bytes} bytes.")
     if declared.isdigit() and int(declared) > max_bytes:
         raise too_big
     received = bytearray()
@@ -362,11 +395,17 @@ def _body_read(response: http.client.HTTPResponse, *, max_bytes: int) -> bytes:
 
 
 def _hop_fetch(
-    *, target: _Target, deadline: _Deadline, max_bytes: int, ca_file: str | None
-) -> FetchedImage | str:
-    """The image at ``target``, or the URL it redirects to."""
+    *, target: _Target, deadline: _Deadline, max_bytes: int, ca_file: str | None, kind: FetchKind
+) -> Fetched | str:
+    """What ``target`` serves, or the URL it redirects to."""
+    noun = kind.noun
     connection = _VettedConnection(target, deadline, ca_file)
-    headers = {"Host": target.host_header, "Accept-Encoding": "identity", **_REQUEST_HEADERS}
+    headers = {
+        "Host": target.host_header,
+        "Accept": kind.accept,
+        "Accept-Encoding": "identity",
+        **_REQUEST_HEADERS,
+    }
     try:
         connection.request("GET", target.request_target, headers=headers)
         response = connection.getresponse()
@@ -375,32 +414,73 @@ def _hop_fetch(
             return urljoin(target.url, response.getheader("Location", ""))
         if status != 200:
             raise ImageFetchError(
-                f"The image host {target.host} answered HTTP {status}.",
+                f"The {noun} host {target.host} answered HTTP {status}.",
                 transient=http_status_transient(status),
             )
         media_type = (response.getheader("Content-Type") or "").split(";")[0].strip().lower()
-        if not _IMAGE_MEDIA_TYPE.fullmatch(media_type):
-            raise ImageFetchError(f"The URL is not an image (its type is {media_type or 'unset'}).")
+        if kind.media_type is not None and not kind.media_type.fullmatch(media_type):
+            raise ImageFetchError(
+                f"The URL is not an {noun} (its type is {media_type or 'unset'})."
+            )
         if (response.getheader("Content-Encoding") or "identity").strip().lower() != "identity":
-            raise ImageFetchError("The image host sent a compressed body, which is not accepted.")
-        data = _body_read(response, max_bytes=max_bytes)
+            raise ImageFetchError(f"The {noun} host sent a compressed body, which is not accepted.")
+        data = _body_read(response, max_bytes=max_bytes, kind=kind)
         if deadline.passed:  # the timer's shutdown reads as the end of a body without a length
             raise TimeoutError
-        return FetchedImage(data=data, content_type=media_type, url=target.url)
+        return Fetched(data=data, content_type=media_type, url=target.url)
     except ssl.SSLCertVerificationError:
         raise ImageFetchError(f"The certificate of {target.host} could not be verified.") from None
     except (OSError, http.client.HTTPException) as error:
         if deadline.passed or isinstance(error, TimeoutError):
             raise ImageFetchError(
-                "The image host did not answer in time.", transient=True
+                f"The {noun} host did not answer in time.", transient=True
             ) from None
         if isinstance(error, OSError | http.client.IncompleteRead):
             raise ImageFetchError(
-                f"The connection to the image host {target.host} failed.", transient=True
+                f"The connection to the {noun} host {target.host} failed.", transient=True
             ) from None
-        raise ImageFetchError(f"The image host {target.host} did not answer in HTTP.") from None
+        raise ImageFetchError(f"The {noun} host {target.host} did not answer in HTTP.") from None
     finally:
         connection.close()
+
+
+def remote_fetch(
+    *,
+    url: str,
+    kind: FetchKind,
+    max_bytes: int,
+    timeout: float,
+    allow_hosts: Iterable[str] = (),
+    resolver: Resolver | None = None,
+    ca_file: str | None = None,
+) -> Fetched:
+    """What ``url`` serves, a ``kind`` of thing, following at most ``MAX_REDIRECTS`` redirects,
+    each judged again.
+
+    ``timeout`` bounds the whole fetch in seconds, redirects included. A name in ``allow_hosts``
+    (the setting ``IMAGE_FETCH_ALLOW_HOSTS``, empty in production) may resolve to loopback, and
+    only to loopback: it lets tests serve files from this machine. ``resolver`` replaces the
+    system's DNS (tests), ``ca_file`` its trusted certificates. Raises ImageFetchError.
+    """
+    allowed = frozenset(host.lower().removesuffix(".") for host in allow_hosts)
+    deadline = _Deadline(timeout)
+    try:
+        for _hop in range(MAX_REDIRECTS + 1):
+            target = _target_vet(
+                target=_target_read(url, kind),
+                allow_hosts=allowed,
+                resolver=resolver or _system_resolve,
+                kind=kind,
+            )
+            outcome = _hop_fetch(
+                target=target, deadline=deadline, max_bytes=max_bytes, ca_file=ca_file, kind=kind
+            )
+            if isinstance(outcome, Fetched):
+                return outcome
+            url = outcome
+        raise ImageFetchError(f"The {kind.noun} URL redirected more than {MAX_REDIRECTS} times.")
+    finally:
+        deadline.close()
 
 
 def image_fetch(
@@ -411,27 +491,14 @@ def image_fetch(
     allow_hosts: Iterable[str] = (),
     resolver: Resolver | None = None,
     ca_file: str | None = None,
-) -> FetchedImage:
-    """The image at ``url``, following at most ``MAX_REDIRECTS`` redirects, each judged again.
-
-    ``timeout`` bounds the whole fetch in seconds, redirects included. A name in ``allow_hosts``
-    (the setting ``IMAGE_FETCH_ALLOW_HOSTS``, empty in production) may resolve to loopback, and
-    only to loopback: it lets tests serve images from this machine. ``resolver`` replaces the
-    system's DNS (tests), ``ca_file`` its trusted certificates. Raises ImageFetchError.
-    """
-    allowed = frozenset(host.lower().removesuffix(".") for host in allow_hosts)
-    deadline = _Deadline(timeout)
-    try:
-        for _hop in range(MAX_REDIRECTS + 1):
-            target = _target_vet(
-                target=_target_read(url), allow_hosts=allowed, resolver=resolver or _system_resolve
-            )
-            outcome = _hop_fetch(
-                target=target, deadline=deadline, max_bytes=max_bytes, ca_file=ca_file
-            )
-            if isinstance(outcome, FetchedImage):
-                return outcome
-            url = outcome
-        raise ImageFetchError(f"The image URL redirected more than {MAX_REDIRECTS} times.")
-    finally:
-        deadline.close()
+) -> Fetched:
+    """The image at ``url`` (``remote_fetch`` of an ``IMAGE``)."""
+    return remote_fetch(
+        url=url,
+        kind=IMAGE,
+        max_bytes=max_bytes,
+        timeout=timeout,
+        allow_hosts=allow_hosts,
+        resolver=resolver,
+        ca_file=ca_file,
+    )

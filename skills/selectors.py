@@ -182,6 +182,17 @@ def skills_served(*, tenant: Tenant, end_user: EndUser) -> list[Skill]:
     return list(skills_list(tenant=tenant, end_user=end_user).filter(SERVED))
 
 
+def skill_owned_named(*, tenant: Tenant, end_user: EndUser, name: str) -> Skill | None:
+    """The user's skill of this name that the tenant's own client wrote (not deleted: a
+    deleted skill's name is free), or None."""
+    return (
+        Skill.objects.owned_by(tenant, end_user=end_user)
+        .exclude(status=Skill.Status.DELETED)
+        .filter(name=name)
+        .first()
+    )
+
+
 def skill_get(*, tenant: Tenant, skill_id: str) -> Skill:
     pk = row_id(skill_id)
     if pk is None:

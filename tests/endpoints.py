@@ -238,6 +238,12 @@ ENDPOINTS = [
     Endpoint(
         "GET", "/skills/index.json", params={"user_id": "{user_id}"}, route="skills/index.json"
     ),
+    Endpoint(
+        "GET",
+        "/.well-known/agent-skills/index.json",
+        params={"user_id": "{user_id}"},
+        route=".well-known/agent-skills/index.json",
+    ),
     Endpoint("GET", "/skills/{skill_id}", route="skills/<str:skill_id>"),
     Endpoint(
         "PATCH",

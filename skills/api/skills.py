@@ -392,7 +392,7 @@ class SkillIndexApi(TenantAPIView):
         summary="The user's served skills as an Agent Skills discovery index",
     )
     def get(self, request: Request) -> Response:
-        return Response(
+        response = Response(
             discovery_index(
                 _served(self),
                 confidence=skill_confidence,
@@ -401,6 +401,26 @@ class SkillIndexApi(TenantAPIView):
                 ),
             )
         )
+        # One key's view of one user, changed by every learning run: never shared, always
+        # revalidated (the discovery RFC asks for fitting Cache-Control).
+        response["Cache-Control"] = "private, no-cache"
+        return response
+
+
+class SkillIndexWellKnownApi(SkillIndexApi):
+    """The user's served skills as an Agent Skills discovery index, at the path the discovery
+    RFC (0.2.0) has clients look for it: ``/.well-known/agent-skills/index.json``, the same
+    answer as ``/skills/index.json`` (an API key, ``user_id``)."""
+
+    @extend_schema(
+        operation_id="skills_index_well_known",
+        tags=["skills"],
+        parameters=[UserQuerySerializer],
+        responses={200: OpenApiResponse(description="an Agent Skills discovery index")},
+        summary="The user's served skills as an Agent Skills discovery index (well-known path)",
+    )
+    def get(self, request: Request) -> Response:
+        return super().get(request)
 
 
 class SkillMarkdownApi(_SkillApi):

@@ -59,6 +59,11 @@ urlpatterns = [
     path("skills/retrieve", skills.SkillRetrieveApi.as_view(), name="skill-retrieve"),
     path("skills/export", skills.SkillExportApi.as_view(), name="skill-export"),
     path("skills/index.json", skills.SkillIndexApi.as_view(), name="skill-index"),
+    path(
+        ".well-known/agent-skills/index.json",
+        skills.SkillIndexWellKnownApi.as_view(),
+        name="skill-index-well-known",
+    ),
     path("skills/<str:skill_id>", skills.SkillDetailApi.as_view(), name="skill-detail"),
     path(
         "skills/<str:skill_id>/SKILL.md", skills.SkillMarkdownApi.as_view(), name="skill-markdown"

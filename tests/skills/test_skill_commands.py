@@ -5,7 +5,9 @@ written around the versions service. A dry run changes no row of any table."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import zipfile
 from io import StringIO
 from pathlib import Path
@@ -198,7 +200,12 @@ def test_export_skills_writes_what_the_api_exports(
         for path in (tmp_path / "folders").rglob("*")
         if path.is_file()
     }
+    index = json.loads(written.pop("index.json"))
     assert written == expected and list(written) == [f"{learned.name}/SKILL.md"]
+    # Beside them, their discovery index, its urls relative: the folder is a well-known tree.
+    [entry] = index["skills"]
+    assert entry["url"] == f"{learned.name}/SKILL.md"
+    assert entry["digest"] == "sha256:" + hashlib.sha256(expected[entry["url"]]).hexdigest()
 
     # Another client, reading nothing of this one's: no skills of the user.
     second = org.another_client("second")
