@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import anyio
-import httpx
+import httpx2
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.handlers.base import BaseHandler
 from django.core.handlers.wsgi import WSGIRequest
@@ -73,8 +73,8 @@ def _api_handler() -> _ApiHandler:
     return _ApiHandler()
 
 
-class InProcessApi(httpx.AsyncBaseTransport):
-    """An httpx transport that hands each request to the API's views in this process, on the
+class InProcessApi(httpx2.AsyncBaseTransport):
+    """An httpx2 transport that hands each request to the API's views in this process, on the
     thread serving ``/mcp`` (its database connection and transaction), as a WSGI request from
     the caller's address."""
 
@@ -82,14 +82,14 @@ class InProcessApi(httpx.AsyncBaseTransport):
         self.remote_addr = remote_addr
         self.scheme = scheme
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()
         status, headers, content = await sync_to_async(self._respond, thread_sensitive=True)(
             request, body
         )
-        return httpx.Response(status, headers=headers, content=content, request=request)
+        return httpx2.Response(status, headers=headers, content=content, request=request)
 
-    def _respond(self, request: httpx.Request, body: bytes) -> tuple[int, list[Any], bytes]:
+    def _respond(self, request: httpx2.Request, body: bytes) -> tuple[int, list[Any], bytes]:
         environ = {
             "REQUEST_METHOD": request.method,
             "SCRIPT_NAME": "",
@@ -165,7 +165,7 @@ async def _served(scope: dict[str, Any], body: bytes, api: Api) -> tuple[int, li
         sent.append(message)
 
     manager = StreamableHTTPSessionManager(
-        app=mcp_server()._mcp_server, stateless=True, json_response=True
+        app=mcp_server()._lowlevel_server, stateless=True, json_response=True
     )
     token = _request_api.set(api)
     try:

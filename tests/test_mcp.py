@@ -11,19 +11,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import requests
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult, ServerNotification, Tool
+from mcp.shared.exceptions import MCPError as McpError
+from mcp.types import CallToolResult, Tool
 
 from accounts.services import api_key_revoke
 from mirix_site.launcher import PROJECT_DIR
@@ -52,7 +51,7 @@ WRITE_TOOLS = {
     "log_step",
     "finish_task",
 }
-CALL_TIMEOUT = timedelta(seconds=60)
+CALL_TIMEOUT = 60.0  # seconds
 MIRIX_MCP = str(Path(sys.executable).parent / "mirix-mcp")
 
 
@@ -74,15 +73,15 @@ class Agent:
 
     def result(self, tool: str, **arguments: Any) -> dict[str, Any]:
         answer = self.call(tool, **arguments)
-        assert not answer.isError, answer.content
-        assert answer.structuredContent is not None
+        assert not answer.is_error, answer.content
+        assert answer.structured_content is not None
         # What most clients show the model: the same result, as JSON.
-        assert json.loads(answer.content[0].text) == answer.structuredContent
-        return answer.structuredContent
+        assert json.loads(answer.content[0].text) == answer.structured_content
+        return answer.structured_content
 
     def error(self, tool: str, **arguments: Any) -> str:
         answer = self.call(tool, **arguments)
-        assert answer.isError, answer.structuredContent
+        assert answer.is_error, answer.structured_content
         return " ".join(block.text for block in answer.content if block.type == "text")
 
     def resources(self) -> dict[str, Any]:
@@ -100,13 +99,16 @@ def _session(portal: BlockingPortal, streams: Any) -> Iterator[Agent]:
     notified: list[str] = []
 
     async def on_message(message: Any) -> None:
-        if isinstance(message, ServerNotification):
-            notified.append(message.root.method)
+        method = getattr(message, "method", None)
+        if isinstance(method, str):
+            notified.append(method)
 
     with portal.wrap_async_context_manager(
         ClientSession(*streams[:2], message_handler=on_message)
     ) as session:
         initialized = portal.call(session.initialize)
+        # The protocol revision today's editors speak (2025-11-25) has no `extensions`.
+        assert initialized.protocol_version == "2025-11-25"
         assert "io.modelcontextprotocol/skills" in (initialized.capabilities.experimental or {})
         yield Agent(portal, session, notified)
 
@@ -135,8 +137,8 @@ def agent(
 def http_agent(url: str, key: str, *, user_id: str = "sam") -> Iterator[Agent]:
     """The server's own /mcp, as an editor configured with its URL and key would reach it."""
     with start_blocking_portal() as portal:
-        http = httpx.AsyncClient(
-            headers={"X-API-Key": key, "X-User-Id": user_id}, timeout=httpx.Timeout(60.0)
+        http = httpx2.AsyncClient(
+            headers={"X-API-Key": key, "X-User-Id": user_id}, timeout=httpx2.Timeout(60.0)
         )
         with (
             portal.wrap_async_context_manager(http),
@@ -174,12 +176,12 @@ def test_the_tools_are_listed_with_their_annotations(
         tools = client.tools()
     assert set(tools) == READ_TOOLS | WRITE_TOOLS
     for name in READ_TOOLS:
-        assert tools[name].annotations.readOnlyHint is True, name
+        assert tools[name].annotations.read_only_hint is True, name
     for name in WRITE_TOOLS:
-        assert tools[name].annotations.readOnlyHint is False, name
-    assert tools["forget"].annotations.destructiveHint is True
-    assert tools["record_experience"].annotations.destructiveHint is False
-    assert tools["record_experience"].inputSchema["required"] == ["task", "action", "outcome"]
+        assert tools[name].annotations.read_only_hint is False, name
+    assert tools["forget"].annotations.destructive_hint is True
+    assert tools["record_experience"].annotations.destructive_hint is False
+    assert tools["record_experience"].input_schema["required"] == ["task", "action", "outcome"]
     # Each says when to call it, in plain sentences (no docstring indentation to pay for).
     for name, tool in tools.items():
         assert tool.description and "\n " not in tool.description, name
@@ -416,11 +418,11 @@ def test_the_tools_choices_are_the_apis(web_url: str, org: TenantFixture, tmp_pa
 
     with agent(web_url, org.key, tmp_path / "mcp.log") as client:
         tools = client.tools()
-    memory_types = tools["search_memories"].inputSchema["properties"]["memory_type"]["enum"]
+    memory_types = tools["search_memories"].input_schema["properties"]["memory_type"]["enum"]
     # The API also takes the aliases the MIRIX client sends; an agent is offered the names.
     aliases = {"knowledge", "knowledge_vault_memory"}
     assert set(memory_types) == api_choices("/memory/search", "memory_type") - aliases
-    outcomes = tools["record_experience"].inputSchema["properties"]["outcome"]["enum"]
+    outcomes = tools["record_experience"].input_schema["properties"]["outcome"]["enum"]
     assert set(outcomes) == api_choices("/experiences/recall", "outcome")
 
 
@@ -477,10 +479,14 @@ def _remembered(client: Agent) -> None:
         )
 
 
-def _learned(client: Agent) -> dict[str, Any]:
-    """Five tasks worked, then the skill learned from them, found and read as a resource."""
+def _worked(client: Agent) -> None:
+    """Five tasks worked, enough to start a learning run."""
     for month in MONTHS:
         _csv_task(client, month)
+
+
+def _learned(client: Agent) -> dict[str, Any]:
+    """The skill learned from the five tasks, found and read as a resource."""
     task = "load the june sales CSV export into a dataframe"
     found = eventually(
         lambda: client.result("retrieve_skills", task=task)["skills"],
@@ -513,12 +519,13 @@ def test_an_agent_remembers_works_and_learns_a_skill_over_stdio(
     with agent(web_url, org.key, log, MIRIX_SKILLS_POLL_SECONDS="0.5") as client:
         _remembered(client)
         assert set(client.resources()) == {"skill://index.json"}  # nothing learned yet
-        skill = _learned(client)
-        # The session that listed the resources was told when the run changed them.
+        _worked(client)
+        # The session that listed the resources is told when the learning run changes them.
         eventually(
             lambda: "notifications/resources/list_changed" in client.notified,
             what="a list_changed notification",
         )
+        skill = _learned(client)
         # What the user asks to forget is gone; the rest stays.
         [memory] = [
             each
@@ -543,6 +550,7 @@ def test_a_team_shares_the_servers_mcp_endpoint_each_key_seeing_its_own(
         tools = alice.tools()
         assert set(tools) == READ_TOOLS | WRITE_TOOLS
         _remembered(alice)
+        _worked(alice)
         skill = _learned(alice)
     # Another organization's key, the same user id: none of the above.
     with http_agent(web_url, other_org.key) as bob:

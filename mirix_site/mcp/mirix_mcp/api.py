@@ -4,7 +4,7 @@ user, and every error it answers turned into a sentence an agent (or its user) c
 The same client serves both transports: the stdio program reads its settings from the
 environment (``MIRIX_API_URL``, ``MIRIX_API_KEY``, ``MIRIX_USER_ID``) and calls the API over
 the network; the server's ``/mcp`` endpoint takes them from the request (its headers) and
-calls the API in the same process through an httpx transport of its own. ``Naming`` says
+calls the API in the same process through an httpx2 transport of its own. ``Naming`` says
 where each setting came from, so that an error names the thing to fix in either case.
 """
 
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpx
+import httpx2
 
 DEFAULT_API_URL = "http://127.0.0.1:8531"  # where `make run` serves
 
 # A search embeds its query and may wait on the database; the connection itself is local or
 # near, so a refused or unreachable server is told quickly.
-TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+TIMEOUT = httpx2.Timeout(60.0, connect=5.0)
 
 
 class ConfigurationError(Exception):
@@ -75,7 +75,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     return Settings(api_url=url.rstrip("/"), api_key=key, user_id=user_id)
 
 
-def _detail(response: httpx.Response) -> tuple[dict[str, Any], str]:
+def _detail(response: httpx2.Response) -> tuple[dict[str, Any], str]:
     try:
         body = response.json()
     except ValueError:
@@ -87,21 +87,21 @@ def _detail(response: httpx.Response) -> tuple[dict[str, Any], str]:
 
 
 def error_message(
-    settings: Settings, response: httpx.Response, parameter_names: Mapping[str, str]
+    settings: Settings, response: httpx2.Response, parameter_names: Mapping[str, str]
 ) -> ApiError:
     """The tool error for an API error answer; ``parameter_names`` maps the API's field
     names to the tool's parameters, so that the agent is told which argument to fix."""
     body, detail = _detail(response)
     naming = settings.naming
     status = response.status_code
-    if status == httpx.codes.UNAUTHORIZED:
+    if status == httpx2.codes.UNAUTHORIZED:
         return ApiError(
             f"The memory server refused {naming.key} (401: {detail}). Set {naming.key} in "
             f"{naming.where} to a valid, unrevoked key."
         )
-    if status == httpx.codes.FORBIDDEN and body.get("code") == "read_only_key":
+    if status == httpx2.codes.FORBIDDEN and body.get("code") == "read_only_key":
         return ApiError(f"{detail}. This tool writes; use a read-write key ({naming.key}).")
-    if status == httpx.codes.UNPROCESSABLE_ENTITY:
+    if status == httpx2.codes.UNPROCESSABLE_ENTITY:
         fields = body.get("fields") or {}
         problems = []
         for name, messages in fields.items():
@@ -112,15 +112,15 @@ def error_message(
                 problems.append(f"{parameter_names.get(name, name)}: {text}")
         listed = "; ".join(problems) or detail
         return ApiError(f"Invalid arguments: {listed}. Fix them and call the tool again.")
-    if status == httpx.codes.TOO_MANY_REQUESTS:
+    if status == httpx2.codes.TOO_MANY_REQUESTS:
         wait = response.headers.get("Retry-After")
         return ApiError(f"{detail}. Try again in {wait} s." if wait else f"{detail}.")
     return ApiError(f"The memory server answered {status}: {detail}.")
 
 
-def _unreachable(settings: Settings, error: httpx.HTTPError) -> ApiError:
+def _unreachable(settings: Settings, error: httpx2.HTTPError) -> ApiError:
     where = f"{settings.naming.url}={settings.api_url}"
-    if isinstance(error, httpx.TimeoutException):
+    if isinstance(error, httpx2.TimeoutException):
         return ApiError(
             f"The memory server at {where} did not answer in time ({type(error).__name__}); "
             "try again."
@@ -145,10 +145,10 @@ class Api:
     network (the server's own endpoint calls its views in process)."""
 
     def __init__(
-        self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None
+        self, settings: Settings, *, transport: httpx2.AsyncBaseTransport | None = None
     ) -> None:
         self.settings = settings
-        self.client = httpx.AsyncClient(
+        self.client = httpx2.AsyncClient(
             base_url=settings.api_url,
             headers={"X-API-Key": settings.api_key, "Accept": "application/json"},
             timeout=TIMEOUT,
@@ -163,7 +163,7 @@ class Api:
         params: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         parameter_names: Mapping[str, str] | None = None,
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         """The API's answer, its errors raised as ``ApiError`` (a 404 is returned: what it
         means depends on the call)."""
         query = _query(self.settings, params)
@@ -175,9 +175,9 @@ class Api:
             query = {}
         try:
             response = await self.client.request(method, path, params=query, json=payload)
-        except httpx.HTTPError as error:
+        except httpx2.HTTPError as error:
             raise _unreachable(self.settings, error) from error
-        if response.is_error and response.status_code != httpx.codes.NOT_FOUND:
+        if response.is_error and response.status_code != httpx2.codes.NOT_FOUND:
             raise error_message(self.settings, response, parameter_names or {})
         return response
 
@@ -196,7 +196,7 @@ class Api:
         response = await self.response(
             method, path, params=params, body=body, parameter_names=parameter_names
         )
-        if response.status_code == httpx.codes.NOT_FOUND:
+        if response.status_code == httpx2.codes.NOT_FOUND:
             if if_missing is not None:
                 return if_missing
             raise error_message(self.settings, response, parameter_names or {})
@@ -212,7 +212,7 @@ class Api:
     async def text(self, path: str) -> str | None:
         """A text answer (a SKILL.md); None when the API has no such thing (404)."""
         response = await self.response("GET", path)
-        if response.status_code == httpx.codes.NOT_FOUND:
+        if response.status_code == httpx2.codes.NOT_FOUND:
             return None
         return response.text
 
@@ -224,16 +224,16 @@ def key_check(settings: Settings) -> None:
     """One authenticated call before the program serves anything: a key the server refuses,
     or a server that does not answer, stops it at start with what to fix (``ApiError``)."""
     try:
-        with httpx.Client(base_url=settings.api_url, timeout=TIMEOUT) as client:
+        with httpx2.Client(base_url=settings.api_url, timeout=TIMEOUT) as client:
             # The end user's own record: 200, or 404 while nothing is stored for them; both
             # mean the key was accepted.
             response = client.get(
                 f"/users/{quote(settings.user_id, safe='')}",
                 headers={"X-API-Key": settings.api_key},
             )
-    except httpx.HTTPError as error:
+    except httpx2.HTTPError as error:
         raise _unreachable(settings, error) from error
-    if response.is_error and response.status_code != httpx.codes.NOT_FOUND:
+    if response.is_error and response.status_code != httpx2.codes.NOT_FOUND:
         raise error_message(settings, response, {})
     body, _ = _detail(response)
     if body.get("code" if response.is_error else "id") is None or (

@@ -17,11 +17,12 @@ from functools import partial
 from typing import Any
 
 import anyio
-from mcp.server.fastmcp import FastMCP
-from mcp.server.fastmcp.exceptions import ResourceError, ToolError
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.types import Resource, TextContent
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, ListResourcesResult, PaginatedRequestParams, TextContent
 from pydantic import AnyUrl, ValidationError
 
 from mirix_mcp.api import Api, ApiError
@@ -38,14 +39,14 @@ def arguments_error(error: ValidationError) -> str:
     return f"Invalid arguments: {'; '.join(problems)}. Fix them and call the tool again."
 
 
-class MemoryServer(FastMCP):
-    """FastMCP with tool errors an agent can act on, results in few tokens, and the user's
-    skills as resources read from the API at each call.
+class MemoryServer(MCPServer):
+    """The SDK's MCPServer with tool errors an agent can act on, results in few tokens, and
+    the user's skills as resources read from the API at each call.
 
-    FastMCP reports a bad argument as a pydantic dump prefixed "Error executing tool", and an
-    API error as its exception text under the same prefix; both come out as one sentence of
-    what to fix. A result's text (what most clients show the model) is its structured content
-    on one line: FastMCP indents it, a third more tokens on a list of experiences."""
+    The SDK reports a bad argument as a pydantic dump and an API error as its exception text;
+    both come out as one sentence of what to fix. A result's text (what most clients show the
+    model) is its structured content on one line: the SDK indents it, a third more tokens on a
+    list of experiences."""
 
     def __init__(
         self,
@@ -57,18 +58,24 @@ class MemoryServer(FastMCP):
         super().__init__("mirix", instructions=INSTRUCTIONS, log_level="WARNING", **settings)
         self.api = api
         self.watch = watch
-        # Declared at initialization: the skills extension, and list-change notifications
-        # where a session lives long enough to receive them (stdio; /mcp answers each request
-        # on its own).
-        self._mcp_server.create_initialization_options = partial(  # type: ignore[method-assign]
-            self._mcp_server.create_initialization_options,
+        # Declared at initialization: the skills extension — among the capabilities'
+        # `extensions` (SEP-2133) on the 2026-07-28 revision, and `experimental` on the earlier
+        # ones, which have no such field (the SDK sieves it out) — and list-change
+        # notifications where a session lives long enough to receive them (stdio; /mcp
+        # answers each request on its own).
+        lowlevel = self._lowlevel_server
+        lowlevel.extensions = {**(lowlevel.extensions or {}), EXTENSION: {}}
+        lowlevel.create_initialization_options = partial(  # type: ignore[method-assign]
+            lowlevel.create_initialization_options,
             NotificationOptions(resources_changed=watch is not None),
             {EXTENSION: {}},
         )
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
         try:
-            result = await super().call_tool(name, arguments)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as error:
             cause = error.__cause__
             if isinstance(cause, ValidationError):
@@ -76,23 +83,26 @@ class MemoryServer(FastMCP):
             if isinstance(cause, ApiError):
                 raise ToolError(str(cause)) from cause
             raise
-        if isinstance(result, tuple):  # (content, structured content): every tool here
-            structured = result[1]
-            text = json.dumps(structured, ensure_ascii=False, default=str)
-            return [TextContent(type="text", text=text)], structured
+        if isinstance(result, CallToolResult) and result.structured_content is not None:
+            text = json.dumps(result.structured_content, ensure_ascii=False, default=str)
+            result.content = [TextContent(type="text", text=text)]
         return result
 
-    async def list_resources(self) -> list[Resource]:
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
         api = self.api()
         try:
             index = await skill_index(api)
         except ApiError as error:
             raise ResourceError(str(error)) from error
         if self.watch is not None:
-            self.watch.listed(self.get_context().session, index)
-        return skill_resources(index, api.settings.user_id)
+            self.watch.listed(ctx.session, index)
+        return ListResourcesResult(resources=skill_resources(index, api.settings.user_id))
 
-    async def read_resource(self, uri: AnyUrl | str) -> Iterable[ReadResourceContents]:
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context | None = None
+    ) -> Iterable[ReadResourceContents]:
         try:
             text, mime_type = await skill_read(self.api(), str(uri))
         except ApiError as error:
@@ -116,7 +126,7 @@ def server_create(api: Callable[[], Api], *, watch_seconds: float | None = None)
     watch = SkillWatch() if watch_seconds else None
 
     @asynccontextmanager
-    async def watching(server: FastMCP) -> AsyncIterator[None]:
+    async def watching(server: MCPServer) -> AsyncIterator[None]:
         async def poll() -> None:
             while True:
                 await anyio.sleep(watch_seconds or 0)

@@ -5,8 +5,8 @@ explicit; the first segment, the end user, is a locator a client must not resolv
 and the ``skill://index.json`` resource listing them in the Agent Skills discovery index's
 shape with ``url`` the skill:// URI and no digest (the transport carries integrity). Both come
 through plain ``resources/list`` and ``resources/read``, which every MCP client speaks; the
-extension's ``skills/list`` / ``skills/get`` methods are not served (the 1.x SDK has no way to
-add methods).
+extension's ``skills/list`` / ``skills/get`` methods, whose shapes it left unsettled, are not
+served.
 
 The server's ``GET /skills/index.json`` is the source: what it lists is what retrieval
 serves. ``SkillWatch`` polls it and tells the sessions that listed the resources when the list
@@ -69,7 +69,7 @@ def skill_resources(index: dict[str, Any], user_id: str) -> list[Resource]:
             name="index.json",
             title="Skills learned for this user",
             description="The discovery index of the skills below (Agent Skills' index.json).",
-            mimeType="application/json",
+            mime_type="application/json",
         )
     ]
     resources.extend(
@@ -77,7 +77,7 @@ def skill_resources(index: dict[str, Any], user_id: str) -> list[Resource]:
             uri=skill_uri(user_id, entry["name"]),
             name=entry["name"],
             description=entry.get("description") or None,
-            mimeType=MARKDOWN,
+            mime_type=MARKDOWN,
         )
         for entry in index["skills"]
     )

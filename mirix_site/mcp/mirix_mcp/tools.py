@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -105,7 +105,7 @@ Action = Annotated[str, Field(description="What was done: the approach, command 
 SessionId = Annotated[str, Field(description="The session_id start_task gave.")]
 
 
-def tool(server: FastMCP, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+def tool(server: MCPServer, annotations: ToolAnnotations) -> Callable[[Any], Any]:
     """Registers a tool, its docstring (what it does and when to call it) as one paragraph:
     the indentation of source code is tokens an agent would pay for."""
 
@@ -216,7 +216,7 @@ def step_turns(
     return turns
 
 
-def experience_tools(server: FastMCP, api: Callable[[], Api]) -> None:
+def experience_tools(server: MCPServer, api: Callable[[], Api]) -> None:
     """What was tried for a task and how it went (as Mimir keeps it): recommend, recall,
     record, supersede."""
 
@@ -374,7 +374,7 @@ def experience_tools(server: FastMCP, api: Callable[[], Api]) -> None:
         return {"superseded": True, "experience": experience_brief(answer)}
 
 
-def memory_tools(server: FastMCP, api: Callable[[], Api]) -> None:
+def memory_tools(server: MCPServer, api: Callable[[], Api]) -> None:
     """What the user said in conversations: keep it, search it, forget a piece of it."""
 
     @tool(server, READ_ONLY)
@@ -486,7 +486,7 @@ def memory_tools(server: FastMCP, api: Callable[[], Api]) -> None:
         return {"forgotten": True, "memory_type": memory_type, "id": id}
 
 
-def task_tools(server: FastMCP, api: Callable[[], Api]) -> None:
+def task_tools(server: MCPServer, api: Callable[[], Api]) -> None:
     """An agent's own work as task sessions, and the skills learned from them."""
 
     @tool(server, RECORDS)
