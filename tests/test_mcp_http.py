@@ -89,3 +89,43 @@ def test_a_tool_call_is_the_apis_own_in_process(org: TenantFixture) -> None:
     )
     assert missing.json()["result"]["isError"] is True
     assert "404" in json.dumps(missing.json())
+
+
+@pytest.mark.django_db
+def test_a_task_worked_through_the_tools_is_a_task_session_with_its_stated_outcome(
+    org: TenantFixture,
+) -> None:
+    def call(name: str, **arguments: Any) -> dict[str, Any]:
+        return tool_result(rpc(org, "tools/call", {"name": name, "arguments": arguments}))
+
+    session_id = call("start_task", task="rotate the staging TLS certificate")["session_id"]
+    call(
+        "log_step",
+        session_id=session_id,
+        tool_call={"name": "certbot", "arguments": {"domain": "staging.example.com"}},
+        tool_result={"content": "challenge did not validate", "is_error": True},
+    )
+    call(
+        "log_step",
+        session_id=session_id,
+        tool_result={"tool": "certbot", "content": "certificate renewed"},
+    )
+    call("finish_task", session_id=session_id, outcome="failure", note="DNS not propagated")
+
+    session = org.api.get(f"/sessions/{session_id}", {"user_id": "sam"}).json()
+    assert session["tag"] == "task" and session["status"] == "closed"
+    assert (session["outcome"], session["note"]) == ("failure", "DNS not propagated")
+    turns = org.api.get(f"/sessions/{session_id}/messages", {"user_id": "sam"}).json()["results"]
+    assert [turn["role"] for turn in turns] == ["user", "assistant", "tool", "tool"]
+    call_id = turns[1]["tool_calls"][0]["id"]
+    assert turns[2]["tool_call_id"] == call_id  # a call and its result in one step, paired
+    # A result flagged as an error, without an error word, reads as one to the learner.
+    assert turns[2]["content"][0]["text"] == "Error: challenge did not validate"
+    assert turns[3]["name"] == "certbot"  # a result alone, paired by its tool
+    # Closed with an outcome: another one is refused, with the API's reason.
+    again = rpc(
+        org,
+        "tools/call",
+        {"name": "finish_task", "arguments": {"session_id": session_id, "outcome": "success"}},
+    ).json()["result"]
+    assert again["isError"] is True and "409" in again["content"][0]["text"]
