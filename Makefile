@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml mirix_site/mcp/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./mirix_site/mcp -e '.[test]'
+	# Once more, alone: an older mirix-site that shipped the `mirix-mcp` script removes it
+	# when it is replaced, after the new package wrote its own.
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall -e ./mirix_site/mcp
 	touch $(STAMP)
 
 install: $(STAMP)
