@@ -53,8 +53,11 @@ def log_in(page: Page, *, username: str, password: str) -> None:
 
 
 def messages_shown(page: Page) -> list[str]:
-    """The messages the admin shows after an action (``message_user``)."""
-    return [text.strip() for text in page.locator("ul.messagelist li").all_inner_texts()]
+    """The messages the admin shows after an action (``message_user``), once the page the
+    action answers with has them (reading at once races the action's POST and redirect)."""
+    messages = page.locator("ul.messagelist li")
+    messages.first.wait_for()
+    return [text.strip() for text in messages.all_inner_texts()]
 
 
 def screenshot(page: Page, name: str) -> Path:
