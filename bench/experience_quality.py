@@ -9,7 +9,9 @@ even ones are the dev half, where a rule or weight is chosen, the odd ones the t
 is reported. ``--dataset tests/skills/data/mimir_eval.json`` runs Mimir's own set (one half).
 
 Each run records the seeds as a new user in one batch, waits until the worker has embedded
-them (``embedding_pending`` 0), then asks every case once. Figures per half:
+them (``embedding_pending`` 0), then asks every case once; ``--at-once`` asks every case right
+after recording too, before waiting (with no worker running then, every row is unembedded: what
+an agent gets while the worker is behind). Figures per half:
 - recall@k: of the seeds that answer a case, the share in the first k results (over as many as
   could fit in k), averaged over cases; MRR: 1 / the rank of the first one;
 - recommend: the share of cases whose recommended action is one of the right seeds' actions;
@@ -17,7 +19,7 @@ them (``embedding_pending`` 0), then asks every case once. Figures per half:
 
 Usage (a server started with the settings under test, e.g. ``make run``):
     .venv/bin/python -m bench.experience_quality [--base-url URL] [--api-key KEY]
-        [--dataset FILE] [--k 5] [--json-out FILE] [--smoke]
+        [--dataset FILE] [--k 5] [--at-once] [--json-out FILE] [--smoke]
 ``--smoke``: three problems' seeds and cases: checks that the bench runs.
 """
 
@@ -102,11 +104,16 @@ def _get(client: KeepAliveClient, path: str, params: dict[str, Any]) -> dict[str
     return payload  # type: ignore[return-value]
 
 
-def measure(
-    client: KeepAliveClient, data: dict[str, Any], *, user_id: str, k: int
+def _ask(
+    client: KeepAliveClient,
+    data: dict[str, Any],
+    *,
+    user_id: str,
+    k: int,
+    labels: dict[str, str],
+    embed_seconds: float | None,
 ) -> dict[str, dict[str, Any]]:
-    labels = _seed(client, user_id, data["seeds"])
-    embed_seconds = _wait_embedded(client, user_id)
+    """Every case asked once, scored per half."""
     parts = halves(data)
     by_label = {seed["label"]: seed for seed in data["seeds"]}
     figures: dict[str, dict[str, Any]] = {
@@ -157,10 +164,29 @@ def measure(
                 sum(half["recommended"]) / max(len(half["recommended"]), 1), 4
             ),
             "recommend_misses": half["misses"],
-            "embed_seconds": round(embed_seconds, 1),
+            "embed_seconds": None if embed_seconds is None else round(embed_seconds, 1),
         }
         for name, half in figures.items()
     }
+
+
+def measure(
+    client: KeepAliveClient, data: dict[str, Any], *, user_id: str, k: int, at_once: bool = False
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The figures per phase ("at once": asked right after recording, when asked for;
+    "embedded": once the worker has embedded every seed), each per half."""
+    labels = _seed(client, user_id, data["seeds"])
+    phases = {}
+    if at_once:
+        phases["at once"] = _ask(
+            client, data, user_id=user_id, k=k, labels=labels, embed_seconds=None
+        )
+        print("experience_quality: asked at once; waiting for the worker", file=sys.stderr)
+    embed_seconds = _wait_embedded(client, user_id)
+    phases["embedded"] = _ask(
+        client, data, user_id=user_id, k=k, labels=labels, embed_seconds=embed_seconds
+    )
+    return phases
 
 
 def _smoke_subset(data: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     server_arguments(parser)
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--k", type=int, default=5)
+    parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="ask every case right after recording too, before waiting for the worker",
+    )
     parser.add_argument("--json-out", type=Path, default=None)
     arguments = arguments_parse(parser, argv, smoke={})
     try:
@@ -193,22 +224,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             data = _smoke_subset(data)
         client = KeepAliveClient(arguments.base_url, api_key_read(arguments))
         user_id = f"exq-{uuid.uuid4().hex[:10]}"
-        results = measure(client, data, user_id=user_id, k=arguments.k)
+        phases = measure(client, data, user_id=user_id, k=arguments.k, at_once=arguments.at_once)
         client.request("DELETE", f"/users/{user_id}")
     except BenchError as error:
         print(f"experience_quality: {error}", file=sys.stderr)
         return 1
     print(f"{arguments.dataset.name}, user {user_id}, k={arguments.k}")
-    for name, half in results.items():
-        print(
-            f"  {name:5} recall@{arguments.k} {half[f'recall@{arguments.k}']:.3f} "
-            f"MRR {half['mrr']:.3f} ({half['recall_cases']} cases); recommend "
-            f"{half['recommend_accuracy']:.3f} ({half['recommend_cases']} cases)"
-        )
-        for miss in half["recommend_misses"]:
-            print(f"        recommend missed {miss}")
+    for phase, results in phases.items():
+        if len(phases) > 1:
+            print(f" {phase}:")
+        for name, half in results.items():
+            print(
+                f"  {name:5} recall@{arguments.k} {half[f'recall@{arguments.k}']:.3f} "
+                f"MRR {half['mrr']:.3f} ({half['recall_cases']} cases); recommend "
+                f"{half['recommend_accuracy']:.3f} ({half['recommend_cases']} cases)"
+            )
+            for miss in half["recommend_misses"]:
+                print(f"        recommend missed {miss}")
     if arguments.json_out is not None:
-        arguments.json_out.write_text(json.dumps(results, indent=2))
+        # Asked once, the halves' figures as before; asked at once too, per phase.
+        written = phases if arguments.at_once else phases["embedded"]
+        arguments.json_out.write_text(json.dumps(written, indent=2))
     return 0
 
 

@@ -684,6 +684,22 @@ def test_experience_quality_scores_each_half_and_deletes_its_user(
     assert not EndUser.objects.filter(user_id__startswith="exq-").exists()
 
 
+def test_experience_quality_at_once_asks_before_and_after_the_worker_embeds(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    json_out = tmp_path / "quality.json"
+
+    assert experience_quality.main([*smoke_argv, "--at-once", "--json-out", str(json_out)]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(r"at once:\n +dev +recall@5 [\d.]+", out)
+    assert re.search(r"embedded:\n +dev +recall@5 [\d.]+", out)
+    figures = json.loads(json_out.read_text())
+    assert set(figures) == {"at once", "embedded"}
+    assert figures["at once"]["dev"]["embed_seconds"] is None
+    assert figures["embedded"]["dev"]["embed_seconds"] is not None
+
+
 # --- Images --------------------------------------------------------------------------------------
 
 

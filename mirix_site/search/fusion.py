@@ -13,9 +13,15 @@ ways (``SearchableKind.fusion``):
   reorders them (bench/RESULTS.md: better than RRF on both halves of LoCoMo).
 
 The gate then uses the embedding model's calibrated thresholds: below ``min_similarity`` a
-result is dropped unless BM25 ranked it in its top 3, overall or within the time named, or
-(fusion by scores) scored it at least 0.7 of its best: an exact keyword hit the model misses.
-At or above ``strong_similarity`` it ranks first.
+result is dropped unless BM25 ranked it in its top 3, overall or within the time named (with
+every row tied with the third: a cut inside a tie would be arbitrary), or (fusion by scores)
+scored it at least 0.7 of its best: an exact keyword hit the model misses. At or above
+``strong_similarity`` it ranks first. A row with no similarity (not yet embedded for the
+model: the worker embeds experiences after they are recorded) is judged by BM25 alone: a
+keyword lane found it, so it passes, ranked by its keyword ranks only. No BM25 score stands in
+for the model's judgement: on the experiences' labelled set no share of BM25's best agreed with
+the similarity gate on more than 64% of the keyword hits past the top 3, and every share above
+0 dropped rows the gate keeps once they are embedded (bench/RESULTS.md).
 A model with no calibration runs with the gate off (and a warning), never with guessed
 thresholds.
 """
@@ -23,6 +29,7 @@ thresholds.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +53,7 @@ class Candidate:
     vector_rank: int | None = None
     similarity: float | None = None
     time_rank: int | None = None
+    time_score: float | None = None  # the time lane's (BM25's, in a hybrid search)
     score: float = 0.0
     gate: str = "off"
 
@@ -59,7 +67,7 @@ class Thresholds:
 def _candidates(
     bm25: Sequence[tuple[int, float]],
     vector: Sequence[tuple[int, float]],
-    time: Sequence[int],
+    time: Sequence[tuple[int, float]],
     distances: Mapping[int, float],
 ) -> dict[int, Candidate]:
     """Every row a lane found, with its rank in each and its BM25 score, and its similarity:
@@ -71,8 +79,9 @@ def _candidates(
     for rank, (document_id, distance) in enumerate(vector, start=1):
         candidate = candidates.setdefault(document_id, Candidate(document_id))
         candidate.vector_rank, candidate.similarity = rank, 1.0 - distance
-    for rank, document_id in enumerate(time, start=1):
-        candidates.setdefault(document_id, Candidate(document_id)).time_rank = rank
+    for rank, (document_id, score) in enumerate(time, start=1):
+        candidate = candidates.setdefault(document_id, Candidate(document_id))
+        candidate.time_rank, candidate.time_score = rank, score
     for candidate in candidates.values():
         if candidate.similarity is None and candidate.document_id in distances:
             candidate.similarity = 1.0 - distances[candidate.document_id]
@@ -87,7 +96,7 @@ def rrf_fuse(
     bm25: Sequence[tuple[int, float]],
     vector: Sequence[tuple[int, float]],
     *,
-    time: Sequence[int] = (),
+    time: Sequence[tuple[int, float]] = (),
     distances: Mapping[int, float] | None = None,
     k: int = RRF_K,
     bm25_weight: float = 1.0,
@@ -95,8 +104,8 @@ def rrf_fuse(
     time_weight: float = 1.0,
 ) -> list[Candidate]:
     """``bm25`` as (id, score) and ``vector`` as (id, cosine distance), each best first;
-    ``time`` the ids of the time lane, best first; ``distances`` as in scores_fuse (read for the
-    gate only). Each lane adds weight/(k + rank); equal weights are plain RRF."""
+    ``time`` the time lane's (id, score), best first; ``distances`` as in scores_fuse (read for
+    the gate only). Each lane adds weight/(k + rank); equal weights are plain RRF."""
     candidates = _candidates(bm25, vector, time, distances or {})
     for candidate in candidates.values():
         for weight, rank in (
@@ -123,7 +132,7 @@ def scores_fuse(
     best first; ``distances`` the cosine distance of rows only the keyword lanes found (a row
     with none, when the query has no embedding, adds no similarity). Each BM25 lane's scores
     are divided by its best, so that they weigh alike whatever the query's words."""
-    candidates = _candidates(bm25, vector, [row_id for row_id, _ in time], distances)
+    candidates = _candidates(bm25, vector, time, distances)
     for lane, weight in ((bm25, bm25_weight), (time, time_weight)):
         for document_id, score in lane:
             candidates[document_id].score += weight * score / (lane[0][1] or 1.0)
@@ -159,11 +168,26 @@ def lanes_fuse(
     return rrf_fuse(
         bm25,
         vector,
-        time=[row_id for row_id, _ in time],
+        time=time,
         distances=distances,
         bm25_weight=bm25_weight,
         vector_weight=vector_weight,
         time_weight=time_weight,
+    )
+
+
+def _cut(scores: Sequence[float | None]) -> float | None:
+    """The score at the lane's BM25_RESCUE_RANK-th place (its last, when it holds fewer)."""
+    ordered = sorted((score for score in scores if score is not None), reverse=True)
+    return ordered[min(BM25_RESCUE_RANK, len(ordered)) - 1] if ordered else None
+
+
+def _at_or_above(score: float | None, cut: float | None) -> bool:
+    # The same text scores the same, summed in whatever order the lane summed it.
+    return (
+        score is not None
+        and cut is not None
+        and (score >= cut or math.isclose(score, cut, rel_tol=1e-9))
     )
 
 
@@ -179,12 +203,17 @@ def gate_apply(
         return candidates
     best = max((c.bm25_score for c in candidates if c.bm25_score is not None), default=None)
     share_floor = BM25_RESCUE_SHARE * best if fusion == "scores" and best else None
+    bm25_cut = _cut([c.bm25_score for c in candidates])
+    time_cut = _cut([c.time_score for c in candidates])
     strong, kept = [], []
     for candidate in candidates:
         similarity = candidate.similarity if candidate.similarity is not None else -1.0
         rescued = any(
             rank is not None and rank <= BM25_RESCUE_RANK
             for rank in (candidate.bm25_rank, candidate.time_rank)
+        ) or (
+            _at_or_above(candidate.bm25_score, bm25_cut)
+            or _at_or_above(candidate.time_score, time_cut)
         )
         scored = (
             share_floor is not None
@@ -202,6 +231,11 @@ def gate_apply(
             kept.append(candidate)
         elif scored:
             candidate.gate = "kept_bm25_score"
+            kept.append(candidate)
+        elif candidate.similarity is None and (
+            candidate.bm25_rank is not None or candidate.time_rank is not None
+        ):
+            candidate.gate = "kept_unembedded"
             kept.append(candidate)
         else:
             candidate.gate = "dropped"

@@ -143,6 +143,7 @@ def _why(gate: str, similarity: float | None, status: str) -> str:
         "strong": f"similarity {shown} is at or above the gate's strong threshold",
         "kept": f"similarity {shown} is at or above the gate's minimum",
         "kept_bm25_top3": f"among the top 3 keyword matches (similarity {shown})",
+        "kept_unembedded": "not embedded yet: judged by its keyword match alone",
         "off": "no gate calibration for this model: ranked by fusion alone",
     }
     reason = reasons.get(gate, gate)

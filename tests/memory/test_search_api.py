@@ -139,10 +139,45 @@ def test_under_the_fusion_by_scores_a_result_near_bm25s_best_passes_the_gate() -
     assert {c.document_id for c in fused if c.gate != "dropped"} == {1, 2, 3}
 
 
+@pytest.mark.parametrize("fusion", ["rrf", "scores"])
+def test_rows_tied_with_bm25s_third_pass_the_gate_with_it(fusion: str) -> None:
+    """Identical texts score alike: a cut after the third of five equal scores would keep two
+    of them by their ids alone. Within the time named, the same."""
+    bm25 = [(1, 9.0), (2, 5.0), (3, 5.0), (4, 5.0), (5, 5.0), (6, 4.9)]
+    time = [(7, 3.0), (8, 2.0), (9, 1.0), (10, 1.0), (11, 0.5)]
+    fused = (rrf_fuse if fusion == "rrf" else scores_fuse)(
+        bm25, [], time=time, distances={i: 0.95 for i in range(1, 12)}
+    )
+    gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9), fusion=fusion)
+    passed = {c.document_id for c in fused if c.gate == "kept_bm25_top3"}
+    assert passed == {1, 2, 3, 4, 5, 7, 8, 9, 10}
+    assert {c.document_id for c in fused if c.gate == "dropped"} == {6, 11}
+
+
+def test_a_row_not_yet_embedded_is_judged_by_bm25_alone() -> None:
+    """A row with no similarity (the worker has not embedded it) that a keyword lane found
+    passes, however far down; one that was embedded and is not similar does not."""
+    bm25 = [(1, 9.0), (2, 8.0), (3, 7.0), (4, 2.0), (5, 1.0)]
+    fused = rrf_fuse(bm25, [(6, 0.2)], distances={1: 0.5, 2: 0.5, 3: 0.5, 4: 0.9})
+    kept = gate_apply(fused, Thresholds(min_similarity=0.4, strong_similarity=0.9), fusion="rrf")
+    assert {c.document_id: c.gate for c in fused} == {
+        1: "kept",
+        2: "kept",
+        3: "kept",
+        4: "dropped",  # embedded, similarity 0.1, BM25 rank 4
+        5: "kept_unembedded",  # BM25 rank 5, no similarity yet
+        6: "kept",
+    }
+    # Ranked by its keyword rank alone: after every row a lane ranked better.
+    assert [c.document_id for c in kept][-1] == 5
+
+
 def test_the_time_lane_adds_its_rank_and_its_top_three_pass_the_gate() -> None:
     """The time lane (the rows dated in a time the query names, ranked by BM25) is one more
     RRF list; a row in its top 3 is an exact keyword hit at the time asked, kept like BM25's."""
-    fused = rrf_fuse([(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)], [], time=[4, 9], time_weight=1.0)
+    fused = rrf_fuse(
+        [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)], [], time=[(4, 2.0), (9, 1.0)], time_weight=1.0
+    )
     assert [c.document_id for c in fused][:2] == [4, 1]  # 1/64 + 1/61 beats 1/61
     four = fused[0]
     assert (four.bm25_rank, four.time_rank) == (4, 1)
