@@ -255,6 +255,7 @@ class ExperienceEmbedding(Embedding):
     experience = models.ForeignKey(Experience, on_delete=models.CASCADE, related_name="embeddings")
 
 
+@history_tracked("group_key")
 class ActionPhrase(Owned):
     """One way a user's experiences phrase an action (its normalized text, ``key``), and the
     group of equivalent phrasings it joined (``group_key``: the key of the group's first
@@ -263,6 +264,7 @@ class ActionPhrase(Owned):
     otherwise, or without a calibration, it starts its own."""
 
     key = models.TextField()
+    text = models.TextField(blank=True, help_text="The phrasing as first recorded.")
     group_key = models.TextField()
     model = models.CharField(max_length=100, blank=True, help_text="Blank: grouped by text only.")
     embedding = VectorField(null=True, blank=True)
@@ -308,11 +310,17 @@ class ActionGroupingCalibration(models.Model):
 
     model = models.CharField(max_length=100, unique=True)
     threshold = models.FloatField()
+    guarded_threshold = models.FloatField(
+        null=True, help_text="From here when no content word is left unmatched (None: threshold)."
+    )
     same_pairs = models.PositiveIntegerField()
     different_pairs = models.PositiveIntegerField()
     same_mean = models.FloatField()
     different_max = models.FloatField()
-    same_above = models.FloatField(help_text="The share of same pairs at or above the threshold.")
+    same_above = models.FloatField(help_text="The share of same pairs the rule joins.")
+    different_apart = models.FloatField(
+        null=True, help_text="The share of different pairs the rule keeps apart."
+    )
     measured_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

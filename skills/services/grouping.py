@@ -2,24 +2,27 @@
 that ``recommend`` pools their evidence instead of splitting it.
 
 Every phrasing is first its key (``action_key``: the stems of the words that name what was
-done, in any order): the grouping when no calibration exists for the embedding model, and the
-one a phrasing keeps until the worker has embedded it. The worker then compares its embedding
-with the first phrasing of each of the owner's groups and joins the nearest at or above the
-model's threshold. The threshold sits above every pair of *different* actions measured
-(``action_pairs.json``): pooling two strategies would corrupt both their track records, while
-splitting one only makes its confidence more cautious. all-MiniLM-L6-v2 scores "a larger
-batch size" and "a smaller batch size" 0.98, above most true paraphrases, so for it the
-threshold lets only near-identical phrasings join; the key does the work (bench/RESULTS.md).
+done, in any order). The worker, once it has embedded a phrasing, joins it to a group of the
+owner's when no guard holds it apart from any of that group's phrasings (opposites, other
+numbers, a negation, a swapped target: ``action_guard``) and the rule finds it the same action
+as one of them (``actions_same``: its words contain or are contained in the other's, or the
+embedding's similarity clears the model's calibrated thresholds); otherwise it starts its own.
+A phrasing keeps its group: a group grows, and only an operator merges or splits one. Before the
+worker has embedded a phrasing, recommend groups it by its words alone (``action_groups_of``).
+The thresholds are chosen on the dev half of ``action_pairs.json``; bench/action_pairs.py
+reports both halves (bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
 import statistics
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -34,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 BUNDLED_PAIRS = Path(__file__).resolve().parents[1] / "calibration" / "action_pairs.json"
 MIN_PAIRS = 10
+# The share of different pairs the calibration keeps apart (issue 41's goal: 0.97).
+APART = 0.97
 _SPACES = re.compile(r"\s+")
 
 
@@ -75,35 +80,349 @@ def action_key(action: str) -> str:
     return " ".join(stems) if stems else _SPACES.sub(" ", action.lower()).strip()[:500]
 
 
+# ---------------------------------------------------------------------------------------------
+# The rule: may two phrasings be one action? (bench/action_pairs.py measures it)
+#
+# A guard keeps two phrasings apart whatever their similarity, when the words say they differ:
+# a number one names and the other does not match ("retry 3 times" / "retry 5 times"), a step
+# and its negation ("retry" / "do not retry"), opposite directions ("increase" / "decrease",
+# "enable" / "disable", "add" / "remove"), opposite ends ("CSV to Parquet" / "Parquet to
+# CSV"), or one word swapped for another in the same frame ("a Redis cache" / "a Memcached
+# cache"). No maintained antonym resource installs from PyPI with its data here (WordNet's
+# packages fetch their data at run time), so the opposites are a small curated list.
+# Past the guards, the embedding decides: at or above ``threshold`` always, at or above
+# ``guarded_threshold`` only when no content word of either side is left unmatched in the
+# other (``_unmatched``). Before a phrasing is embedded, the words alone may join it to a group:
+# when one side's content words are all the other's (``actions_same`` with no similarity).
+# ---------------------------------------------------------------------------------------------
+
+# Function words: not what was done.
+_FUNCTION_WORDS = _EMPTY_WORDS | frozenset(
+    (  # noqa: SIM905
+        "to for of in on at by with from into onto over as and or before after up down out off "
+        "back instead rather than all every each one was were be been is are"
+    ).split()
+)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "once": "1", "twice": "2",
+}  # fmt: skip
+_NEGATIONS = frozenset(["not", "no", "never", "without", "don't", "dont", "doesn't", "didn't"])
+# Opposite poles: a phrasing with words of one pole and none of the other is that pole's.
+_POLES = (
+    (
+        "increase raise larger bigger more higher grow boost bump extend longer up lengthen "
+        "expand maximize double",
+        "decrease lower reduce smaller less fewer shrink cut halve shorter down shorten minimize",
+    ),
+    ("enable activate", "disable deactivate off"),
+    ("add install insert include introduce create", "remove delete drop uninstall strip rid"),
+    ("lazy lazily defer", "eager eagerly preload"),
+    ("parallel concurrent concurrently parallelize", "serial serially sequential sequentially"),
+    ("upgrade", "downgrade"),
+    ("encrypt encrypted", "decrypt decrypted"),
+    ("block deny", "allow unblock"),
+    ("show display", "hide collapse"),
+    ("merge combine join", "split divide"),
+    ("forward", "back backward rollback"),
+    ("normalize", "denormalize"),
+)
+# Leading verbs that undo or skip a step: "remove the cache" is not "use the cache".
+_UNDOING = (
+    "remove delete drop uninstall strip disable deactivate stop skip avoid revoke clear "
+    "ignore keep unpin unblock eliminate"
+)
+_LEAD_FILLER = frozenset(
+    ["i", "we", "then", "so", "just", "also", "went", "ahead", "and", "go", "going", "please"]
+)
+_TO, _FROM = frozenset(["to", "into", "onto", "as"]), frozenset(["from", "off"])
+# Words whose difference says nothing (verbs of doing something, generic nouns), and sets of
+# words that name one thing, so that a paraphrase's changed word is matched in the other.
+_GENERIC = "make set use do run apply get have keep now always whole entire new"
+_SYNONYMS = (
+    "increase raise larger bigger more higher grow boost bump",
+    "decrease lower reduce smaller less fewer shrink cut",
+    "enable turn switch activate",
+    "disable deactivate",
+    "add introduce include insert install create put",
+    "remove delete drop strip eliminate",
+    "migrate move switch transfer port convert change",
+    "db database",
+    "postgres postgresql pg",
+    "lr learning",
+    "intro introduction",
+    "doc docs documentation document",
+    "config configuration settings",
+    "test tests testing",
+    "rollback roll revert back",
+    "previous last prior",
+    "release version deploy deployment",
+    "network model",
+    "route endpoint",
+    "limit limiter limiting throttle",
+    "cache caching cached",
+    "key keys credentials",
+    "run execute perform do make",
+    "request requests call",
+    "retry retries re-attempt reattempt",
+    "standardize normalize scale",
+    "image images picture",
+    "summary summarize summarise",
+    "stream streaming",
+    "spinner indicator",
+)
+
+
+def _stems(words: Sequence[str]) -> frozenset[str]:
+    return frozenset(_stem(word) for word in words)
+
+
+_POLE_STEMS = tuple((_stems(up.split()), _stems(down.split())) for up, down in _POLES)
+_UNDOING_STEMS = _stems(_UNDOING.split())
+_GENERIC_STEMS = _stems(_GENERIC.split())
+_SYNONYM_SETS: dict[str, set[int]] = {}
+for _index, _line in enumerate(_SYNONYMS):
+    for _word in _line.split():
+        _SYNONYM_SETS.setdefault(_stem(_word), set()).add(_index)
+
+
+@dataclass(frozen=True)
+class _Phrasing:
+    """What the rule reads of one phrasing."""
+
+    words: tuple[str, ...]
+    stems: frozenset[str]
+    content: tuple[str, ...]  # content words' stems, in order
+    numbers: frozenset[str]
+    negated: bool
+    undoing: bool
+    poles: frozenset[tuple[int, int]]
+    to: str | None
+    source: str | None
+
+
+@lru_cache(maxsize=4096)
+def _phrasing(action: str) -> _Phrasing:
+    words = tuple(_WORD.findall(action.lower().replace("\u2019", "'")))
+    stems = _stems(words)
+    numbers = {
+        *_NUMBER.findall(action.lower()),
+        *(_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS),
+    }
+    lead = [word for word in words if word not in _LEAD_FILLER]
+    first = lead[0] if lead else ""
+    negated = any(word in _NEGATIONS or word.endswith("n't") for word in lead[:3])
+    undoing = (
+        _stem(first) in _UNDOING_STEMS
+        or "off" in words
+        or bool(stems & _POLE_STEMS[1][1])  # disable, deactivate
+    )
+    poles = set()
+    for index, (up, down) in enumerate(_POLE_STEMS):
+        has_up = bool(stems & up) or (index == 1 and "on" in words and bool(stems & _SWITCH))
+        has_down = bool(stems & down)
+        if has_up != has_down:
+            poles.add((index, 1 if has_up else -1))
+    ends: dict[frozenset[str], str | None] = {_TO: None, _FROM: None}
+    for position, word in enumerate(words):
+        for marker, found in list(ends.items()):
+            if word in marker and found is None:
+                ends[marker] = next(
+                    (
+                        _stem(other)
+                        for other in words[position + 1 :]
+                        if other not in _FUNCTION_WORDS
+                        and other not in _NUMBER_WORDS
+                        and not any(c.isdigit() for c in other)
+                    ),
+                    None,
+                )
+    return _Phrasing(
+        words=words,
+        stems=stems,
+        content=tuple(
+            _stem(word)
+            for word in words
+            if word not in _FUNCTION_WORDS and not _NUMBER.fullmatch(word)
+        ),
+        numbers=frozenset(numbers),
+        negated=negated,
+        undoing=undoing,
+        poles=frozenset(poles),
+        to=ends[_TO],
+        source=ends[_FROM],
+    )
+
+
+_SWITCH = _stems(["turn", "switch", "flip"])
+
+
+def _same_word(left: str, right: str) -> bool:
+    """One word, or one the start of the other ("postgres", "postgresql")."""
+    if left == right:
+        return True
+    return min(len(left), len(right)) >= 4 and (left.startswith(right) or right.startswith(left))
+
+
+def _matched(word: str, others: frozenset[str]) -> bool:
+    if word in _GENERIC_STEMS or any(_same_word(word, other) for other in others):
+        return True
+    sets = _SYNONYM_SETS.get(word)
+    return bool(sets) and any(sets & _SYNONYM_SETS.get(other, set()) for other in others)
+
+
+def action_guard(left: str, right: str) -> str | None:  # noqa: PLR0911 (one return per guard)
+    """Why two phrasings cannot be one action, whatever their similarity (the module's
+    docstring): "number", "negation", "opposite", "direction" or "swap"; None when no guard
+    holds them apart."""
+    a, b = _phrasing(left), _phrasing(right)
+    if a.numbers - b.numbers and b.numbers - a.numbers:
+        return "number"
+    if a.negated != b.negated or a.undoing != b.undoing:
+        return "negation"
+    if any((pole, -sign) in b.poles for pole, sign in a.poles):
+        return "opposite"
+    for x, y in ((a, b), (b, a)):
+        if any(
+            w.startswith("un") and len(w) > 4 and _stem(w[2:]) in y.stems - x.stems for w in x.words
+        ):
+            return "opposite"
+    if a.to and b.to and not _same_word(a.to, b.to):
+        return "direction"
+    if (a.to and b.source and _same_word(a.to, b.source)) or (
+        b.to and a.source and _same_word(b.to, a.source)
+    ):
+        return "direction"
+    only_a, only_b = set(a.content) - set(b.content), set(b.content) - set(a.content)
+    if len(only_a) == 1 and len(only_b) == 1 and set(a.content) & set(b.content):
+        (word_a,), (word_b,) = only_a, only_b
+        verbs_differ = a.content[0] == word_a and b.content[0] == word_b
+        same_pole = any(
+            {word_a, word_b} <= (up if sign > 0 else down)
+            for (up, down), sign in ((p, s) for p in _POLE_STEMS for s in (1, -1))
+        )
+        if not (_same_word(word_a, word_b) or verbs_differ or same_pole):
+            return "swap"
+    return None
+
+
+def _unmatched(left: str, right: str) -> bool:
+    """Whether each side has a content word the other does not match: two different things
+    done, though the embedding may find them near ("a Redis cache" / "the session store")."""
+    a, b = set(_phrasing(left).content), set(_phrasing(right).content)
+    only_a = {w for w in a - b if not _matched(w, frozenset(b))}
+    only_b = {w for w in b - a if not _matched(w, frozenset(a))}
+    return bool(only_a and only_b)
+
+
+@dataclass(frozen=True)
+class GroupingRule:
+    """The similarities from which two phrasings that no guard holds apart are one action:
+    ``threshold`` always, ``guarded_threshold`` when no content word is left unmatched."""
+
+    threshold: float
+    guarded_threshold: float
+
+
+def actions_same(
+    *, left: str, right: str, similarity: float | None, rule: GroupingRule | None
+) -> bool:
+    """Whether two phrasings are one action (see the rule's comment above). ``similarity`` None:
+    not embedded yet, the words alone decide."""
+    if action_guard(left, right):
+        return False
+    a, b = set(_phrasing(left).content), set(_phrasing(right).content)
+    if len(a & b) >= 2 and (a <= b or b <= a):
+        return True
+    if similarity is None or rule is None:
+        return False
+    return similarity >= rule.threshold or (
+        similarity >= rule.guarded_threshold and not _unmatched(left, right)
+    )
+
+
+def action_pairs_similarities(
+    *, embedder: EmbeddingProvider, pairs: Sequence[tuple[str, str]]
+) -> list[float]:
+    vectors = np.asarray(embedder.embed([text for pair in pairs for text in pair]), dtype=float)
+    return [float(cosines(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
+
+
+def action_pairs_score(
+    *,
+    rule: GroupingRule,
+    same: Sequence[tuple[str, str]],
+    different: Sequence[tuple[str, str]],
+    same_similarities: Sequence[float],
+    different_similarities: Sequence[float],
+) -> tuple[float, float]:
+    """(recall: the share of same pairs joined, apart: the share of different pairs not)."""
+    joined = [
+        actions_same(left=a, right=b, similarity=value, rule=rule)
+        for (a, b), value in zip(same, same_similarities, strict=True)
+    ]
+    kept = [
+        not actions_same(left=a, right=b, similarity=value, rule=rule)
+        for (a, b), value in zip(different, different_similarities, strict=True)
+    ]
+    return sum(joined) / len(joined), sum(kept) / len(kept)
+
+
 def grouping_measure(
     *,
     embedder: EmbeddingProvider,
     same: Sequence[tuple[str, str]],
     different: Sequence[tuple[str, str]],
 ) -> dict[str, float | int]:
-    """The threshold and its evidence for the model: ActionGroupingCalibration's fields."""
+    """The rule's thresholds for the model, and their evidence: ActionGroupingCalibration's
+    fields. The pair with the most same pairs joined while at least ``APART`` of the different
+    pairs stay apart (ties: the higher thresholds), on these (the dev) pairs."""
     if len(same) < MIN_PAIRS or len(different) < MIN_PAIRS:
         raise ValueError(f"At least {MIN_PAIRS} pairs of each are needed.")
-    pairs = [*same, *different]
-    vectors = np.asarray(embedder.embed([text for pair in pairs for text in pair]), dtype=float)
-    similarities = [float(cosines(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
-    same_values, different_values = similarities[: len(same)], similarities[len(same) :]
-    # The smallest value (to 4 decimals) above every different pair.
-    threshold = float(np.floor(max(different_values) * 10_000) + 1) / 10_000
+    same_values = action_pairs_similarities(embedder=embedder, pairs=same)
+    different_values = action_pairs_similarities(embedder=embedder, pairs=different)
+    best: tuple[float, float, float, float] | None = None
+    for high in np.arange(0.60, 0.98, 0.01):
+        for low in np.arange(0.40, high + 0.001, 0.02):
+            rule = GroupingRule(
+                threshold=round(float(high), 2), guarded_threshold=round(float(low), 2)
+            )
+            recall, apart = action_pairs_score(
+                rule=rule,
+                same=same,
+                different=different,
+                same_similarities=same_values,
+                different_similarities=different_values,
+            )
+            if apart >= APART and (best is None or (recall, high, low) >= best[:3]):
+                best = (recall, rule.threshold, rule.guarded_threshold, apart)
+    recall, high, low, apart = best if best is not None else (0.0, 1.0, 1.0, 1.0)
     return {
-        "threshold": threshold,
+        "threshold": high,
+        "guarded_threshold": low,
         "same_pairs": len(same_values),
         "different_pairs": len(different_values),
         "same_mean": round(statistics.fmean(same_values), 4),
         "different_max": round(max(different_values), 4),
-        "same_above": round(sum(v >= threshold for v in same_values) / len(same_values), 4),
+        "same_above": round(recall, 4),
+        "different_apart": round(apart, 4),
     }
 
 
-def bundled_pairs() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The (same, different) pairs the project ships."""
+def bundled_pairs(half: str = "dev") -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The (same, different) pairs of one half of the set the project ships (its "about")."""
     data = json.loads(BUNDLED_PAIRS.read_text())
-    return [tuple(p) for p in data["same"]], [tuple(p) for p in data["different"]]
+    same: list[tuple[str, str]] = []
+    different: list[tuple[str, str]] = []
+    for cluster in data["clusters"]:
+        if cluster["half"] == half:
+            same += list(itertools.combinations(cluster["same"], 2))
+            different += [(a, b) for b in cluster["different"] for a in cluster["same"]]
+    if half == "dev":
+        same += [(a, b) for a, b in data["pairs"]["same"]]
+        different += [(a, b) for a, b in data["pairs"]["different"]]
+    return same, different
 
 
 def grouping_calibrate(
@@ -137,10 +456,41 @@ def _warn_uncalibrated(model: str) -> None:
     )
 
 
+def _group_choose(
+    *,
+    text: str,
+    vector: np.ndarray | None,
+    members: Sequence[tuple[str, str, np.ndarray | None]],
+    rule: GroupingRule | None,
+) -> tuple[str | None, float | None]:
+    """The group a phrasing joins among ``members`` (group key, text, embedding) and its
+    similarity to the nearest member: a group none of whose phrasings a guard holds apart from
+    it (so no chain of near phrasings carries an opposite in), one of which is the same action
+    (``actions_same``); the nearest such. (None, None): it starts its own."""
+    blocked = {group for group, other, _ in members if action_guard(text, other)}
+    best: tuple[float, str] | None = None
+    for group, other, other_vector in members:
+        if group in blocked:
+            continue
+        similarity = (
+            float(cosines(vector, other_vector))
+            if vector is not None and other_vector is not None
+            else None
+        )
+        if actions_same(left=text, right=other, similarity=similarity, rule=rule):
+            score = similarity if similarity is not None else 1.0
+            if best is None or score > best[0]:
+                best = (score, group)
+    if best is None:
+        return None, None
+    return best[1], (best[0] if vector is not None else None)
+
+
 @transaction.atomic
 def action_phrases_assign(*, experiences: Sequence[Experience], embedder: EmbeddingProvider) -> int:
     """Give each new phrasing among these experiences' actions its group (see the module's
-    docstring); phrasings already grouped keep theirs. Returns how many were new."""
+    docstring); phrasings already grouped keep theirs, so a group never splits by itself.
+    Returns how many were new."""
     wanted: dict[tuple[int, str, str], Experience] = {}
     for experience in experiences:
         wanted.setdefault(
@@ -160,44 +510,43 @@ def action_phrases_assign(*, experiences: Sequence[Experience], embedder: Embedd
     calibration = ActionGroupingCalibration.objects.filter(model=embedder.model_name).first()
     if calibration is None:
         _warn_uncalibrated(embedder.model_name)
-        ActionPhrase.objects.bulk_create(
-            [_phrase(row, group_key=row.action_key) for _, row in new], ignore_conflicts=True
+    rule = (
+        GroupingRule(
+            threshold=calibration.threshold,
+            guarded_threshold=calibration.guarded_threshold or calibration.threshold,
         )
-        return len(new)
+        if calibration is not None
+        else None
+    )
     vectors = np.asarray(embedder.embed([row.action for _, row in new]), dtype=float)
     by_owner: dict[tuple[int, str], list[int]] = {}
     for index, ((user, client, _key), _row) in enumerate(new):
         by_owner.setdefault((user, client), []).append(index)
     phrases: list[ActionPhrase] = []
     for (user, client), indexes in by_owner.items():
-        # Each group's first phrasing stands for it (a group never drifts phrasing by phrasing).
-        leaders = list(
-            ActionPhrase.objects.filter(
-                end_user_id=user, client_id=client, model=embedder.model_name
-            ).values_list("group_key", "key", "embedding")
-        )
-        leader_keys = [group for group, key, _ in leaders if group == key]
-        leader_vectors = [np.asarray(v, dtype=float) for g, k, v in leaders if g == k]
+        members: list[tuple[str, str, np.ndarray | None]] = [
+            (group, text or key, None if vector is None else np.asarray(vector, dtype=float))
+            for group, key, text, vector in ActionPhrase.objects.filter(
+                end_user_id=user, client_id=client
+            ).values_list("group_key", "key", "text", "embedding")
+        ]
         for index in indexes:
             row = new[index][1]
-            group, similarity = row.action_key, None
-            if leader_vectors:
-                scores = cosines(vectors[index], np.vstack(leader_vectors))
-                best = int(np.argmax(scores))
-                if scores[best] >= calibration.threshold:
-                    group, similarity = leader_keys[best], float(scores[best])
+            group, similarity = _group_choose(
+                text=row.action, vector=vectors[index], members=members, rule=rule
+            )
+            group = group or row.action_key
             phrases.append(
                 _phrase(
                     row,
                     group_key=group,
+                    text=row.action[:2000],
                     model=embedder.model_name,
                     embedding=vectors[index].tolist(),
                     similarity=similarity,
                 )
             )
-            if group == row.action_key:
-                leader_keys.append(group)
-                leader_vectors.append(vectors[index])
+            members.append((group, row.action, vectors[index]))
     ActionPhrase.objects.bulk_create(phrases, ignore_conflicts=True)
     return len(phrases)
 
@@ -213,20 +562,27 @@ def _phrase(row: Experience, **fields: object) -> ActionPhrase:
 
 
 def action_groups_of(experiences: Sequence[Experience]) -> dict[int, str]:
-    """Each experience's group (by id): its phrasing's group, or its own text when the
-    phrasing is not grouped yet. One query."""
-    keys = {experience.action_key for experience in experiences}
+    """Each experience's group (by id): its phrasing's group; for a phrasing not grouped yet
+    (the worker has not embedded it), the group its words alone join (``actions_same``
+    without a similarity), else its own key. One query."""
     users = {experience.end_user_id for experience in experiences}
-    groups = {
-        (user, client, key): group
-        for user, client, key, group in ActionPhrase.objects.filter(
-            end_user_id__in=users, key__in=keys
-        ).values_list("end_user_id", "client_id", "key", "group_key")
-    }
-    return {
-        experience.pk: groups.get(
-            (experience.end_user_id, experience.client_id, experience.action_key),
-            experience.action_key,
-        )
-        for experience in experiences
-    }
+    members: dict[tuple[int, str], list[tuple[str, str, np.ndarray | None]]] = {}
+    groups: dict[tuple[int, str, str], str] = {}
+    for user, client, key, group, text in ActionPhrase.objects.filter(
+        end_user_id__in=users
+    ).values_list("end_user_id", "client_id", "key", "group_key", "text"):
+        groups[(user, client, key)] = group
+        members.setdefault((user, client), []).append((group, text or key, None))
+    result: dict[int, str] = {}
+    for experience in sorted(experiences, key=lambda row: row.pk):
+        owner = (experience.end_user_id, experience.client_id)
+        found = groups.get((*owner, experience.action_key))
+        if found is None:
+            found, _ = _group_choose(
+                text=experience.action, vector=None, members=members.get(owner, []), rule=None
+            )
+            found = found or experience.action_key
+            groups[(*owner, experience.action_key)] = found
+            members.setdefault(owner, []).append((found, experience.action, None))
+        result[experience.pk] = found
+    return result
