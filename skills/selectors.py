@@ -4,14 +4,16 @@ their versions, within what the tenant may read."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncDate
 
 from accounts.models import EndUser
-from accounts.tenancy import Tenant
+from accounts.tenancy import Scope, Tenant
 from mirix_site.common.errors import NotFoundError
 from mirix_site.common.ids import row_id
 from mirix_site.common.rowsmemo import rows_memo
@@ -135,6 +137,84 @@ def experience_stats(*, tenant: Tenant, end_user: EndUser) -> dict[str, Any]:
             ],
         },
     }
+
+
+@dataclass
+class ActionGroup:
+    """A group of phrasings of one action (``ActionPhrase``): what recommend pools. ``id``: its
+    oldest phrasing's; ``last_at``: its newest current experience's time (its phrasings' own
+    when none is left)."""
+
+    id: int
+    client_id: str
+    key: str
+    last_at: datetime
+    phrasings: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Outcome.values, 0))
+
+
+# One query: the owner's current experiences counted per phrasing, the phrasings grouped, a
+# page of groups in (last_at, id) descending order, and each group's phrasings.
+_ACTION_GROUPS_SQL = """
+WITH counts AS (
+    SELECT e.client_id, e.action_key, max(e.created_at) AS last_at,
+           count(*) FILTER (WHERE e.outcome = 'success') AS success,
+           count(*) FILTER (WHERE e.outcome = 'failure') AS failure,
+           count(*) FILTER (WHERE e.outcome = 'partial') AS partial
+    FROM skills_experience e
+    WHERE {experiences} AND e.superseded_by_id IS NULL
+    GROUP BY e.client_id, e.action_key
+), phrases AS (
+    SELECT p.id, p.client_id, p.group_key, p.key, p.text, p.created_at, c.last_at,
+           coalesce(c.success, 0) AS success, coalesce(c.failure, 0) AS failure,
+           coalesce(c.partial, 0) AS partial
+    FROM skills_actionphrase p
+    LEFT JOIN counts c ON c.client_id = p.client_id AND c.action_key = p.key
+    WHERE {phrases}
+), groups AS (
+    SELECT client_id, group_key, min(id) AS id,
+           coalesce(max(last_at), max(created_at)) AS last_at
+    FROM phrases GROUP BY client_id, group_key
+), page AS (
+    SELECT * FROM groups
+    WHERE %(after_at)s::timestamptz IS NULL OR (last_at, id) < (%(after_at)s, %(after_id)s)
+    ORDER BY last_at DESC, id DESC
+    LIMIT %(count)s
+)
+SELECT g.id, g.last_at, g.client_id, g.group_key, p.key, p.text, p.success, p.failure,
+       p.partial
+FROM page g JOIN phrases p ON p.client_id = g.client_id AND p.group_key = g.group_key
+ORDER BY g.last_at DESC, g.id DESC, p.success + p.failure + p.partial DESC, p.id
+"""
+
+
+def action_groups_list(
+    *, tenant: Tenant, end_user: EndUser, after: list[Any] | None, count: int
+) -> list[ActionGroup]:
+    """The user's action groups the tenant may read, newest activity first: ``count`` of them
+    after the (last_at, id) ``after`` (None: from the first), each with its phrasings (text,
+    key, how many current experiences), most used first, and its current experiences'
+    outcomes. Phrasings the worker has not grouped yet are not listed."""
+    scope = Scope.readable_by(tenant, end_user=end_user)
+    experiences, params = scope.where("e.")
+    phrases, _ = scope.where("p.")
+    after_at, after_id = after if after is not None else (None, None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ACTION_GROUPS_SQL.format(experiences=experiences, phrases=phrases),
+            params | {"after_at": after_at, "after_id": after_id, "count": count},
+        )
+        rows = cursor.fetchall()
+    groups: dict[int, ActionGroup] = {}
+    for group_id, last_at, client_id, group_key, key, text, *counts in rows:
+        group = groups.setdefault(
+            group_id,
+            ActionGroup(id=group_id, client_id=client_id, key=group_key, last_at=last_at),
+        )
+        group.phrasings.append({"text": text or key, "key": key, "experiences": sum(counts)})
+        for outcome, number in zip(("success", "failure", "partial"), counts, strict=True):
+            group.outcomes[outcome] += number
+    return list(groups.values())
 
 
 class LearningRunNotFoundError(NotFoundError):

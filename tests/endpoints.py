@@ -207,6 +207,12 @@ ENDPOINTS = [
     Endpoint(
         "GET", "/experiences/stats", params={"user_id": "{user_id}"}, route="experiences/stats"
     ),
+    Endpoint(
+        "GET",
+        "/experiences/actions",
+        params={"user_id": "{user_id}"},
+        route="experiences/actions",
+    ),
     Endpoint("GET", "/experiences/settings", route="experiences/settings"),
     Endpoint("PUT", "/experiences/settings", {"half_life_days": 30}, route="experiences/settings"),
     Endpoint("GET", "/experiences/{experience_id}", route="experiences/<str:experience_id>"),

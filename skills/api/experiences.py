@@ -1,6 +1,6 @@
 """The experience endpoints: record (one, a batch, a failure, a transcript), recall, recommend,
-recent, stats, one by id, supersede, delete. Each validates with a serializer, makes one
-service or selector call and renders the answer."""
+recent, stats, action groups, one by id, supersede, delete. Each validates with a serializer,
+makes one service or selector call and renders the answer."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.errors import UnprocessableEntity
 from mirix_site.api.fields import BooleanField, IntegerField, TextField
 from mirix_site.api.history import history_response, history_serializer
+from mirix_site.api.pagination import KeysetPage
 from mirix_site.api.schema import error_response
 from mirix_site.search.services import retrieval_start
 from skills.api.serializers import (
+    ActionGroupSerializer,
     ConversationRecordSerializer,
     ExperienceBatchSerializer,
     ExperienceRecordSerializer,
@@ -38,6 +40,7 @@ from skills.api.serializers import (
 from skills.learning.transcripts import transcript_distill
 from skills.models import Experience, Origin
 from skills.selectors import (
+    action_groups_list,
     experience_get,
     experience_settings_get,
     experience_stats,
@@ -319,6 +322,33 @@ class ExperienceStatsApi(TenantAPIView):
         end_user = self.query_end_user()
         return Response(
             {"success": True, **experience_stats(tenant=self.tenant, end_user=end_user)}
+        )
+
+
+class ActionGroupPage(KeysetPage):
+    """Action groups, newest activity first (their oldest phrasing's id breaks ties)."""
+
+    ordering = ("-last_at", "-id")
+
+
+class ExperienceActionsApi(TenantAPIView):
+    pagination_class = ActionGroupPage
+
+    @extend_schema(
+        parameters=[UserQuerySerializer],
+        responses=ActionGroupSerializer(many=True),
+        summary="The user's action groups: the phrasings recommend pools as one action",
+        description="Each group with its phrasings (how many current experiences each) and "
+        "its outcome counts, newest activity first. Phrasings join groups when the worker has "
+        "embedded them; an operator merges groups or splits a phrasing out in the admin.",
+    )
+    def get(self, request: Request) -> Response:
+        end_user = self.query_end_user()
+        return self.paginate(
+            lambda after, count: action_groups_list(
+                tenant=self.tenant, end_user=end_user, after=after, count=count
+            ),
+            ActionGroupSerializer,
         )
 
 

@@ -6,7 +6,7 @@ import json
 from datetime import UTC
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from memory.api.serializers.memories import FilterTagsField, messages_check
@@ -203,6 +203,36 @@ class RecommendParamsSerializer(serializers.Serializer):
 class RecentParamsSerializer(serializers.Serializer):
     user_id = UserIdField()
     outcome = TextChoiceField(choices=Outcome.values, required=False, allow_null=True)
+
+
+class ActionPhrasingSerializer(serializers.Serializer):
+    text = TextField(help_text="the phrasing as first recorded")
+    key = TextField(help_text="its normalized words: one key, one phrasing")
+    experiences = IntegerField(help_text="how many current experiences phrase it so")
+
+
+class ActionGroupSerializer(serializers.Serializer):
+    """A group of phrasings of one action, whose evidence recommend pools."""
+
+    id = TextField()
+    client_id = TextField()
+    key = TextField(help_text="the group's key: one of its phrasings' keys")
+    phrasings = ActionPhrasingSerializer(many=True)
+    outcomes = inline_serializer(
+        "ActionGroupOutcomes",
+        {"success": IntegerField(), "failure": IntegerField(), "partial": IntegerField()},
+    )
+    last_at = serializers.DateTimeField(help_text="its newest current experience's time")
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        return {
+            "id": str(instance.id),
+            "client_id": instance.client_id,
+            "key": instance.key,
+            "phrasings": instance.phrasings,
+            "outcomes": instance.outcomes,
+            "last_at": serializers.DateTimeField().to_representation(instance.last_at),
+        }
 
 
 class SupersedeSerializer(serializers.Serializer):

@@ -25,6 +25,9 @@ urlpatterns = [
     path("experiences/recent", experiences.ExperienceRecentApi.as_view(), name="experience-recent"),
     path("experiences/stats", experiences.ExperienceStatsApi.as_view(), name="experience-stats"),
     path(
+        "experiences/actions", experiences.ExperienceActionsApi.as_view(), name="experience-actions"
+    ),
+    path(
         "experiences/settings",
         experiences.ExperienceSettingsApi.as_view(),
         name="experience-settings",

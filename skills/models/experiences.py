@@ -255,13 +255,14 @@ class ExperienceEmbedding(Embedding):
     experience = models.ForeignKey(Experience, on_delete=models.CASCADE, related_name="embeddings")
 
 
-@history_tracked("group_key")
+@history_tracked("group_key", "apart_from")
 class ActionPhrase(Owned):
     """One way a user's experiences phrase an action (its normalized text, ``key``), and the
-    group of equivalent phrasings it joined (``group_key``: the key of the group's first
-    phrasing). A phrasing joins the group whose first phrasing its embedding is nearest to,
-    when that is at least the model's calibrated threshold (``ActionGroupingCalibration``);
-    otherwise, or without a calibration, it starts its own."""
+    group of equivalent phrasings it joined (``group_key``: the key of one of the group's
+    phrasings, its first unless an operator merged or split it). A phrasing joins a group
+    by the rule of ``skills.services.grouping``, or starts its own; an operator merges two
+    groups or splits a phrasing out, and the phrasings a split held apart (``apart_from``)
+    keep the rule from joining a new phrasing across it."""
 
     key = models.TextField()
     text = models.TextField(blank=True, help_text="The phrasing as first recorded.")
@@ -270,6 +271,12 @@ class ActionPhrase(Owned):
     embedding = VectorField(null=True, blank=True)
     similarity = models.FloatField(
         null=True, blank=True, help_text="To the group's first phrasing, when it joined one."
+    )
+    apart_from = ArrayField(
+        models.TextField(),
+        default=list,
+        blank=True,
+        help_text="Keys of the phrasings an operator split it from: not one action with it.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

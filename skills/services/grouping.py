@@ -30,6 +30,7 @@ import numpy as np
 import snowballstemmer
 from django.db import transaction
 
+from mirix_site.common.errors import ConflictError
 from mirix_site.providers.embeddings import EmbeddingProvider, cosines
 from skills.models import ActionGroupingCalibration, ActionPhrase, Experience
 
@@ -456,31 +457,43 @@ def _warn_uncalibrated(model: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Member:
+    """A phrasing a new one may join: its group, key, text, embedding (None: not embedded, or
+    read without it) and the keys of the phrasings an operator split it from."""
+
+    group: str
+    key: str
+    text: str
+    vector: np.ndarray | None = None
+    apart: frozenset[str] = frozenset()
+
+
 def _group_choose(
-    *,
-    text: str,
-    vector: np.ndarray | None,
-    members: Sequence[tuple[str, str, np.ndarray | None]],
-    rule: GroupingRule | None,
+    *, text: str, vector: np.ndarray | None, members: Sequence[_Member], rule: GroupingRule | None
 ) -> tuple[str | None, float | None]:
-    """The group a phrasing joins among ``members`` (group key, text, embedding) and its
-    similarity to the nearest member: a group none of whose phrasings a guard holds apart from
-    it (so no chain of near phrasings carries an opposite in), one of which is the same action
-    (``actions_same``); the nearest such. (None, None): it starts its own."""
-    blocked = {group for group, other, _ in members if action_guard(text, other)}
-    best: tuple[float, str] | None = None
-    for group, other, other_vector in members:
-        if group in blocked:
-            continue
+    """The group a phrasing joins among ``members`` and its similarity to the nearest member:
+    a group none of whose phrasings a guard holds apart from it (so no chain of near phrasings
+    carries an opposite in), one of which is the same action (``actions_same``); the nearest
+    such. An operator's split holds as a guard does: a phrasing that is the same action as one
+    side of a split joins no group of the other side's phrasings. (None, None): it starts its
+    own."""
+    blocked = {member.group for member in members if action_guard(text, member.text)}
+    same: list[tuple[float, _Member]] = []
+    for member in members:
         similarity = (
-            float(cosines(vector, other_vector))
-            if vector is not None and other_vector is not None
+            float(cosines(vector, member.vector))
+            if vector is not None and member.vector is not None
             else None
         )
-        if actions_same(left=text, right=other, similarity=similarity, rule=rule):
-            score = similarity if similarity is not None else 1.0
-            if best is None or score > best[0]:
-                best = (score, group)
+        if actions_same(left=text, right=member.text, similarity=similarity, rule=rule):
+            same.append((similarity if similarity is not None else 1.0, member))
+    split_from = frozenset().union(*(member.apart for _, member in same))
+    blocked |= {member.group for member in members if member.key in split_from}
+    best: tuple[float, str] | None = None
+    for score, member in same:
+        if member.group not in blocked and (best is None or score > best[0]):
+            best = (score, member.group)
     if best is None:
         return None, None
     return best[1], (best[0] if vector is not None else None)
@@ -524,11 +537,17 @@ def action_phrases_assign(*, experiences: Sequence[Experience], embedder: Embedd
         by_owner.setdefault((user, client), []).append(index)
     phrases: list[ActionPhrase] = []
     for (user, client), indexes in by_owner.items():
-        members: list[tuple[str, str, np.ndarray | None]] = [
-            (group, text or key, None if vector is None else np.asarray(vector, dtype=float))
-            for group, key, text, vector in ActionPhrase.objects.filter(
+        members = [
+            _Member(
+                group=group,
+                key=key,
+                text=text or key,
+                vector=None if vector is None else np.asarray(vector, dtype=float),
+                apart=frozenset(apart),
+            )
+            for group, key, text, vector, apart in ActionPhrase.objects.filter(
                 end_user_id=user, client_id=client
-            ).values_list("group_key", "key", "text", "embedding")
+            ).values_list("group_key", "key", "text", "embedding", "apart_from")
         ]
         for index in indexes:
             row = new[index][1]
@@ -546,7 +565,9 @@ def action_phrases_assign(*, experiences: Sequence[Experience], embedder: Embedd
                     similarity=similarity,
                 )
             )
-            members.append((group, row.action, vectors[index]))
+            members.append(
+                _Member(group=group, key=row.action_key, text=row.action, vector=vectors[index])
+            )
     ActionPhrase.objects.bulk_create(phrases, ignore_conflicts=True)
     return len(phrases)
 
@@ -566,13 +587,15 @@ def action_groups_of(experiences: Sequence[Experience]) -> dict[int, str]:
     (the worker has not embedded it), the group its words alone join (``actions_same``
     without a similarity), else its own key. One query."""
     users = {experience.end_user_id for experience in experiences}
-    members: dict[tuple[int, str], list[tuple[str, str, np.ndarray | None]]] = {}
+    members: dict[tuple[int, str], list[_Member]] = {}
     groups: dict[tuple[int, str, str], str] = {}
-    for user, client, key, group, text in ActionPhrase.objects.filter(
+    for user, client, key, group, text, apart in ActionPhrase.objects.filter(
         end_user_id__in=users
-    ).values_list("end_user_id", "client_id", "key", "group_key", "text"):
+    ).values_list("end_user_id", "client_id", "key", "group_key", "text", "apart_from"):
         groups[(user, client, key)] = group
-        members.setdefault((user, client), []).append((group, text or key, None))
+        members.setdefault((user, client), []).append(
+            _Member(group=group, key=key, text=text or key, apart=frozenset(apart))
+        )
     result: dict[int, str] = {}
     for experience in sorted(experiences, key=lambda row: row.pk):
         owner = (experience.end_user_id, experience.client_id)
@@ -583,6 +606,81 @@ def action_groups_of(experiences: Sequence[Experience]) -> dict[int, str]:
             )
             found = found or experience.action_key
             groups[(*owner, experience.action_key)] = found
-            members.setdefault(owner, []).append((found, experience.action, None))
+            members.setdefault(owner, []).append(
+                _Member(group=found, key=experience.action_key, text=experience.action)
+            )
         result[experience.pk] = found
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# An operator's curation: merge two groups, split a phrasing out. Both lock the owner's
+# phrasings, so that the worker grouping a new phrasing meanwhile sees the groups before or
+# after, never half-moved; their changes are tracked (``ActionPhrase``'s history), authored by
+# whoever opened the history context (the admin: the operator).
+# ---------------------------------------------------------------------------------------------
+
+
+class ActionGroupingError(ConflictError):
+    """A merge or split that cannot be made as asked."""
+
+
+def _owner_phrases_lock(phrase: ActionPhrase) -> list[ActionPhrase]:
+    return list(
+        ActionPhrase.objects.select_for_update()
+        .filter(**phrase.owner_ids)
+        .defer("embedding")
+        .order_by("created_at", "id")
+    )
+
+
+@transaction.atomic
+def action_groups_merge(*, into: ActionPhrase, phrases: Sequence[ActionPhrase]) -> int:
+    """Every phrasing of the groups of ``phrases`` joins ``into``'s group: recommend pools
+    their evidence from now on, and a split between them is undone. Returns how many
+    phrasings moved."""
+    if any(phrase.owner_ids != into.owner_ids for phrase in phrases):
+        raise ActionGroupingError("Only groups of one user, written by one client, merge.")
+    rows = {row.pk: row for row in _owner_phrases_lock(into)}
+    target = rows[into.pk].group_key
+    merged = {rows[phrase.pk].group_key for phrase in phrases} - {target}
+    if not merged:
+        raise ActionGroupingError("They are one group already.")
+    keys = {row.key for row in rows.values() if row.group_key in merged | {target}}
+    moved = 0
+    for row in rows.values():
+        if row.group_key not in merged | {target}:
+            continue
+        fields = []
+        if row.group_key != target:
+            row.group_key = target
+            fields.append("group_key")
+            moved += 1
+        if set(row.apart_from) & keys:
+            row.apart_from = [key for key in row.apart_from if key not in keys]
+            fields.append("apart_from")
+        if fields:
+            row.save(update_fields=fields)
+    return moved
+
+
+@transaction.atomic
+def action_phrase_split(*, phrase: ActionPhrase) -> ActionPhrase:
+    """``phrase`` leaves its group for one of its own, held apart from the phrasings it left
+    (``apart_from``, on both sides): recommend counts them apart, a new recording of it stays
+    in its own group, and the rule joins no new phrasing across the split. When it was the
+    phrasing the group is keyed by, the rest take the key of the oldest of them."""
+    rows = _owner_phrases_lock(phrase)
+    current = next(row for row in rows if row.pk == phrase.pk)
+    rest = [row for row in rows if row.group_key == current.group_key and row.pk != current.pk]
+    if not rest:
+        raise ActionGroupingError("It is alone in its group already.")
+    rest_key = rest[0].key if current.group_key == current.key else current.group_key
+    for row in rest:
+        row.group_key = rest_key
+        row.apart_from = sorted({*row.apart_from, current.key})
+        row.save(update_fields=["group_key", "apart_from"])
+    current.group_key = current.key
+    current.apart_from = sorted({*current.apart_from, *(row.key for row in rest)})
+    current.save(update_fields=["group_key", "apart_from"])
+    return current
