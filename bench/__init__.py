@@ -13,7 +13,7 @@ on their own:
   synthetic vectors, the loader and its HNSW handling), for ``retrieval_latency`` and
   ``dashboard``;
 - ``bench.skills_common``: the task sessions, the wait for their learning runs and the BM25
-  baseline of ``skill_learning`` and ``skill_families``;
+  baseline of ``skill_learning``, ``skill_families`` and ``task_families``;
 - the library modules of the ``bench.retrieval_quality`` package, ``datasets``, ``ingest``,
   ``scoring`` and ``report`` (the bench itself is its ``__main__``): ``fairness`` loads and
   ingests its heavy tenant with ``datasets`` and ``ingest``.

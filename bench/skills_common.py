@@ -1,7 +1,7 @@
-"""What the two skill benches (``bench.skill_learning``, ``bench.skill_families``) share: a task
-session as an agent sends it (its turns, the tool calls in them, the tools it declares), the
-sessions sent through the API as one add and one close each, the wait for the learning runs that
-take them, and the BM25 baseline computed in the bench's process."""
+"""What the skill benches (``bench.skill_learning``, ``bench.skill_families``,
+``bench.task_families``) share: a task session as an agent sends it (its turns, the tool calls in
+them, the tools it declares), the sessions sent through the API as one add and one close each, the
+wait for the learning runs that take them, and the BM25 baseline computed in the bench's process."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from skills.models import (
     Skill,
     SkillEmbedding,
 )
+from skills.phrasing_lane import skill_phrasings_rescore
 from skills.prototypes import skill_vectors_write
 
 # Codes are the kinds' numbers in the search index: never change or reuse one.
@@ -46,6 +47,9 @@ SKILL_KIND = SearchableKind(
     # at 5 / 20 sessions per tool against 0.729 / 0.779 by RRF; SKILL_SEARCH_VECTOR_WEIGHT).
     fusion="scores",
     vector_weight=settings.SKILL_SEARCH_VECTOR_WEIGHT,
+    # Each candidate's learned requests matched one by one: the keyword floor of what it was
+    # learned from (skills.phrasing_lane).
+    rescore=skill_phrasings_rescore,
     calibration_pairs=Path(__file__).resolve().parent / "calibration" / "skill_pairs.json",
 )
 

@@ -32,6 +32,7 @@ from bench import (
     retrieval_quality,
     skill_families,
     skill_learning,
+    task_families,
 )
 from bench.common import SMOKE_NOTE
 from images.models import ImageObject
@@ -912,6 +913,62 @@ def test_skill_families_learns_the_fix_and_never_recommends_a_fix_that_only_fail
     assert re.search(r"POST /skills/retrieve  p@1 1\.000  wrong@1 0\.000", out)
     assert re.search(r"accuracy 1\.000  recommended a failed fix 0  not found 0", out)
     assert not EndUser.objects.filter(user_id__startswith="skillfamilies-").exists()
+
+
+def _webarena_write(path: Path) -> None:
+    """Three toy template families in WebArena's ``test.raw.json`` shape, and a template with too
+    few tasks to be a family."""
+    templates = {
+        1: ("Show me the {{n}} most recent orders", [3, 5, 7, 9]),
+        2: ("Thumbs down the top post in {{forum}}", ["books", "movies", "gadgets", "history"]),
+        3: ("Open the merge request about {{topic}}", ["login", "docs", "ci", "fonts"]),
+        4: ("Star the {{repo}} repository", ["a11y", "ranger"]),
+    }
+    records = []
+    for template_id, (template, values) in templates.items():
+        slot = template.split("{{")[1].split("}}")[0]
+        for value in values:
+            records.append(
+                {
+                    "task_id": len(records),
+                    "sites": ["shopping"],
+                    "intent_template_id": template_id,
+                    "intent_template": template,
+                    "instantiation_dict": {slot: value},
+                    "intent": template.replace("{{" + slot + "}}", str(value)),
+                }
+            )
+    path.write_text(json.dumps(records))
+
+
+def test_task_families_learns_all_but_one_of_each_family_and_asks_it_beside_the_floor(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    data, json_out = tmp_path / "test.raw.json", tmp_path / "families.json"
+    _webarena_write(data)
+    argv = [*smoke_argv, "--data", str(data), "--lanes", "--json-out", str(json_out)]
+    assert task_families.main(argv) == 0
+
+    out = capsys.readouterr().out
+    assert "3 families of >= 4 tasks, 9 sessions, 3 held out" in out
+    document = json.loads(json_out.read_text())
+    assert document["census"] == {
+        "skills": 3,
+        "holding two families' tools": 0,
+        "families with a skill": 3,
+    }
+    answers = document["answers"]
+    assert len(answers) == 6  # each held-out task, plain and masked
+    assert {answer["mode"] for answer in answers} == {"plain", "masked"}
+    for answer in answers:
+        assert set(answer["skills"]) == {"hybrid", "bm25", "embedding"}
+        if answer["mode"] == "masked":
+            assert "…" in answer["request"]
+    # Three families of distinct words: the floor and the skills find every one.
+    assert all(answer["floor_tool"] == answer["tool"] for answer in answers)
+    assert all(answer["skills"]["hybrid"][0] == [answer["tool"]] for answer in answers)
+    assert re.search(r"^all  plain  n   3  skills hybrid 1\.000 .* BM25 floor 1\.000$", out, re.M)
+    assert not EndUser.objects.filter(user_id__startswith="taskfamilies-").exists()
 
 
 @pytest.mark.django_db(transaction=False)

@@ -399,11 +399,19 @@ def search(
         )
         for candidate in candidates:
             gate_counts[candidate.gate] = gate_counts.get(candidate.gate, 0) + 1
-        chosen = [c for c in candidates if c.gate != "dropped"][: request.limit]
+        chosen = [c for c in candidates if c.gate != "dropped"]
+        rescore = kind.rescore if request.method == "hybrid" else None
+        if rescore is None:
+            del chosen[request.limit :]
         rows = _rows_by_id(
             kind, scope, [c.document_id for c in chosen], request.rows, request.fields
         )
-        hits.extend(Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows)
+        found = [Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows]
+        if rescore is not None:
+            rescore(request.query, found)
+            found.sort(key=lambda hit: (-hit.candidate.score, -hit.candidate.document_id))
+            del found[request.limit :]
+        hits.extend(found)
     if len(request.kinds) > 1:
         order = {kind.name: index for index, kind in enumerate(request.kinds)}
         hits.sort(

@@ -24,6 +24,7 @@ from django.db.models import Q
 
 if TYPE_CHECKING:
     from mirix_site.providers.embeddings import EmbeddingProvider
+    from mirix_site.search.engine import Hit
 
 # A posting row names its kind by this small number: PostgreSQL's smallint, unsigned.
 MAX_CODE = 32767
@@ -52,6 +53,9 @@ class SearchableKind:
     - ``vectors_write``: for a kind whose vectors are not each chunk's embedding (a skill's
       is fit against its owner's other skills), ``vectors_write(rows, embedder)`` writes them
       instead, for those rows' owners. The vector lane compares a query with a row's nearest.
+    - ``rescore``: for a kind whose rows hold phrasings of their own (a skill's triggers),
+      ``rescore(query, hits)`` adds to the scores of a hybrid search's hits, every candidate
+      the gate kept with its row, before the best ``limit`` are taken.
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
       on them for every model (``mirix_site.search.gate.gate_calibration_ensure``).
@@ -68,6 +72,7 @@ class SearchableKind:
     fusion: str | None = None
     vector_weight: float | None = None
     vectors_write: Callable[[Sequence[models.Model], EmbeddingProvider], None] | None = None
+    rescore: Callable[[str, Sequence[Hit]], None] | None = None
     calibration_pairs: Path | None = None
 
     def __str__(self) -> str:

@@ -270,6 +270,12 @@ EXPERIENCE_SEARCH_VECTOR_WEIGHT = env_float("EXPERIENCE_SEARCH_VECTOR_WEIGHT", 1
 # the words an embedding misses (error messages, names, a tool's own terms). Chosen on
 # MetaTool's dev half, 5 and 20 sessions per tool (bench/RESULTS.md, bench/skill_learning.py).
 SKILL_SEARCH_VECTOR_WEIGHT = env_float("SKILL_SEARCH_VECTOR_WEIGHT", 10.0, minimum=0.0)
+# The phrasing lane beside them (skills.phrasing_lane): a candidate skill whose best learned
+# request holds at least MIN_SHARE of the task's weight (idf) gains WEIGHT times that share.
+# Chosen on the dev halves of WebArena's task families and MetaTool (bench/RESULTS.md,
+# bench/task_families.py); a weight of 0 turns it off.
+SKILL_SEARCH_PHRASING_WEIGHT = env_float("SKILL_SEARCH_PHRASING_WEIGHT", 0.5, minimum=0.0)
+SKILL_SEARCH_PHRASING_MIN_SHARE = env_float("SKILL_SEARCH_PHRASING_MIN_SHARE", 0.7, minimum=0.0)
 # The most served skills of one user whose prototypes are fit against each other (a fit's cost
 # grows with the skills times their phrasings: 2.2 / 11.7 / 38 s for 199 / 500 / 1,000 skills of
 # 20 phrasings here, in the worker, at each write of the user's skills). Past it each skill's
