@@ -124,6 +124,25 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     # A change of its status (as its uses would promote it): its status history holds a row.
     skill.status = "active"
     skill.save(update_fields=["status"])
+    # Two phrasings of actions, grouped, then merged by an operator: the phrasings' history
+    # holds a row.
+    from skills.models import ActionPhrase, Experience
+    from skills.services.grouping import action_groups_merge, action_phrases_assign
+
+    action_phrases_assign(
+        experiences=list(Experience.objects.filter(organization=owner.organization)),
+        embedder=write_embedders()[0],
+    )
+    first = ActionPhrase.objects.filter(organization=owner.organization).order_by("pk").first()
+    other = ActionPhrase.objects.create(
+        organization=first.organization,
+        client=first.client,
+        end_user=first.end_user,
+        key="memo result",
+        text="memoize the result",
+        group_key="memo result",
+    )
+    action_groups_merge(into=first, phrases=[other])
     from accounts.selectors import end_user_export
     from accounts.services import end_user_import
 
