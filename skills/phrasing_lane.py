@@ -31,7 +31,7 @@ from django.db import connection
 from mirix_site.search.bm25 import idf, query_lexemes, term_weight
 
 if TYPE_CHECKING:
-    from mirix_site.search.engine import Hit
+    from mirix_site.search.kinds import Hit
 
 
 @dataclass(frozen=True)

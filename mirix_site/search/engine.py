@@ -23,7 +23,7 @@ from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.bm25 import bm25_search, query_lexemes
 from mirix_site.search.fusion import Candidate, Thresholds, gate_apply, lanes_fuse
 from mirix_site.search.gate import gate_thresholds
-from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.kinds import Hit, SearchableKind
 from mirix_site.search.lanes import Lane
 from mirix_site.search.query_vectors import QueryVector, query_vector_lane
 from mirix_site.search.vectors import distances_of, vector_search
@@ -60,13 +60,6 @@ class SearchRequest:
     # The fields the caller reads of each row found (None: all); the rest stay unread (a
     # deferred field is read from the database if touched): recommend reads four of each row.
     fields: tuple[str, ...] | None = None
-
-
-@dataclass
-class Hit:
-    kind: SearchableKind
-    row: models.Model
-    candidate: Candidate
 
 
 @dataclass

@@ -22,9 +22,10 @@ from django.core.exceptions import EmptyResultSet, FullResultSet, ImproperlyConf
 from django.db import DEFAULT_DB_ALIAS, connection, models
 from django.db.models import Q
 
+from mirix_site.search.fusion import Candidate
+
 if TYPE_CHECKING:
     from mirix_site.providers.embeddings import EmbeddingProvider
-    from mirix_site.search.engine import Hit
 
 # A posting row names its kind by this small number: PostgreSQL's smallint, unsigned.
 MAX_CODE = 32767
@@ -161,6 +162,15 @@ class SearchableKind:
     def _current_sql(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
         # Compiled by the ORM once, so that SQL and ORM reads apply the same declaration.
         return _where_compile(self.model, self.current, prefix=f"current_{self.code}")
+
+
+@dataclass
+class Hit:
+    """A row a search found for a kind, with how the lanes and the gate judged it."""
+
+    kind: SearchableKind
+    row: models.Model
+    candidate: Candidate
 
 
 def _where_compile(
