@@ -18,7 +18,9 @@ allows, and a skill list change is not pushed over HTTP: a client lists the reso
 from __future__ import annotations
 
 import contextvars
+import io
 import json
+import sys
 from functools import cache
 from http import HTTPStatus
 from typing import Any
@@ -34,13 +36,11 @@ from drf_spectacular.utils import extend_schema
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mirix_mcp import Api, Naming, Settings, server_create
 from mirix_mcp.server import MemoryServer
-from rest_framework import serializers
 from rest_framework.request import Request
 
 from mirix_site.api.authentication import presented_key
-from mirix_site.api.base import TenantAPIView
+from mirix_site.api.base import TenantAPIView, UserQuerySerializer
 from mirix_site.api.errors import error_body
-from mirix_site.api.fields import UserIdField
 
 NAMING = Naming(
     url="the server's URL",
@@ -100,8 +100,8 @@ class InProcessApi(httpx2.AsyncBaseTransport):
             "SERVER_PROTOCOL": "HTTP/1.1",
             "REMOTE_ADDR": self.remote_addr,
             "wsgi.url_scheme": self.scheme,
-            "wsgi.input": _Body(body),
-            "wsgi.errors": _Body(b""),
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
             "CONTENT_LENGTH": str(len(body)),
         }
         for name, value in request.headers.items():
@@ -113,39 +113,6 @@ class InProcessApi(httpx2.AsyncBaseTransport):
         response = _api_handler().get_response(WSGIRequest(environ))
         content = b"".join(response) if response.streaming else response.content
         return response.status_code, list(response.items()), content
-
-
-class _Body:
-    """A request body as WSGI's input stream."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._at = 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._data) if size is None or size < 0 else self._at + size
-        chunk = self._data[self._at : end]
-        self._at += len(chunk)
-        return chunk
-
-    def readline(self, size: int = -1) -> bytes:
-        newline = self._data.find(b"\n", self._at)
-        end = len(self._data) if newline < 0 else newline + 1
-        if size is not None and size >= 0:
-            end = min(end, self._at + size)
-        chunk = self._data[self._at : end]
-        self._at += len(chunk)
-        return chunk
-
-    def write(self, data: str) -> None:  # wsgi.errors
-        return None
-
-    def flush(self) -> None:
-        return None
-
-
-class McpUserSerializer(serializers.Serializer):
-    user_id = UserIdField(help_text="the end user the tools act for")
 
 
 async def _served(scope: dict[str, Any], body: bytes, api: Api) -> tuple[int, list, bytes]:
@@ -190,7 +157,7 @@ class McpApi(TenantAPIView):
     @extend_schema(exclude=True)  # JSON-RPC, described by MCP, not by this API's schema
     def post(self, request: Request) -> HttpResponse:
         named = request.headers.get("X-User-Id") or request.query_params.get("user_id")
-        user = McpUserSerializer(data={"user_id": named})
+        user = UserQuerySerializer(data={"user_id": named})
         user.is_valid(raise_exception=True)
         # Read by the API's parser (its content type, size and depth rules, its errors), then
         # handed to the SDK as JSON again.
