@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from accounts.models import EndUser
+from sessions.models import Message
 from tests.factories import TenantFixture
 
 MESSAGE = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
@@ -71,9 +72,12 @@ def test_a_tool_call_is_the_apis_own_in_process(org: TenantFixture) -> None:
     stored = tool_result(rpc(org, "tools/call", {"name": "remember", "arguments": {"text": "hi"}}))
     assert stored["stored"] is True
     # The API stored it for the user the URL named, as this key's application.
-    user = EndUser.objects.get(organization=org.organization, user_id="sam")
-    turns = org.api.get("/sessions", {"user_id": "sam"}).json()["results"]
-    assert len(turns) == 1 and user.user_id == "sam"
+    [message] = Message.objects.all()
+    assert message.pk == int(stored["message_ids"][0])
+    assert (message.role, message.text) == ("user", "hi")
+    assert message.session.end_user.user_id == "sam"
+    assert message.session.end_user.organization == org.organization
+    assert message.session.client == org.client
     # Its validation: a bad argument is the tool's error, naming the parameter.
     bad = rpc(
         org, "tools/call", {"name": "search_memories", "arguments": {"query": "x", "limit": 0}}
