@@ -207,6 +207,9 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     timings = dict(part.split(";dur=") for part in response["Server-Timing"].split(", "))
     assert set(timings) == {"embed", "search", "bm25", "vector"}
     assert float(timings["search"]) >= max(float(timings["bm25"]), float(timings["vector"]))
+    # Asked again, the query's embedding is read from the cache, and the header says so.
+    again = org.api.get("/memory/search", {"user_id": "sam", "query": "green tea"})
+    assert again["Server-Timing"].startswith('embed;desc="cache";dur=')
     assert set(top) >= {
         "id",
         "memory_type",
