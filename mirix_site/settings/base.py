@@ -62,6 +62,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: work a request leaves for after its answer runs once every other part is done
+    # and the body is sent (mirix_site.common.after_answer).
+    "mirix_site.common.after_answer.AfterAnswerMiddleware",
     # First: every answer is counted and timed, refusals included (GET /metrics).
     "mirix_site.metrics.MetricsMiddleware",
     "mirix_site.api.middleware.NulRefusedMiddleware",
