@@ -24,6 +24,7 @@ __all__ = ["CONVERSATION_WORDS", "content_terms"]
 
 # Words asking about the conversation, not a topic: kept short, since a word here can never
 # be searched for on its own ("news" alone lists the newest memories, not the ones about news).
+# Greetings are not among them: "who said hello?" asks about a hello.
 CONVERSATION_WORDS = """
     happen happened happening going go went
     talk talked discuss discussed say said tell told chat chatted mention mentioned
@@ -31,7 +32,7 @@ CONVERSATION_WORDS = """
     recent recently lately latest last new news update updates recap catch
     remind remember summary summarize summarise
     anything everything something whatever thing things stuff event events time us
-    hi hello hey please thanks
+    please thanks
 """
 
 
