@@ -15,6 +15,7 @@ from memory.query.recency import content_terms
 from memory.services import extraction_job_run
 from mirix_site.search.models import RetrievalLog
 from tests.factories import TenantFixture, chat_turns
+from tests.loopback import LoopbackServer, Reply, openai_reply
 
 AS_OF = datetime(2025, 6, 10, 12, 0, tzinfo=UTC)
 # What sam said, when (AS_OF's day is "today").
@@ -143,6 +144,28 @@ def test_what_did_we_talk_about_yesterday_answers_yesterdays_memories(org: Tenan
     # Explicit dates still filter what the phrase names.
     body = conversed(org, "what did we talk about yesterday?", end_date="2025-06-09T16:00:00+00:00")
     assert relevant(body) == YESTERDAY[1:]
+
+
+def test_with_a_model_the_time_it_names_is_the_window(
+    org: TenantFixture, loopback: LoopbackServer, settings
+) -> None:
+    tell(org, TOLD)  # extracted without a model
+    settings.LLM_PROVIDER = "openai"
+    settings.LLM_MODEL = "topics-model"
+    settings.LLM_API_BASE = f"{loopback.url}/v1"
+    settings.LLM_API_KEY = "sk-loopback"
+    loopback.respond(
+        lambda _request: Reply(
+            200, openai_reply({"topics": ["recent events"], "temporal_expression": "yesterday"})
+        )
+    )
+
+    body = conversed(org, "Catch me up on yesterday")
+
+    assert len(loopback.requests) == 1
+    assert body["topic_list"] == ["recent events"]
+    assert relevant(body) == YESTERDAY
+    assert last_log("memory/retrieve/conversation").method == "recency"
 
 
 def test_a_topic_that_is_only_a_time_answers_that_times_memories(org: TenantFixture) -> None:
