@@ -86,20 +86,16 @@ def memories_retrieve_by_topic(
     """The memories of every type about a topic (``limit`` of each), and the core blocks; a
     topic without topic words ("recent news", "yesterday"): the newest of every type, within
     the time it pins (``_recent``)."""
-    request = SearchRequest(kinds=memory_kinds(), query=topic, limit=limit, filter_tags=filter_tags)
-    if content_terms(topic):
-        outcome = retrieval_search(
-            tenant=tenant, end_user=end_user, endpoint="memory/retrieve/topic", request=request
-        )
-    else:
-        pinned = temporal_range(topic, now=timezone.now(), precise=True)
-        outcome = _recent(
-            tenant=tenant,
-            end_user=end_user,
-            endpoint="memory/retrieve/topic",
-            request=request,
-            within=(pinned.start, pinned.end) if pinned is not None else None,
-        )
+    pinned = temporal_range(topic, now=timezone.now(), precise=True)
+    outcome = _memories_find(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint="memory/retrieve/topic",
+        request=SearchRequest(
+            kinds=memory_kinds(), query=topic, limit=limit, filter_tags=filter_tags
+        ),
+        pinned=(pinned.start, pinned.end) if pinned is not None else None,
+    )
     return _overviewed(
         Retrieved(
             outcome=outcome,
@@ -153,27 +149,17 @@ def memories_retrieve_for_conversation(
         end=end,
         spoken_range=spoken,
     )
-    extra = {"topics": found.topics} if query.strip() else None
-    if content_terms(query):
-        outcome = retrieval_search(
-            tenant=tenant,
-            end_user=end_user,
-            endpoint="memory/retrieve/conversation",
-            request=request,
-            extra=extra,
-        )
-    else:
-        # Judged on the query the turns made (their topics, else the last turn): a last turn
-        # without topic words after turns with some ("and yesterday?") still searches those.
-        pinned = found.pinned_range
-        outcome = _recent(
-            tenant=tenant,
-            end_user=end_user,
-            endpoint="memory/retrieve/conversation",
-            request=request,
-            within=(pinned.start, pinned.end) if pinned is not None else None,
-            extra=extra,
-        )
+    pinned = found.pinned_range
+    # Judged on the query the turns made (their topics, else the last turn): a last turn
+    # without topic words after turns with some ("and yesterday?") still searches those.
+    outcome = _memories_find(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint="memory/retrieve/conversation",
+        request=request,
+        pinned=(pinned.start, pinned.end) if pinned is not None else None,
+        extra={"topics": found.topics} if query.strip() else None,
+    )
     return _overviewed(
         Retrieved(
             outcome=outcome,
@@ -298,15 +284,41 @@ def memories_search(
             method="list",
             why="listed: no query, newest first",
         )
-    if not content_terms(request.query, temporal=temporal):
-        return _recent(
-            tenant=tenant,
-            end_user=end_user,
-            endpoint=endpoint,
-            request=request,
-            within=request.spoken_range,
+    return _memories_find(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        request=request,
+        pinned=request.spoken_range,
+        temporal=temporal,
+    )
+
+
+def _memories_find(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    request: SearchRequest,
+    pinned: tuple[datetime, datetime] | None,
+    temporal: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> SearchOutcome:
+    """The decision every memory retrieval makes: search the query's topic words, or, when
+    it has none (``memory.query.recency``), list the newest memories within ``pinned``, the
+    time its phrase pins (None: any time)."""
+    if content_terms(request.query, temporal=temporal):
+        return retrieval_search(
+            tenant=tenant, end_user=end_user, endpoint=endpoint, request=request, extra=extra
         )
-    return retrieval_search(tenant=tenant, end_user=end_user, endpoint=endpoint, request=request)
+    return _recent(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        request=request,
+        within=pinned,
+        extra=extra,
+    )
 
 
 def _recent(
