@@ -45,5 +45,4 @@ def content_terms(text: str, *, temporal: bool = True) -> list[str]:
             text = f"{text[:first]} {text[last:]}"
     if not text.strip():
         return []
-    asked = set(query_lexemes(text))
-    return sorted(asked - set(query_lexemes(CONVERSATION_WORDS))) if asked else []
+    return query_lexemes(text, less=CONVERSATION_WORDS)
