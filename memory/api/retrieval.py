@@ -92,7 +92,11 @@ class MemorySearchApi(RetrievalApiView):
             spoken_range=data["spoken_range"],
         )
         self.outcome = memories_search(
-            tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
+            tenant=self.tenant,
+            end_user=end_user,
+            endpoint=self.endpoint,
+            request=search,
+            temporal=data["temporal"],
         )
         context = secrets_context(self.tenant, requested=data["include_secrets"])
         context |= images_context(hit.row for hit in self.outcome.hits)
