@@ -248,7 +248,7 @@ def dream_perform(*, tenant: Tenant, end_user: EndUser, request: DreamRequest) -
         _run_finish(run, state=DreamRun.State.FAILED, error=repr(error))
         raise
     _run_finish(run, state=DreamRun.State.SUCCEEDED, report=report)
-    return {**report, "run_id": run.pk}
+    return {**report, "dream_run_id": run.pk}
 
 
 def _run_finish(run: DreamRun, *, state: str, report: dict | None = None, error: str = "") -> None:

@@ -187,7 +187,7 @@ def test_a_fact_said_again_becomes_one_memory_citing_every_turn(org: TenantFixtu
 
     # Every change is auto-dream's, with its run.
     run = DreamRun.objects.get()
-    assert run.state == "succeeded" and run.trigger == "request" and body["run_id"] == run.pk
+    assert run.state == "succeeded" and run.trigger == "request" and body["dream_run_id"] == run.pk
     for row in gone:
         [entry] = history_of(row)
         assert entry["actor"] == "auto_dream" and entry["run_id"] == run.pk
