@@ -25,7 +25,7 @@ from accounts.portability import (
     portable_skip,
 )
 from memory.crypto import secret_decrypt
-from memory.models import ExtractionJob, KnowledgeVaultItem
+from memory.models import DreamRun, ExtractionJob, KnowledgeVaultItem
 from memory.services.redaction import memory_row_redact, memory_text_fields
 from memory.types import MEMORY_TYPES, MemoryType
 from mirix_site.search.index import documents_index
@@ -88,3 +88,4 @@ def memory_portable_register() -> None:
         ExtractionJob,
         "This install's work on the turns; each message carries how far extraction got.",
     )
+    portable_skip(DreamRun, "This install's consolidation work; what it changed travels.")
