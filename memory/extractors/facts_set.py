@@ -5,6 +5,11 @@ reader takes from it (subject, predicate, value) or none. A fact extractor choos
 on the dev half and reports precision and recall on the test half. The file's header says how
 the set was written, the predicates' meanings and how the halves were drawn; ``facts_split``
 is that draw, so anyone can check that no item was placed in a half by hand.
+
+A second dev set (``memory/calibration/facts_dev2.json``, half ``"dev2"``; issue 15/18 item 1)
+was written later by another author, with the same vocabulary and labelling rules, to give
+rules more varied wording to be chosen on. It is for choosing rules only, never a reported
+figure, so ``facts_labelled()`` without a half still means facts.json's dev and test halves.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 BUNDLED_FACTS = Path(__file__).resolve().parents[1] / "calibration" / "facts.json"
+BUNDLED_FACTS_DEV2 = BUNDLED_FACTS.with_name("facts_dev2.json")
 HALVES = ("dev", "test")
+SECOND_DEV = "dev2"
 
 
 @dataclass(frozen=True)
@@ -46,13 +53,21 @@ class LabelledUtterance:
 
 
 @cache
-def _facts_file() -> dict[str, Any]:
-    return json.loads(BUNDLED_FACTS.read_text())
+def _facts_read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
 
 
-def facts_header() -> dict[str, Any]:
-    """The set's header: what it is, how it was written, the predicates and the split."""
-    return {key: value for key, value in _facts_file().items() if key != "items"}
+def _facts_file(half: str | None = None) -> dict[str, Any]:
+    """The parsed file that holds ``half``: facts.json, or facts_dev2.json for ``"dev2"``."""
+    if half is not None and half not in (*HALVES, SECOND_DEV):
+        raise ValueError(f"half must be one of {(*HALVES, SECOND_DEV)}, not {half!r}")
+    return _facts_read(BUNDLED_FACTS_DEV2 if half == SECOND_DEV else BUNDLED_FACTS)
+
+
+def facts_header(*, half: str | None = None) -> dict[str, Any]:
+    """The header of the file holding ``half`` (facts.json unless ``"dev2"``): what the set is,
+    how it was written, the predicates and (for facts.json) the split."""
+    return {key: value for key, value in _facts_file(half).items() if key != "items"}
 
 
 def facts_predicates() -> dict[str, str]:
@@ -61,9 +76,8 @@ def facts_predicates() -> dict[str, str]:
 
 
 def facts_labelled(*, half: str | None = None) -> list[LabelledUtterance]:
-    """The utterances of one half (``"dev"`` or ``"test"``), or of both when ``half`` is None."""
-    if half is not None and half not in HALVES:
-        raise ValueError(f"half must be one of {HALVES}, not {half!r}")
+    """The utterances of one half (``"dev"`` or ``"test"`` of facts.json, or ``"dev2"``, the
+    second dev set), or facts.json's two halves when ``half`` is None."""
     return [
         LabelledUtterance(
             id=item["id"],
@@ -79,7 +93,7 @@ def facts_labelled(*, half: str | None = None) -> list[LabelledUtterance]:
             ),
             note=item.get("note", ""),
         )
-        for item in _facts_file()["items"]
+        for item in _facts_file(half)["items"]
         if half is None or item["half"] == half
     ]
 
