@@ -7,7 +7,12 @@ Only user turns are extracted; an assistant turn's facts count as false positive
 
 Usage (the extractor needs the project's settings; no server is needed):
     MIRIX_DATA_DIR=DIR .venv/bin/python -m mirix_site.launcher exec -- \\
-        .venv/bin/python -m bench.facts [--half dev|test] [--quiet]
+        .venv/bin/python -m bench.facts [--half dev|dev2|test] [--slice work|held] [--quiet]
+
+``dev2`` is the second, independently written dev set (``memory/calibration/facts_dev2.json``).
+Its items whose number is a multiple of 4 (g004, g008, …) are held out while rules are chosen:
+``--slice held`` scores only them, ``--slice work`` the rest, and misses are listed for the
+working slice only.
 """
 
 from __future__ import annotations
@@ -83,6 +88,11 @@ def facts_score(utterances: list[LabelledUtterance]) -> Score:
     return score
 
 
+def dev2_held(item_id: str) -> bool:
+    """Whether a dev2 item is in the slice held out while rules are chosen (every 4th by id)."""
+    return int(re.sub(r"\D", "", item_id)) % 4 == 0
+
+
 def _report(half: str, score: Score, *, details: bool) -> None:
     extracted, labelled = sum(score.extracted.values()), sum(score.labelled.values())
     print(
@@ -107,7 +117,12 @@ def _report(half: str, score: Score, *, details: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--half", choices=("dev", "test"), help="one half (default: both)")
+    parser.add_argument(
+        "--half", choices=("dev", "dev2", "test"), help="one half (default: dev and dev2)"
+    )
+    parser.add_argument(
+        "--slice", choices=("work", "held"), help="dev2 only: its working or held-out items"
+    )
     parser.add_argument("--quiet", action="store_true", help="no list of dev misses")
     arguments = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
@@ -116,12 +131,17 @@ def main() -> None:
     django.setup()
     from memory.extractors.facts_set import facts_labelled
 
-    for half in (arguments.half,) if arguments.half else ("dev", "test"):
-        # Misses are listed for the dev half only: rules are chosen there, never on test.
+    for half in (arguments.half,) if arguments.half else ("dev", "dev2"):
+        utterances = facts_labelled(half=half)
+        if half == "dev2" and arguments.slice:
+            held = arguments.slice == "held"
+            utterances = [u for u in utterances if dev2_held(u.id) == held]
+        # Misses are listed on the sets rules are chosen on, never on test or dev2's held slice.
         _report(
-            half,
-            facts_score(facts_labelled(half=half)),
-            details=half == "dev" and not arguments.quiet,
+            f"{half} ({arguments.slice})" if half == "dev2" and arguments.slice else half,
+            facts_score(utterances),
+            details=not arguments.quiet
+            and (half == "dev" or (half == "dev2" and arguments.slice == "work")),
         )
 
 
