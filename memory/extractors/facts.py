@@ -243,7 +243,10 @@ _SENTENCE_GUARD = re.compile(
     r"\b(?:says|said|saying|tells me|told me|thinks|think|thought|according to|apparently|"
     r"reckons|claims|claimed|heard that|horoscope|cancell?ed|called it off|fell through|"
     r"in the end|didn't happen|character|in the game|in the story|in the novel|"
-    r"kidding|joking|jk|sarcasm|/s)\b",
+    r"kidding|joking|jk|sarcasm|/s|translate|translation|yeah,? i (?:just |totally )?love|"
+    r"totally love)\b|"
+    # Shouted love or hate is sarcasm ("I just LOVE Mondays").
+    r"\b(?-i:LOVE|LOVES|ADORE|ENJOY)\b",
     re.IGNORECASE,
 )
 # A clause that asks, wishes, hedges or depends on something states nothing.
@@ -275,7 +278,7 @@ _LEAD = re.compile(
     r"^(?:(?:and|but|so|also|oh|well|ok|okay|yeah|yes|yep|hey|hi|hello|btw|fyi|honestly|"
     r"actually|anyway|anyways|plus|then|now|ugh|lol|haha|tbh|heads up|for context|for the record|"
     r"keep in mind|just so you know|fun fact|by the way|as you know|currently|nowadays|"
-    r"these days|at work|at home|since (?:last|this) \w+|for (?:about |over )?(?:\w+) years|"
+    r"these days|at work|at home|since (?:last|this) \w+|since v?\d[\w.]*|for (?:about |over )?(?:\w+) years|"
     r"(?:last|this) \w+|in \d{4}|nah|wow|omg|um|uh|alright|right|sure|true)\b[\s!.,]*)+",
     re.IGNORECASE,
 )
@@ -311,7 +314,9 @@ _ADVERBS = re.compile(
     r"^(?:(?:just|really|also|still|mostly|actually|currently|now|finally|"
     r"recently|totally|absolutely|definitely|basically|literally|both|all|kinda|genuinely|"
     r"truly|honestly|seriously|officially|mainly|primarily|generally|normally|typically|"
-    r"personally|pretty much|kind of|sort of|have been|has been|been|do|does)\s+)*",
+    r"personally|pretty much|kind of|sort of|have been|has been|been|do|does|"
+    r"(?:have|has)(?=\s+(?:moved|relocated|switched|migrated|quit|stopped|dropped|replaced|"
+    r"swapped|always|never|just|finally|recently|worked|had)\b))\s+)*",
     re.IGNORECASE,
 )
 # Base-form verbs opening a subjectless clause are an instruction ("write the raw queries").
@@ -355,7 +360,7 @@ class _Relation:
 # --- Values ----------------------------------------------------------------------------------
 
 _LEADING = re.compile(
-    r"^(?:(?:a little bit of|a bit of|little bit of|a|an|the|my|our|his|her|their|some|"
+    r"^(?:(?:a little bit of|a bit of|little bit of|very much|a|an|the|my|our|his|her|their|some|"
     r"mostly|also|really|just)\s+)+",
     re.IGNORECASE,
 )
@@ -363,7 +368,8 @@ _TRAILING = re.compile(
     r"(?:\s+(?:lol|haha|lmao|tbh|honestly|now|too|though|tho|anymore|any more|these days|"
     r"nowadays|everywhere|a lot|mostly|really|here|there|pls|please|btw|fyi|at all|for now|"
     r"for a while|right now|currently|every day|daily|again|as well|either|in general|"
-    r"at the moment|for sure|big time|obviously|lately|already|yet|today|fyi|atm|ok)\b)+$",
+    r"at the moment|for sure|big time|obviously|lately|already|yet|today|fyi|atm|ok|"
+    r"originally|online|most (?:nights|days|evenings|mornings|weekends|summers))\b)+$",
     re.IGNORECASE,
 )
 _WHEN_CUT = re.compile(rf"\s+(?:{_WHEN})\b.*$|\s+(?:since|for|ago)\b.*$", re.IGNORECASE)
@@ -433,11 +439,14 @@ _CUT_PLACE = re.compile(
 _CUT_THING = re.compile(
     rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:for (?:about |over |nearly |almost )?"
     r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|many|several|a few|"
-    r"the past|ages)\b.*|since\b.*|ago\b.*|at the moment.*|it is\b.*|they are\b.*|to me\b.*)$",
+    r"the past|ages)\b.*|since\b.*|(?:\w+ )?ago\b.*|at the moment.*|it is\b.*|they are\b.*|"
+    r"to me\b.*|after\b.*|in (?:this|my|our) (?:house|home|code|family|project|repo|team)\b.*|"
+    r"in everything\b.*)$",
     re.IGNORECASE,
 )
 _CUT_TOOL = re.compile(
-    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:in prod(?:uction)?|in dev|for|with|on|at work|"
+    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+\w+ ago\b.*$|"
+    r"\s+(?:in prod(?:uction)?|in dev|for|with|on|at work|"
     r"at home|a lot|instead of|everywhere|day to day|since|in this|here)\b.*$",
     re.IGNORECASE,
 )
