@@ -52,7 +52,7 @@ _PETS = (
     r"goldfish|fish|snake|lizard|gecko|horse|pony|ferret|chinchilla|rat|mouse|chickens?|"
     r"cockatiel|canary|iguana|hedgehog|collie|border collie|labrador|lab|retriever|terrier|"
     r"spaniel|poodle|beagle|dachshund|husky|corgi|pug|greyhound|whippet|shepherd|bulldog|"
-    r"tabby|rescue dog|rescue cat"
+    r"tabby|bearded dragon|axolotl|cockatoo|tarantula|pig|goat|alpaca|duck|ducks"
 )
 
 _JOBS = (
@@ -107,6 +107,7 @@ _CONDITIONS = (
     r"bipolar(?: disorder)?|an eating disorder|colou?r ?blindness|gout|anemia|anaemia"
 )
 _CONDITION_ADJECTIVES = (
+    r"deaf in (?:my|one|both) (?:left |right )?ears?|blind in (?:my|one|both) (?:left |right )?eyes?|"
     r"dyslexic|dyspraxic|autistic|diabetic|asthmatic|epileptic|deaf|blind|colou?r ?blind|"
     r"hard of hearing(?: in (?:my|one|both) (?:left |right )?ears?)?|partially sighted|"
     r"lactose intolerant|gluten intolerant|sensitive to \w+|intolerant to \w+|neurodivergent|"
@@ -395,7 +396,7 @@ def _clean(value: str, cut: re.Pattern[str] | None) -> str:
 def _place_ok(value: str) -> bool:
     return not re.match(r"\d", value) and not re.search(
         r"\b(?:decade|era|century|generation|wrong|body|life|time|moment|mood|zone)\b", value, re.I
-    )
+    ) and not re.fullmatch(_MONTHS, value, re.IGNORECASE)
 
 
 def _tech_ok(value: str) -> bool:
@@ -427,6 +428,7 @@ def _name_ok(value: str) -> bool:
 # --- Rules -----------------------------------------------------------------------------------
 
 _CUT_COMMON = (
+    r"\s+a while(?: ago| back)?\b.*$|"
     r"\s+(?:so|because|since|but|which|who|when|while|though|as|cause|until|if|lol)\b.*$|"
     r"\s+that (?:i|we|you|he|she|they|my|our)\b.*$|"
     r"\s+(?:in the (?:mornings?|evenings?|afternoons?)|at night|on weekends|at weekends)\b.*$"
@@ -439,13 +441,13 @@ _CUT_PLACE = re.compile(
 _CUT_THING = re.compile(
     rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:for (?:about |over |nearly |almost )?"
     r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|many|several|a few|"
-    r"the past|ages)\b.*|since\b.*|(?:\w+ )?ago\b.*|at the moment.*|it is\b.*|they are\b.*|"
+    r"the past|ages)\b.*|since\b.*|(?:\w+ ){0,2}ago\b.*|at the moment.*|it is\b.*|they are\b.*|"
     r"to me\b.*|after\b.*|in (?:this|my|our) (?:house|home|code|family|project|repo|team)\b.*|"
     r"in everything\b.*)$",
     re.IGNORECASE,
 )
 _CUT_TOOL = re.compile(
-    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+\w+ ago\b.*$|"
+    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:\w+ ){1,2}ago\b.*$|"
     r"\s+(?:in prod(?:uction)?|in dev|for|with|on|at work|"
     r"at home|a lot|instead of|everywhere|day to day|since|in this|here)\b.*$",
     re.IGNORECASE,
@@ -513,11 +515,28 @@ _ROLE = (
 
 _RULES: tuple[_Rule, ...] = (
     # Changes first: "use uv now instead of pip" is a switch, not a use.
-    _rule("moved_to", rf"(?:moved|relocated) from .+? to {_PLACE}", _CUT_PLACE, check=_place_ok),
+    _rule(
+        "moved_to",
+        r"(?:moved|relocated) from (?-i:[A-Z][a-zà-ÿ]+)(?: [\w ]+?)? to "
+        r"(?P<v>(?-i:[A-Z][a-zà-ÿ]).+)",
+        _CUT_PLACE,
+        check=_place_ok,
+    ),
     _rule(
         "switched_to",
         r"(?:switched|moved|migrated|changed|went|converted|upgraded|jumped|ported \w+)"
         r"(?: (?:everything|it|us|over|all|the \w+))? from (?P<old>.+?) to (?P<v>.+)",
+        _CUT_TOOL,
+    ),
+    _rule(
+        "switched_to",
+        r"(?:replaced|swapped|traded|dropped|ditched|exchanged) (?P<old>.+?) (?:with|for) (?P<v>.+)",
+        _CUT_TOOL,
+    ),
+    _rule(
+        "switched_to",
+        r"(?:has |have )?(?:moved|migrated|switched) (?:off|away from) (?P<old>.+?) "
+        r"(?:onto|to) (?P<v>.+)",
         _CUT_TOOL,
     ),
     _rule(
@@ -534,9 +553,17 @@ _RULES: tuple[_Rule, ...] = (
     _rule("no_longer", r"(?:am |are |is )?no longer (?:use |using )(?P<v>.+)", _CUT_TOOL),
     _rule("no_longer", r"(?:am |are |is )?no longer (?:a |an )?(?P<v>.+)", _CUT_THING),
     _rule("no_longer", r"(?:do not|don't) (?P<v>.+?) any ?more\b.*", None),
-    _rule("no_longer", r"(?:quit|stopped|gave up)(?: on)? (?P<v>.+)", _CUT_THING),
+    _rule(
+        "no_longer",
+        r"(?:quit|stopped|gave up)(?: on)? (?:using |use )?(?P<v>.+)",
+        _CUT_THING,
+    ),
+    _rule("no_longer", rf"{_AM}(?:a |an )?retired {_ROLE}", _CUT_ROLE),
+    _rule("no_longer", r"used to be (?:a |an )(?P<v>.+)", _CUT_ROLE),
+    _rule("no_longer", rf"{_AM}not (?:a |an )?(?P<v>(?:{_DIETS}|{_JOBS}))\b any ?more", None),
     _rule("no_longer", r"left (?P<v>(?:my |our )?(?:job|position|role|post) (?:at|with) .+)"),
     _rule("no_longer", r"used to (?P<v>(?!be\b).+)", _CUT_THING),
+    _rule("no_longer", r"ex-(?P<v>[a-z]+)$", None),
     # Identity.
     _rule(
         "name",
@@ -549,19 +576,28 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         "name",
         rf"(?:(?:everyone|everybody|people|friends|most people|they) )?(?:call|calls) me "
-        rf"(?P<v>{_NAME})",
+        rf"(?P<v>{_NAME})\b(?! (?-i:[A-Z]))",
         None,
         check=_name_ok,
         user_only=True,
     ),
+    _rule("name", rf"(?:am|is) (?:called|named) (?P<v>{_NAME})", None, check=_name_ok),
     _rule(
         "age",
         rf"{_BE}(?P<v>\d{{1,3}})(?: years? old| y/?o| yrs?)?(?!\s*(?:%|minutes|mins|"
         r"hours|km|miles|kg|lbs|pounds|days|weeks|months|times|of|in|to|on|at|pm|am|foot|feet|ft|"
-        r"cm|inches|stone|st|k|x|-|/|'|\.\d))\b",
+        r"cm|inches|stone|st|k|x|-|/|'|:|\.\d))\b",
         None,
     ),
     _rule("age", r"(?:turned|just turned) (?P<v>\d{1,3})\b", None),
+    _rule("age", r"have (?P<v>\d{1,2}) years$", None, user_only=True),
+    _rule(
+        "age",
+        r"(?:am |is )?(?:a |an )(?P<v>\d{1,2}) ?(?:yo|y/o|year old|years old|-year-old)\b"
+        r"(?: (?P<field>[\w ]+?) student\b)?",
+        None,
+        also=(("field", "studies", None),),
+    ),
     _rule(
         "from",
         rf"{_BE}(?:originally |born and raised |half )?from {_PLACE}",
@@ -576,6 +612,12 @@ _RULES: tuple[_Rule, ...] = (
         check=_place_ok,
     ),
     _rule("birthday", r"(?:was born|born) on (?P<v>.+)", re.compile(_CUT_COMMON, re.I)),
+    _rule(
+        "birthday",
+        rf"(?:was born|born) (?:in |on )?(?P<v>(?:{_MONTHS})\b(?: \d{{1,2}}(?:st|nd|rd|th)?)?|"
+        rf"\d{{1,2}}(?:st|nd|rd|th)? (?:of )?(?:{_MONTHS}))\b",
+        None,
+    ),
     _rule(
         "from",
         rf"{_AM}(?P<v>(?:half[- ])?(?-i:{_NATIONALITIES}))\b(?!\s+(?:food|speaker|"
@@ -607,10 +649,33 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule("from", rf"moved (?:here |over )?from {_PLACE}", _CUT_PLACE, check=_place_ok),
     # Work and study.
-    _rule("studies", r"(?:a |an )?(?:[\w-]+ )*?student (?:in|of|studying) (?P<v>.+)", _CUT_THING),
+    _rule(
+        "studies",
+        r"(?:a |an )?(?:[\w-]+ )*?student (?:in|of|studying) (?P<v>.+)",
+        re.compile(rf"{_CUT_THING.pattern}|\s+(?:at|in) (?-i:[A-Z]).*$", re.IGNORECASE),
+    ),
+    _rule(
+        "studies",
+        rf"{_BE}(?:a |an )(?:first[- ]year |second[- ]year |third[- ]year |final[- ]year )?"
+        r"(?P<v>(?!(?:university|uni|college|high school|school|grad|phd|mature|exchange|"
+        r"international|former|ex|poor|broke)\b)[\w-]+(?: [\w-]+)?) student\b",
+        None,
+    ),
+    _rule(
+        "studies",
+        rf"{_ING}(?:started (?:taking )?|taking |take |doing |having )(?P<v>(?-i:{_LANGUAGES})) "
+        r"(?:lessons|classes|courses?)\b",
+        None,
+    ),
+    _rule(
+        "studies",
+        rf"{_ING}(?:doing|taking|studying for) (?:a |an |my )?(?:master'?s|masters|phd|degree|"
+        r"bachelor'?s|ba|bsc|msc|ma) (?:degree )?in (?P<v>.+)",
+        _CUT_THING,
+    ),
     _rule(
         "works_as",
-        rf"(?:{_BE}|(?:have been|been|was|were) )?(?:a |an )?{_ROLE}(?:.*?\b(?:at|for) "
+        rf"(?:(?:{_BE}|(?:have been|been|was|were) )(?:a |an )?|a |an ){_ROLE}(?:.*?\b(?:at|for) "
         rf"(?!(?:{_NUMBERS}|about|over|nearly|almost|the past|many) (?:years?|months?))"
         r"(?P<at>.+))?",
         _CUT_ROLE,
@@ -619,18 +684,26 @@ _RULES: tuple[_Rule, ...] = (
     _rule("works_as", rf"as (?:a |an )?{_ROLE}", _CUT_ROLE),
     _rule(
         "works_as",
-        rf"{_ING}(?:work|works|working) as (?:a |an )?(?P<v>.+?)(?: (?:at|for) "
+        rf"{_ING}(?:work|works|working|worked) (?:as|like) (?:a |an )?(?P<v>.+?)(?: (?:at|for|in) "
         r"(?P<at>.+))?$",
         _CUT_ROLE,
         also=(("at", "works_at", _CUT_ORG),),
     ),
     _rule(
         "works_at",
-        rf"{_ING}(?:work|works|working)(?: \w+ly| full[- ]time| part[- ]time)?"
+        rf"{_ING}(?:work|works|working|worked|teach|teaches|teaching|taught)"
+        r"(?: \w+ly| full[- ]time| part[- ]time| nights| days| shifts)?"
         rf" (?:at|for) (?:an? [\w -]+? (?:called|named) )?(?P<v>.+)",
         _CUT_ORG,
     ),
     _rule("works_at", r"(?:run|own and run|run and own) (?P<v>(?:a|an) .+)", _CUT_ORG),
+    _rule("works_at", rf"(?:{_BE})?employed (?:by|at) (?P<v>.+)", _CUT_ORG),
+    _rule(
+        "works_at",
+        r"at (?P<v>(?-i:[A-Z])[\w&.-]+(?: (?-i:[A-Z])[\w&.-]+)*) for "
+        rf"(?:(?:about|over|nearly|almost) )?(?:{_NUMBERS}) (?:years?|months?)\b",
+        None,
+    ),
     _rule(
         "works_at",
         rf"(?:{_BE})?(?:a |an )?(?:[\w-]+-person |small |tiny )?(?:team|job|position|role|"
@@ -712,7 +785,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "prefers",
-        r"would rather (?:have |use |do |go with )?(?P<v>.+?) than "
+        r"would rather (?:have |use |do |go with |see |get )?(?P<v>.+?) than "
         r"(?:have |use |do )?(?P<alt>.+)",
         _CUT_THING,
     ),
@@ -723,7 +796,8 @@ _RULES: tuple[_Rule, ...] = (
         "dislikes",
         r"(?:hate|hates|dislike|dislikes|detest|loathe|despise|can't stand|"
         r"cannot stand|can not stand|don't like|do not like|don't enjoy|do not enjoy|"
-        r"can't bear|am not a fan of|am not into|don't care for) (?P<v>.+)",
+        r"can't bear|am not a fan of|am not into|don't care for|never liked|never enjoyed) "
+        r"(?P<v>.+)",
         _CUT_THING,
         listed=True,
     ),
@@ -749,8 +823,9 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "likes",
-        r"(?:love|loves|like|likes|enjoy|enjoys|adore|adores|really like) "
-        r"(?:how (?P<how>\S+) .*|(?P<v>(?!to\b|it\b|that\b|this\b|when\b|you\b).+))",
+        r"(?:love|loves|like|likes|enjoy|enjoys|adore|adores|really like|always (?:loved|liked)|"
+        r"am loving|am enjoying) "
+        r"(?:how (?P<how>\S+) .*|(?P<v>(?!to\b|it\b|that\b|this\b|when\b|you\b|my\b|our\b).+))",
         _CUT_THING,
         listed=True,
     ),
@@ -780,7 +855,8 @@ _RULES: tuple[_Rule, ...] = (
     # Things and tools.
     _rule(
         "owns",
-        r"(?:own|owns|bought|just bought|have got|got myself|drive|drives) "
+        r"(?:own|owns|bought|just bought|have got|got myself|(?=drives? (?:an? )?(?-i:[A-Z]))"
+        r"drive|drives) "
         rf"(?!(?:{_RELATIONS}|{_PETS})\b)(?P<v>(?:a|an|my|our|the|two|\w+)\b.+)",
         _CUT_THING,
         listed=True,
@@ -812,7 +888,7 @@ _RULES: tuple[_Rule, ...] = (
     # Plans: a thing underway with a time it is for, or an intention.
     _rule(
         "plans",
-        rf"(?:am|are)\s+(?:(?:also|finally|actually|really)\s+)?(?P<v>(?!doing\b)"
+        rf"(?:am|are)\s+(?:(?:also|finally|actually|really)\s+)?(?P<v>(?!doing\b|going to (?!the\b|a\b|an\b|my\b|our\b)(?-i:[a-z]))"
         rf"\w+ing\b.*?\b(?:{_WHEN}))",
         _CUT_PLAN,
     ),
@@ -824,12 +900,18 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "plans",
+        rf"(?:am|are|is) going to (?P<v>(?!the\b|a\b|an\b|my\b|our\b|be\b)(?-i:[a-z])+\b.*?"
+        rf"\b(?:{_WHEN}))",
+        _CUT_PLAN,
+    ),
+    _rule(
+        "plans",
         r"(?:plan|plans|planning|intend|intending|are going|am going|is going) to "
         r"(?P<v>.+)",
         _CUT_PLAN,
         check=lambda v: bool(re.search(rf"\b(?:{_WHEN})", v, re.IGNORECASE)),
     ),
-    _rule("birthday", r"birthday (?:is )?(?:on |in )?(?P<v>.+)", re.compile(_CUT_COMMON, re.I)),
+    _rule("birthday", r"birthday (?:is on |is in |is |on |in )(?P<v>.+)", re.compile(_CUT_COMMON, re.I)),
     _rule(
         "speaks",
         r"(?:speak|speaks|am fluent in|is fluent in|are fluent in|fluent in) "
@@ -861,7 +943,8 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "hobby",
-        r"(?:started (?:taking )?|taking |take |took up |taken up |picked up )(?P<v>[\w -]+ "
+        r"(?:started (?:taking )?|taking |take |took up |taken up |picked up )"
+        rf"(?!(?:{_LANGUAGES}) )(?P<v>[\w -]+ "
         r"(?:lessons|classes))\b",
         None,
     ),
@@ -916,10 +999,21 @@ _SENTENCE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
+# A role alone, after the user's name: "I'm Ahmed, backend dev at a logistics company".
+_ROLE_BARE = re.compile(
+    rf"^(?:a |an )?{_ROLE}(?: (?:here|by trade))?(?: (?:at|for) (?P<at>.+))?$", re.IGNORECASE
+)
 _AGE_BARE = re.compile(
     r"^(?P<v>\d{1,2})(?:\s*(?:m|f|male|female|yo|y/o))?(?: from (?P<from>.+))?$", re.IGNORECASE
 )
 
+
+# Listed predicates whose items are recognisable alone, so that a comma may go on with the
+# list: a language, a tool's one-word name ("I use Emacs, org-mode for notes").
+_COMMA_ITEMS = {
+    "speaks": re.compile(rf"(?:{_LANGUAGES})", re.IGNORECASE),
+    "uses": re.compile(r"(?:[\w.+#]*[-.+#\d][\w.+#-]*|(?-i:[A-Z])[\w.+#-]+)(?: for .*)?"),
+}
 
 # A fragment with a person in it is a clause of its own, not an item of a list.
 _PERSONAL = re.compile(r"\b(?:i|me|you|we|us|he|she|him|it|they|them)\b", re.IGNORECASE)
@@ -1034,10 +1128,15 @@ class _Reading:
     subject: str | None = None
     relation: _Relation | None = None
     listing: str | None = None
+    # Whether the clause read is the sentence's first, and whether the user has just given a
+    # name: "I'm Lena, platform team lead here", "Kofi here, 34" (a bare role or age is theirs).
+    first: bool = False
+    after_name: bool = False
 
     def fact(self, predicate: str, value: str) -> Fact | None:
         """The fact of the clause's subject, or for "my mom's name is Rosa", the user's."""
         if self.subject != "relation" or self.relation is None:
+            self.after_name = predicate == "name"
             return Fact("user", predicate, value, self.sentence)
         if predicate != "name":
             return Fact(self.relation.label, predicate, value, self.sentence)
@@ -1105,13 +1204,22 @@ def _pet_facts(sentence: str) -> list[Fact]:
 
 def _rule_facts(rest: str, reading: _Reading) -> list[Fact] | None:
     """The facts of the first rule that matches the clause's verb phrase (None: none did)."""
-    if reading.subject == "user" and (bare := _AGE_BARE.match(rest)):
-        # "26 m from dublin", or "29" after "I'm Priya,".
+    if (
+        reading.subject == "user"
+        and (reading.first or reading.after_name)
+        and (bare := _AGE_BARE.match(rest))
+    ):
+        # "26 m from dublin", or "29" after "I'm Priya," (not "16:8", "year 9 and 10").
         reading.listing = None
         facts = [Fact("user", "age", bare.group("v"), reading.sentence)]
         if bare.group("from"):
             place = _clean(bare.group("from"), _CUT_PLACE)
             facts.append(Fact("user", "from", place, reading.sentence))
+        return facts
+    if reading.subject == "user" and reading.after_name and (role := _ROLE_BARE.match(rest)):
+        facts = [Fact("user", "works_as", _clean(role.group("v"), _CUT_ROLE), reading.sentence)]
+        if role.group("at") and (org := _clean(role.group("at"), _CUT_ORG)):
+            facts.append(Fact("user", "works_at", org, reading.sentence))
         return facts
     for rule in _RULES:
         if rule.user_only and reading.subject != "user":
@@ -1154,6 +1262,7 @@ def _clause_facts(clause: str, *, joined: bool, first: bool, reading: _Reading) 
     if _CLAUSE_GUARD.search(clause):
         reading.subject, reading.listing = None, None
         return []
+    reading.first = first
     kind, relation, rest = _subject(clause, reading.state)
     if kind == "":
         if first and (_BARE_START.match(rest) or _AGE_BARE.match(rest)):
@@ -1170,7 +1279,10 @@ def _clause_facts(clause: str, *, joined: bool, first: bool, reading: _Reading) 
     facts = _rule_facts(rest, reading)
     if facts is not None:
         return facts
-    if kind == "" and (joined or len(rest.split()) <= 3):
+    # A list goes on after "and"; after a comma only where its items are a closed vocabulary
+    # ("bilingual, Spanish and English"): "I'm on Arch (sorry), kernel 6.9" lists nothing.
+    comma_item = _COMMA_ITEMS.get(reading.listing or "")
+    if kind == "" and (joined or (comma_item is not None and comma_item.fullmatch(rest.strip()))):
         item = _list_goes_on(rest, reading)
         if item is not None:
             return [item]
