@@ -1008,6 +1008,40 @@ _AGE_BARE = re.compile(
 )
 
 
+# A sentence written as a form's field: its label's predicate, one fact per item listed.
+_FIELDS: tuple[tuple[str, str], ...] = (
+    ("uses", r"(?:(?:tech|my|our|the) )?stack|tools(?: i use)?(?: daily| every day| at work)?|"
+     r"editor|ide|os|shell|setup"),
+    ("hobby", r"(?:my )?(?:hobbies|hobby|interests)"),
+    ("works_at", r"employer|company|workplace|where i work|work"),
+    ("works_as", r"role|job title|occupation|profession|position"),
+    ("from", r"hometown|home town|born in|originally from"),
+    ("lives_in", r"current (?:town|city|home)|location|based in|currently in"),
+    ("birthday", r"(?:my )?(?:birthday|b-?day|bday|dob|date of birth)"),
+    ("allergic_to", r"allergies|allergic to|things i am allergic to|allergens"),
+    ("dislikes", r"i hate|pet peeves|i can't stand|i cannot stand|dislikes"),
+    ("speaks", r"languages(?: i speak)?|i speak"),
+    ("diet", r"diet"),
+    ("age", r"age"),
+)
+_FIELD = re.compile(
+    rf"^\W*(?P<key>{'|'.join(label for _, label in _FIELDS)})\s*(?::|=|\s-+|\s\u2014)\s*"
+    r"(?P<v>[^?]+?)[.!]*$",
+    re.IGNORECASE,
+)
+_FIELD_CHECKS: dict[str, Callable[[str], bool]] = {
+    "speaks": lambda v: bool(re.fullmatch(_LANGUAGES, v, re.IGNORECASE)),
+    "age": lambda v: bool(re.fullmatch(r"\d{1,3}", v)),
+    "birthday": lambda v: bool(re.search(rf"\d|\b(?:{_MONTHS})\b", v, re.IGNORECASE)),
+    "from": lambda v: _place_ok(v) and bool(re.match(r"(?-i:[A-Z])", v)),
+    "lives_in": lambda v: _place_ok(v) and bool(re.match(r"(?-i:[A-Z])", v)),
+    "allergic_to": lambda v: _allergen_ok(v) and not re.match(r"(?:my|our|ex)\b", v, re.I),
+    "works_at": lambda v: not re.fullmatch(r"(?:everything|nothing|stuff|fine|ok|busy)", v, re.I),
+}
+_ABOUT_ME = re.compile(
+    r"^\W*(?:about me|a bit about me|me|bio|quick bio|some context on me)\s*:\s*", re.IGNORECASE
+)
+
 # Listed predicates whose items are recognisable alone, so that a comma may go on with the
 # list: a language, a tool's one-word name ("I use Emacs, org-mode for notes").
 _COMMA_ITEMS = {
@@ -1290,16 +1324,47 @@ def _clause_facts(clause: str, *, joined: bool, first: bool, reading: _Reading) 
     return []
 
 
+def _field_facts(sentence: str) -> list[Fact] | None:
+    """A sentence written as a form's field, "stack: TypeScript, React 18" or "hometown: Tromsø":
+    one fact per item of the list after the label (None: the sentence is no such field)."""
+    found = _FIELD.match(sentence)
+    if found is None:
+        return None
+    predicate = next(
+        predicate
+        for predicate, label in _FIELDS
+        if re.fullmatch(label, found.group("key"), re.IGNORECASE)
+    )
+    facts = []
+    for part in re.split(r"\s*(?:,|\+|;|\band\b|&)\s*", found.group("v")):
+        learning = re.search(r"\(\s*learning\b", part, re.IGNORECASE)
+        value = _clean(re.sub(r"\([^)]*\)?", "", part), None)
+        if not value or len(value.split()) > 5 or _NEGATED.search(value):
+            continue
+        check = _FIELD_CHECKS.get(predicate)
+        if check is not None and not check(value):
+            continue
+        item = "studies" if predicate == "speaks" and learning else predicate
+        facts.append(Fact("user", item, value, sentence))
+    return facts
+
+
 def _sentence_facts(sentence: str, state: _State) -> list[Fact]:
     guarded = bool(_SENTENCE_GUARD.search(sentence))
     facts = _mention_facts(sentence, state, guarded=guarded)
     if guarded:
         return facts
+    fields = _field_facts(sentence)
+    if fields is not None:
+        return facts + fields
     found, sentence = _sentence_rule_facts(sentence)
     facts += found
     sentence = _COMPOUND.sub("we", sentence)
     facts += _pet_facts(sentence)
     reading = _Reading(sentence, state)
+    if about := _ABOUT_ME.match(sentence):
+        # "about me: 38, vegetarian, live in Utrecht": the list is the user's.
+        sentence, reading.subject = sentence[about.end() :], "user"
     for index, (clause, joined) in enumerate(_split_clauses(sentence)):
         facts += _clause_facts(clause, joined=joined, first=index == 0, reading=reading)
     return facts
