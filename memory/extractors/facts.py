@@ -236,13 +236,18 @@ def _expand(text: str) -> str:
 
 # --- Guards ----------------------------------------------------------------------------------
 
+# What someone says or thinks is theirs: a sentence is read up to its reporting verb ("my wife
+# Jo thinks I …" still names Jo; "my horoscope says I …" states nothing).
+_REPORTED = re.compile(
+    r"\b(?:says|said|saying|tells me|told me|thinks|think|thought|reckons|claims|claimed)\b.*$",
+    re.IGNORECASE,
+)
 # A sentence that supposes, pretends, reports or undoes what it says states nothing.
 _SENTENCE_GUARD = re.compile(
     r"^\W*(?:if|suppose|supposing|imagine|let us say|let's say|say|what if|assume|assuming|"
     r"pretend|in another life|when i was (?:a kid|little|young|younger|a child|a teenager)|"
     r"as a kid|back in the day)\b|"
-    r"\b(?:says|said|saying|tells me|told me|thinks|think|thought|according to|apparently|"
-    r"reckons|claims|claimed|heard that|horoscope|cancell?ed|called it off|fell through|"
+    r"\b(?:according to|apparently|heard that|horoscope|cancell?ed|called it off|fell through|"
     r"in the end|didn't happen|character|in the game|in the story|in the novel|"
     r"kidding|joking|jk|sarcasm|/s|translate|translation|yeah,? i (?:just |totally )?love|"
     r"totally love)\b|"
@@ -265,7 +270,7 @@ _CLAUSE_GUARD = re.compile(
 # Words after which a clause is the same sentence's next one.
 _CLAUSE_BREAK = re.compile(
     r"\s*[,;:()]\s*|\s+[-\u2013\u2014]+\s+|\s*!+\s*|"
-    r"\s+(?=(?:so|because|but|which|who|whose|since|though|although|while|whereas|cause|cuz|"
+    r"(?<!\ba)\s+(?=(?:so|because|but|which|who|whose|since|though|although|while|whereas|cause|cuz|"
     r"when|if|unless|until|where|plus|then|except|tho|which is|that is|that's|as)\b)|"
     r"\s+(?:and|or|&)\s+"
 )
@@ -384,8 +389,11 @@ _RELATION_ONLY = re.compile(rf"(?:{_RELATIONS}|{_PETS}|life|you|job|work)", re.I
 _MAX_WORDS = 8
 
 
+_PICTOGRAPHS = re.compile(r"\s*[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]+\s*$")
+
+
 def _clean(value: str, cut: re.Pattern[str] | None) -> str:
-    value = value.strip(" \t\"'.,;:!?()[]-")
+    value = _PICTOGRAPHS.sub("", value).strip(" \t\"'.,;:!?()[]-")
     if cut is not None:
         value = cut.sub("", value)
     value = _TRAILING.sub("", value).strip(" \t\"'.,;:!?()[]-")
@@ -643,11 +651,20 @@ _RULES: tuple[_Rule, ...] = (
     _rule("lives_in", r"(?:call|calls) (?P<v>.+?) home\b", _CUT_PLACE),
     _rule(
         "moved_to",
-        rf"(?:moved|relocated)(?: out of [\w ]+?| back| over| house)? to {_PLACE}",
+        rf"(?:moved|relocated|transferred)(?: out of [\w ]+?| back| over| house|"
+        r" (?:us|me|everyone|the (?:whole )?family|the kids))? to "
+        r"(?P<v>(?-i:[A-Z]).+|(?:a|an) [\w -]+? in (?-i:[A-Z]).+)",
         _CUT_PLACE,
         check=_place_ok,
     ),
     _rule("from", rf"moved (?:here |over )?from {_PLACE}", _CUT_PLACE, check=_place_ok),
+    _rule(
+        "moved_to",
+        r"(?:moved|moving) into (?:a|an|our|my) (?:new |little )?(?:place|flat|house|apartment|"
+        r"home|condo) in (?P<v>(?-i:[A-Z]).+)",
+        _CUT_PLACE,
+        check=_place_ok,
+    ),
     # Work and study.
     _rule(
         "studies",
@@ -957,9 +974,15 @@ _MENTION = re.compile(
     rf"(?P<rel2>{_RELATIVES}),? (?:named |called )?(?P<name2>{_NAME})",
     re.IGNORECASE,
 )
+# A pet's kind is written without its count or how the user came by it: "two cats" is "cats",
+# "a rescue greyhound" "greyhound".
+_PET_WORDS = re.compile(
+    rf"^(?:(?:{_NUMBERS}|rescue|rescued|adopted|new|little|old|young|senior|baby|sweet)\s+)+",
+    re.IGNORECASE,
+)
 _PET_NAMED = re.compile(
     rf"(?:\b(?:a|an|my|our|the)(?: new| little)? )(?P<kind>(?:[\w-]+ )?(?:{_PETS}))"
-    rf"(?:,| who is| that is)? (?:named|called) (?P<name>{_NAME})"
+    rf"(?:,| who is| that is)? (?:named|called|(?:his|her|its|their) name is) (?P<name>{_NAME})"
     rf"|\b(?:my|our) (?P<kind2>{_PETS}),? (?P<name2>{_NAME})",
     re.IGNORECASE,
 )
@@ -1120,8 +1143,9 @@ def _values(rule: _Rule, found: re.Match[str]) -> list[tuple[str, str]]:
         alternative = _clean(groups["alt"], _CUT_THING)
         if alternative and value:
             out.append((rule.predicate, f"{value} over {alternative}"))
-    elif rule.predicate == "has_pet" and groups.get("name"):
-        out.append((rule.predicate, f"{value}: {groups['name']}"))
+    elif rule.predicate == "has_pet":
+        kind = _PET_WORDS.sub("", value)
+        out.append((rule.predicate, f"{kind}: {groups['name']}" if groups.get("name") else kind))
     elif rule.listed:
         out.extend((rule.predicate, part) for part in _list_items(value))
     elif value:
@@ -1230,7 +1254,7 @@ def _pet_facts(sentence: str) -> list[Fact]:
     """A pet named where it is mentioned: "the new puppy, a border collie named Scout"."""
     facts = []
     for found in _PET_NAMED.finditer(sentence):
-        kind = _LEADING.sub("", found.group("kind") or found.group("kind2"))
+        kind = _PET_WORDS.sub("", _LEADING.sub("", found.group("kind") or found.group("kind2")))
         name = found.group("name") or found.group("name2")
         facts.append(Fact("user", "has_pet", f"{kind}: {name}", sentence))
     return facts
@@ -1350,6 +1374,7 @@ def _field_facts(sentence: str) -> list[Fact] | None:
 
 
 def _sentence_facts(sentence: str, state: _State) -> list[Fact]:
+    sentence = _REPORTED.sub("", sentence).strip()
     guarded = bool(_SENTENCE_GUARD.search(sentence))
     facts = _mention_facts(sentence, state, guarded=guarded)
     if guarded:
@@ -1385,7 +1410,17 @@ def facts_extract(*, text: str) -> list[Fact]:
             if key not in seen:
                 seen.add(key)
                 facts.append(Fact(fact.subject, fact.predicate, fact.value, raw.strip()))
-    return facts
+    # "a horse, her name is Stella": the pet named is the one had, not a second one.
+    named = {
+        (fact.subject, fact.value.split(": ", 1)[0].casefold())
+        for fact in facts
+        if fact.predicate == "has_pet" and ": " in fact.value
+    }
+    return [
+        fact
+        for fact in facts
+        if fact.predicate != "has_pet" or (fact.subject, fact.value.casefold()) not in named
+    ]
 
 
 # --- How a fact reads in a memory ------------------------------------------------------------
