@@ -302,7 +302,8 @@ _USER_THINGS = (
     r"native language|mother tongue|diet|allergy|allergies|pronouns|age|home|hometown"
 )
 _MY_THING = re.compile(
-    rf"^(?:it is |it will be )?(?:my|our) (?=(?:{_USER_THINGS}|{_STACK})\b)", re.IGNORECASE
+    rf"^(?:it is |it will be )?(?:(?:my|our) (?=(?:{_USER_THINGS}|{_STACK})\b)|(?:the )?(?=name is\b))",
+    re.IGNORECASE,
 )
 _MY_RELATION = re.compile(
     rf"^(?:my|our) (?P<rel>{_RELATIONS})\b(?!'s \w+'s)(?:,? (?P<name>{_NAME}),?)?(?P<poss>'s?)?",
@@ -402,9 +403,15 @@ def _clean(value: str, cut: re.Pattern[str] | None) -> str:
 
 
 def _place_ok(value: str) -> bool:
-    return not re.match(r"\d", value) and not re.search(
-        r"\b(?:decade|era|century|generation|wrong|body|life|time|moment|mood|zone)\b", value, re.I
-    ) and not re.fullmatch(_MONTHS, value, re.IGNORECASE)
+    return (
+        not re.match(r"\d", value)
+        and not re.search(
+            r"\b(?:decade|era|century|generation|wrong|body|life|time|moment|mood|zone)\b",
+            value,
+            re.I,
+        )
+        and not re.fullmatch(_MONTHS, value, re.IGNORECASE)
+    )
 
 
 def _tech_ok(value: str) -> bool:
@@ -455,7 +462,7 @@ _CUT_THING = re.compile(
     re.IGNORECASE,
 )
 _CUT_TOOL = re.compile(
-    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:\w+ ){1,2}ago\b.*$|"
+    rf"{_CUT_COMMON}|\s+(?:{_WHEN})\b.*$|\s+(?:\w+ ){1, 2}ago\b.*$|"
     r"\s+(?:in prod(?:uction)?|in dev|for|with|on|at work|"
     r"at home|a lot|instead of|everywhere|day to day|since|in this|here)\b.*$",
     re.IGNORECASE,
@@ -928,7 +935,11 @@ _RULES: tuple[_Rule, ...] = (
         _CUT_PLAN,
         check=lambda v: bool(re.search(rf"\b(?:{_WHEN})", v, re.IGNORECASE)),
     ),
-    _rule("birthday", r"birthday (?:is on |is in |is |on |in )(?P<v>.+)", re.compile(_CUT_COMMON, re.I)),
+    _rule(
+        "birthday",
+        r"birthday (?:is on |is in |is |on |in )(?P<v>.+)",
+        re.compile(_CUT_COMMON, re.I),
+    ),
     _rule(
         "speaks",
         r"(?:speak|speaks|am fluent in|is fluent in|are fluent in|fluent in) "
@@ -971,7 +982,9 @@ _RULES: tuple[_Rule, ...] = (
 _MENTION = re.compile(
     rf"\b(?:my|our) (?P<rel>{_RELATIONS})\b(?!'s \w)(?:,? (?P<name>{_NAME}))?"
     rf"|\b(?:have|has|got) (?:a|an|one|two) (?:(?P<age>\d{{1,2}})[- ]year[- ]old )?"
-    rf"(?P<rel2>{_RELATIVES}),? (?:named |called )?(?P<name2>{_NAME})",
+    rf"(?P<rel2>{_RELATIVES}),? (?:named |called )?(?P<name2>{_NAME})"
+    # "Jo, my wife, says …", "Meet Hamza, my little brother".
+    rf"|(?:^\W*|\bmeet )(?P<name3>{_NAME}), (?:my|our) (?P<rel3>{_RELATIONS})\b(?=,|$)",
     re.IGNORECASE,
 )
 # A pet's kind is written without its count or how the user came by it: "two cats" is "cats",
@@ -983,7 +996,8 @@ _PET_WORDS = re.compile(
 _PET_NAMED = re.compile(
     rf"(?:\b(?:a|an|my|our|the)(?: new| little)? )(?P<kind>(?:[\w-]+ )?(?:{_PETS}))"
     rf"(?:,| who is| that is)? (?:named|called|(?:his|her|its|their) name is) (?P<name>{_NAME})"
-    rf"|\b(?:my|our) (?P<kind2>{_PETS}),? (?P<name2>{_NAME})",
+    rf"|\b(?:my|our) (?P<kind2>{_PETS}),? (?P<name2>{_NAME})"
+    rf"|(?:^\W*|\bmeet )(?P<name3>{_NAME}), (?:my|our) (?P<kind3>{_PETS})\b(?=,|$)",
     re.IGNORECASE,
 )
 # "Me and my husband Dev …", "my partner Sam and I …": the user's household, a "we".
@@ -1016,8 +1030,70 @@ _SENTENCE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "speaks",
         re.compile(
-            rf"^\W*(?P<v>(?-i:{_LANGUAGES})) is my (?:first|native|mother|main|home) "
-            r"(?:language|tongue)",
+            rf"(?:^\W*|[,;] )(?P<v>(?-i:{_LANGUAGES})) is my (?:first|native|mother|main|home|"
+            r"second|third) (?:language|tongue)"
+            rf"|\bmy (?:first|native|second|main|home) language is (?P<v2>(?-i:{_LANGUAGES}))"
+            rf"|\bmy mother tongue is (?P<v3>(?-i:{_LANGUAGES}))",
+            re.IGNORECASE,
+        ),
+    ),
+    # The thing first, then what it is to the user: "jazz is my thing", "home is Nairobi".
+    (
+        "likes",
+        re.compile(
+            r"(?:^\W*|[,;] )(?P<v>[\w' -]{2,30}?) (?:is|are) (?:my|our) (?:thing|jam|passion|"
+            r"favou?rite thing)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "dislikes",
+        re.compile(
+            r"(?:^\W*|[,;] )(?P<v>[\w' -]{2,30}?) (?:is|are) (?:not|never) (?:for me|my thing)\b"
+            r"|\bthe (?:one |only )?thing i (?:really )?(?:dislike|hate|can't stand) (?:most )?is "
+            r"(?P<v2>[\w' -]+)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "hobby",
+        re.compile(
+            r"(?:^\W*|[,;] )(?P<v>\w+ing(?: \w+)?) is what i do\b"
+            r"|^\W*(?:my )?weekends are (?:for|all about) (?P<v2>[\w' -]+)",
+            re.IGNORECASE,
+        ),
+    ),
+    ("lives_in", re.compile(rf"(?:^\W*|[,;] )home is (?P<v>{_NAME}(?: {_NAME})*)", re.IGNORECASE)),
+    (
+        "owns",
+        re.compile(
+            r"\bmy (?:phone|laptop|car|bike|camera|computer|pc|tablet|watch|guitar|console) "
+            r"(?:is|'s) an? (?P<v>(?-i:[A-Z])[\w.-]*(?: (?-i:[A-Z0-9])[\w.-]*){0,2})",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "studies",
+        re.compile(
+            r"\bmy (?:uni |university |college )?(?:course|degree|major) is (?:in )?"
+            r"(?P<v>[\w' -]+?)(?= and\b| but\b|[,.;]|$)",
+            re.IGNORECASE,
+        ),
+    ),
+    # "As a data engineer I …", "as a Brazilian I …", "as a 62 year old woman I …".
+    (
+        "works_as",
+        re.compile(
+            rf"^\W*as an? (?P<v>(?:[\w-]+ ){{0,2}}(?:{_JOBS})) (?:i|we)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    ("from", re.compile(rf"^\W*as an? (?P<v>(?-i:{_NATIONALITIES})),? (?:i|we)\b", re.IGNORECASE)),
+    ("age", re.compile(r"^\W*as an? (?P<v>\d{1,2})[- ]year[- ]old\b", re.IGNORECASE)),
+    (
+        "allergic_to",
+        re.compile(
+            r"(?:^\W*|[,;] )(?P<v>[a-z]+(?: [a-z]+)?) allergy\b(?! tests?\b| season\b)",
             re.IGNORECASE,
         ),
     ),
@@ -1033,8 +1109,11 @@ _AGE_BARE = re.compile(
 
 # A sentence written as a form's field: its label's predicate, one fact per item listed.
 _FIELDS: tuple[tuple[str, str], ...] = (
-    ("uses", r"(?:(?:tech|my|our|the) )?stack|tools(?: i use)?(?: daily| every day| at work)?|"
-     r"editor|ide|os|shell|setup"),
+    (
+        "uses",
+        r"(?:(?:tech|my|our|the) )?stack|tools(?: i use)?(?: daily| every day| at work)?|"
+        r"editor|ide|os|shell|setup",
+    ),
     ("hobby", r"(?:my )?(?:hobbies|hobby|interests)"),
     ("works_at", r"employer|company|workplace|where i work|work"),
     ("works_as", r"role|job title|occupation|profession|position"),
@@ -1213,8 +1292,8 @@ def _mention_facts(sentence: str, state: _State, *, guarded: bool) -> list[Fact]
     facts = []
     clauses = _split_clauses(sentence)
     for found in _MENTION.finditer(sentence):
-        word = (found.group("rel") or found.group("rel2")).lower()
-        name = found.group("name") or found.group("name2")
+        word = (found.group("rel") or found.group("rel2") or found.group("rel3")).lower()
+        name = found.group("name") or found.group("name2") or found.group("name3")
         relation = _Relation(word, name if name is not None and _name_ok(name) else None)
         state.last = relation
         if relation.name is None:
@@ -1241,7 +1320,9 @@ def _sentence_rule_facts(sentence: str) -> tuple[list[Fact], str]:
             if _CLAUSE_GUARD.search(clause):
                 continue
             groups = {key: value for key, value in found.groupdict().items() if value}
-            value = _clean(groups.get("v") or groups.get("v2", ""), _CUT_TOOL)
+            value = _clean(groups.get("v") or groups.get("v2") or groups.get("v3", ""), _CUT_TOOL)
+            if not value or (predicate == "allergic_to" and not _allergen_ok(value)):
+                continue
             if old := groups.get("old") or groups.get("old2"):
                 value = f"{_clean(old, _CUT_TOOL)} -> {value}"
             facts.append(Fact("user", predicate, value, sentence))
@@ -1254,8 +1335,9 @@ def _pet_facts(sentence: str) -> list[Fact]:
     """A pet named where it is mentioned: "the new puppy, a border collie named Scout"."""
     facts = []
     for found in _PET_NAMED.finditer(sentence):
-        kind = _PET_WORDS.sub("", _LEADING.sub("", found.group("kind") or found.group("kind2")))
-        name = found.group("name") or found.group("name2")
+        kind = found.group("kind") or found.group("kind2") or found.group("kind3")
+        kind = _PET_WORDS.sub("", _LEADING.sub("", kind))
+        name = found.group("name") or found.group("name2") or found.group("name3")
         facts.append(Fact("user", "has_pet", f"{kind}: {name}", sentence))
     return facts
 
