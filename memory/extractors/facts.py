@@ -107,7 +107,8 @@ _CONDITIONS = (
     r"bipolar(?: disorder)?|an eating disorder|colou?r ?blindness|gout|anemia|anaemia"
 )
 _CONDITION_ADJECTIVES = (
-    r"deaf in (?:my|one|both) (?:left |right )?ears?|blind in (?:my|one|both) (?:left |right )?eyes?|"
+    r"deaf in (?:my|one|both) (?:left |right )?ears?|"
+    r"blind in (?:my|one|both) (?:left |right )?eyes?|"
     r"dyslexic|dyspraxic|autistic|diabetic|asthmatic|epileptic|deaf|blind|colou?r ?blind|"
     r"hard of hearing(?: in (?:my|one|both) (?:left |right )?ears?)?|partially sighted|"
     r"lactose intolerant|gluten intolerant|sensitive to \w+|intolerant to \w+|neurodivergent|"
@@ -284,7 +285,8 @@ _LEAD = re.compile(
     r"^(?:(?:and|but|so|also|oh|well|ok|okay|yeah|yes|yep|hey|hi|hello|btw|fyi|honestly|"
     r"actually|anyway|anyways|plus|then|now|ugh|lol|haha|tbh|heads up|for context|for the record|"
     r"keep in mind|just so you know|fun fact|by the way|as you know|currently|nowadays|"
-    r"these days|at work|at home|since (?:last|this) \w+|since v?\d[\w.]*|for (?:about |over )?(?:\w+) years|"
+    r"these days|at work|at home|since (?:last|this) \w+|since v?\d[\w.]*|"
+    r"for (?:about |over )?(?:\w+) years|"
     r"(?:last|this) \w+|in \d{4}|nah|wow|omg|um|uh|alright|right|sure|true)\b[\s!.,]*)+",
     re.IGNORECASE,
 )
@@ -302,7 +304,8 @@ _USER_THINGS = (
     r"native language|mother tongue|diet|allergy|allergies|pronouns|age|home|hometown"
 )
 _MY_THING = re.compile(
-    rf"^(?:it is |it will be )?(?:(?:my|our) (?=(?:{_USER_THINGS}|{_STACK})\b)|(?:the )?(?=name is\b))",
+    rf"^(?:it is |it will be )?(?:(?:my|our) (?=(?:{_USER_THINGS}|{_STACK})\b)"
+    r"|(?:the )?(?=name is\b))",
     re.IGNORECASE,
 )
 _MY_RELATION = re.compile(
@@ -545,7 +548,8 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "switched_to",
-        r"(?:replaced|swapped|traded|dropped|ditched|exchanged) (?P<old>.+?) (?:with|for) (?P<v>.+)",
+        r"(?:replaced|swapped|traded|dropped|ditched|exchanged) (?P<old>.+?) (?:with|for) "
+        r"(?P<v>.+)",
         _CUT_TOOL,
     ),
     _rule(
@@ -658,7 +662,7 @@ _RULES: tuple[_Rule, ...] = (
     _rule("lives_in", r"(?:call|calls) (?P<v>.+?) home\b", _CUT_PLACE),
     _rule(
         "moved_to",
-        rf"(?:moved|relocated|transferred)(?: out of [\w ]+?| back| over| house|"
+        r"(?:moved|relocated|transferred)(?: out of [\w ]+?| back| over| house|"
         r" (?:us|me|everyone|the (?:whole )?family|the kids))? to "
         r"(?P<v>(?-i:[A-Z]).+|(?:a|an) [\w -]+? in (?-i:[A-Z]).+)",
         _CUT_PLACE,
@@ -912,7 +916,8 @@ _RULES: tuple[_Rule, ...] = (
     # Plans: a thing underway with a time it is for, or an intention.
     _rule(
         "plans",
-        rf"(?:am|are)\s+(?:(?:also|finally|actually|really)\s+)?(?P<v>(?!doing\b|going to (?!the\b|a\b|an\b|my\b|our\b)(?-i:[a-z]))"
+        r"(?:am|are)\s+(?:(?:also|finally|actually|really)\s+)?"
+        r"(?P<v>(?!doing\b|going to (?!the\b|a\b|an\b|my\b|our\b)(?-i:[a-z]))"
         rf"\w+ing\b.*?\b(?:{_WHEN}))",
         _CUT_PLAN,
     ),
@@ -1093,7 +1098,7 @@ _SENTENCE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "allergic_to",
         re.compile(
-            r"(?:^\W*|[,;] )(?P<v>[a-z]+(?: [a-z]+)?) allergy\b(?! tests?\b| season\b)",
+            r"(?:^\W*|[,;] )(?P<v>[a-z]+(?: [a-z]+)?) allergy here\b",
             re.IGNORECASE,
         ),
     ),
