@@ -316,15 +316,19 @@ _PRONOUN = re.compile(r"^(?:he|she|his|her|they|their)\b(?!')", re.IGNORECASE)
 _BARE_START = re.compile(
     r"^(?:(?:just |recently |finally |also |still |only |mostly )*"
     r"(?:\w+ed|been|grew|born|living|got|left|quit|bought|gave|went|took|began|started|"
-    r"\w+ing|moved|switched|no longer|run|work|live|call me))\b",
+    r"\w+ing|moved|switched|no longer|run|work|live|call me|ex-\w+|"
+    # "keto for 2 years now", "lactose intolerant, so oat milk pls": the speaker's own.
+    rf"(?:strictly )?(?:{_DIETS})|{_CONDITION_ADJECTIVES}))\b",
     re.IGNORECASE,
 )
+# "Kofi here.", "Ingrid Solberg here, 34": the speaker names themself.
+_NAME_HERE = re.compile(rf"^(?P<v>{_NAME}(?: {_NAME})?) here$")
 # The words between a subject and its verb that change nothing.
 _ADVERBS = re.compile(
     r"^(?:(?:just|really|also|still|mostly|actually|currently|now|finally|"
     r"recently|totally|absolutely|definitely|basically|literally|both|all|kinda|genuinely|"
     r"truly|honestly|seriously|officially|mainly|primarily|generally|normally|typically|"
-    r"personally|pretty much|kind of|sort of|have been|has been|been|do|does|"
+    r"personally|pretty much|kind of|sort of|have been|has been|been|do|does|strictly|"
     r"(?:have|has)(?=\s+(?:moved|relocated|switched|migrated|quit|stopped|dropped|replaced|"
     r"swapped|always|never|just|finally|recently|worked|had)\b))\s+)*",
     re.IGNORECASE,
@@ -1107,6 +1111,7 @@ _SENTENCE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 _ROLE_BARE = re.compile(
     rf"^(?:a |an )?{_ROLE}(?: (?:here|by trade))?(?: (?:at|for) (?P<at>.+))?$", re.IGNORECASE
 )
+_SHORT_FOR = re.compile(rf"^short for (?P<v>{_NAME})$", re.IGNORECASE)
 _AGE_BARE = re.compile(
     r"^(?P<v>\d{1,2})(?:\s*(?:m|f|male|female|yo|y/o))?(?: from (?P<from>.+))?$", re.IGNORECASE
 )
@@ -1361,6 +1366,9 @@ def _rule_facts(rest: str, reading: _Reading) -> list[Fact] | None:
             place = _clean(bare.group("from"), _CUT_PLACE)
             facts.append(Fact("user", "from", place, reading.sentence))
         return facts
+    if reading.subject == "user" and reading.after_name and (nick := _SHORT_FOR.match(rest)):
+        # "call me Bash, short for Bashir"
+        return [Fact("user", "name", nick["v"], reading.sentence)]
     if reading.subject == "user" and reading.after_name and (role := _ROLE_BARE.match(rest)):
         facts = [Fact("user", "works_as", _clean(role.group("v"), _CUT_ROLE), reading.sentence)]
         if role.group("at") and (org := _clean(role.group("at"), _CUT_ORG)):
@@ -1409,6 +1417,9 @@ def _clause_facts(clause: str, *, joined: bool, first: bool, reading: _Reading) 
         return []
     reading.first = first
     kind, relation, rest = _subject(clause, reading.state)
+    if kind == "" and first and (named := _NAME_HERE.match(rest)) and _name_ok(named["v"]):
+        reading.subject, reading.relation, reading.listing = "user", None, None
+        return [fact for fact in [reading.fact("name", named["v"])] if fact is not None]
     if kind == "":
         if first and (_BARE_START.match(rest) or _AGE_BARE.match(rest)):
             reading.subject, reading.relation = "user", None
