@@ -47,6 +47,14 @@ def test_the_dev_half_keeps_its_precision_and_recall() -> None:
     assert score.recall() >= 0.93
 
 
+def test_the_second_dev_set_keeps_its_precision_and_recall() -> None:
+    # Figures on facts_dev2.json when the second pass's rules were fixed (bench/RESULTS.md):
+    # 0.956 and 0.511 (its held-out quarter included). Floors a little under them.
+    score = facts_score(facts_labelled(half="dev2"))
+    assert score.precision() >= 0.93
+    assert score.recall() >= 0.48
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -73,6 +81,35 @@ def test_the_dev_half_keeps_its_precision_and_recall() -> None:
         ),
         ("I can't stand loud bars", {("user", "dislikes", "loud bars")}),
         ("I have a cat named Luna", {("user", "has_pet", "cat: Luna")}),
+        # A form's field: one fact per item.
+        (
+            "stack: Django, Celery + Redis",
+            {("user", "uses", "Django"), ("user", "uses", "Celery"), ("user", "uses", "Redis")},
+        ),
+        # Read up to the reporting verb: the husband is named, his opinion is no fact.
+        ("my husband Tom thinks I work too much", {("user", "partner", "husband: Tom")}),
+        (
+            "I replaced Jenkins with Buildkite last year",
+            {("user", "switched_to", "Jenkins -> Buildkite")},
+        ),
+        (
+            "Priya here, 31, backend dev at Monzo",
+            {
+                ("user", "name", "Priya"),
+                ("user", "age", "31"),
+                ("user", "works_as", "backend dev"),
+                ("user", "works_at", "Monzo"),
+            },
+        ),
+        ("I'm a retired nurse", {("user", "no_longer", "nurse")}),
+        ("we have two rescue cats", {("user", "has_pet", "cats")}),
+        ("Leo, my son, is 7", {("user", "family", "son: Leo")}),
+        # "16:8" is no age; a move between tools is a switch, not a move of home.
+        ("I do intermittent fasting, 16:8", {("user", "diet", "intermittent fasting")}),
+        (
+            "we moved from Mercurial to git in 2018",
+            {("user", "switched_to", "Mercurial -> git")},
+        ),
     ],
 )
 def test_each_kind_of_first_person_statement_gives_its_fact(
@@ -93,6 +130,8 @@ def test_each_kind_of_first_person_statement_gives_its_fact(
         "The spec says: 'The user lives in the EU and speaks German'",
         "I'm allergic to Mondays lol",
         "Use tabs in this file",
+        "oh yeah I just LOVE Mondays",
+        "translate this to German: I live in Oslo and work as a teacher",
     ],
 )
 def test_questions_suppositions_wishes_negations_and_reports_give_no_fact(text: str) -> None:
