@@ -1,7 +1,9 @@
 """The deterministic extractor: no LLM, only what the text shows.
 
 Episodic events per exchange (who said what, when, in reply to what), plus the links, files,
-images and sensitive values it can recognize. Its episode text is what the retrieval benchmarks
+images and sensitive values it can recognize, and the facts a user states about themselves and
+their people (``memory.extractors.facts``) as semantic memories and lines of the ``human``
+block. Its episode text is what the retrieval benchmarks
 (bench/RESULTS.md) search, so a change to it shows there.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+from memory.extractors.facts import fact_summary, fact_title, facts_extract
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, spoken_text, transcript_line
 from mirix_site.common.text import clipped
@@ -310,12 +313,51 @@ def _vault_items(message: Message) -> list[Proposal]:
     return proposals
 
 
+def _facts(message: Message) -> list[Proposal]:
+    """The facts a user's turn states: one semantic memory each, and for the end user's own
+    turns (no other name given) a line each in the ``human`` block. A turn sent under a name
+    ("Caroline: …") is one participant's of several: its facts are theirs, named so, and the
+    block (which is the end user's) is left alone. An AI assistant's "I" is never the user."""
+    if message.role != Message.Role.USER or _assistant_reply(message):
+        return []
+    who = speaker(message)
+    named = who != Message.Role.USER
+    subject = who if named else "User"
+    proposals = []
+    for fact in facts_extract(text=spoken_text(message)):
+        summary = fact_summary(fact=fact, speaker=subject)
+        proposals.append(
+            Proposal(
+                memory_type="semantic",
+                fields={
+                    "name": fact_title(fact=fact, speaker=subject),
+                    "summary": summary,
+                    "details": clipped(fact.sentence, SUMMARY_CHARS),
+                    "source": f"{who} message {message.pk}",
+                },
+                source_message_ids=[message.pk],
+                occurred_at=message.occurred_at,
+                filter_tags=message.filter_tags,
+            )
+        )
+        if not named:
+            proposals.append(
+                Proposal(
+                    memory_type="core",
+                    fields={"label": "human", "value": summary, "mode": "append"},
+                    source_message_ids=[message.pk],
+                )
+            )
+    return proposals
+
+
 def extract_deterministic(
     messages: list[Message], preceding: dict[int, Message], bounds: EpisodeBounds
 ) -> ExtractionOutcome:
     """Episodic events (who said what, when, in reply to what) for each exchange, within
-    ``bounds``, plus the links, files, images and sensitive values the text shows. Secrets
-    found are redacted from the other memories. ``preceding``: per session, the turn before
+    ``bounds``, plus the links, files, images and sensitive values the text shows, and the
+    facts users state about themselves (see _facts). Secrets found are redacted from the other
+    memories. ``preceding``: per session, the turn before
     the first of these (from an earlier batch), which the session's first exchange here
     replies to."""
     proposals: list[Proposal] = []
@@ -327,4 +369,5 @@ def extract_deterministic(
         if message.role in (Message.Role.USER, Message.Role.ASSISTANT):
             proposals.extend(_resources(message))
             proposals.extend(_vault_items(message))
+            proposals.extend(_facts(message))
     return ExtractionOutcome(proposals=proposals)
