@@ -413,14 +413,15 @@ def subjects_list() -> list[Subject]:
 @dataclass(frozen=True)
 class Data:
     """The experiences (as the API takes them) and the queries (recall's, recommend's, the
-    warm-up's: all distinct), with what scores the answers: every stored task text's (subject,
-    symptom) pair, each query's pair (None: it names no subject), and each pair's best
-    action."""
+    warm-up's, and those asked of both for one task: all distinct), with what scores the
+    answers: every stored task text's (subject, symptom) pair, each query's pair (None: it names
+    no subject), and each pair's best action."""
 
     experiences: list[dict[str, Any]]
     recall_queries: list[str]
     recommend_queries: list[str]
     warmup: list[str]
+    pair_queries: list[str]
     pair_of_task: dict[str, tuple[int, int]]
     pair_of_query: dict[str, tuple[int, int] | None]
     best_actions: dict[tuple[int, int], str]
@@ -459,10 +460,18 @@ def _query_text(rng: random.Random, subject: Subject | None, symptom_index: int)
 
 
 def data_generate(
-    *, experiences: int, queries: int, warmup: int, seed: int, query_seed: str
+    *,
+    experiences: int,
+    queries: int,
+    warmup: int,
+    seed: int,
+    query_seed: str,
+    pair_queries: int = 0,
 ) -> Data:
     """The experiences from ``seed``; the queries from ``query_seed``, which a run makes its own
-    so that the server's cache of query embeddings (24 h) holds none of them."""
+    so that the server's cache of query embeddings (24 h) holds none of them. ``pair_queries``
+    more are drawn last (to be asked as recall then recommend), so the others are the same
+    draws whatever their number."""
     subjects = subjects_list()
     rng = random.Random(seed)
     pairs = [(subject, symptom) for subject in range(len(subjects)) for symptom in range(20)]
@@ -500,7 +509,7 @@ def data_generate(
     stored = set(pair_of_task)
     rng = random.Random(query_seed)
     pair_of_query: dict[str, tuple[int, int] | None] = {}
-    while len(pair_of_query) < 2 * queries + warmup:
+    while len(pair_of_query) < 2 * queries + warmup + pair_queries:
         symptom = rng.randrange(20)
         if rng.random() < SUBJECTLESS_QUERY_SHARE:
             subject_index = None
@@ -515,7 +524,8 @@ def data_generate(
         experiences=[body for _latent, body in drafts],
         recall_queries=taken[:queries],
         recommend_queries=taken[queries : 2 * queries],
-        warmup=taken[2 * queries :],
+        warmup=taken[2 * queries : 2 * queries + warmup],
+        pair_queries=taken[2 * queries + warmup :],
         pair_of_task=pair_of_task,
         pair_of_query=pair_of_query,
         best_actions=best_actions,

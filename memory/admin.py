@@ -21,6 +21,7 @@ from accounts.models import EndUser
 from memory.models import (
     AgentPromptVersion,
     CoreMemoryBlock,
+    DreamRun,
     EpisodicMemory,
     ExtractionJob,
     KnowledgeVaultItem,
@@ -30,6 +31,7 @@ from memory.models import (
     SemanticMemory,
 )
 from memory.selectors import extraction_backlog, memory_counts
+from memory.services.dreams import memory_restore
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
 from mirix_site.common.admin import ReadOnlyAdmin, StoredDateTime, StoredText, history_table
@@ -85,12 +87,27 @@ class MetaAgentAdmin(admin.ModelAdmin):
         return False
 
 
+class SupersededFilter(admin.SimpleListFilter):
+    title = "superseded"
+    parameter_name = "superseded"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("no", "current"), ("yes", "superseded")]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(superseded_by__isnull=self.value() == "no")
+        return queryset
+
+
 class MemoryAdmin(admin.ModelAdmin):
     """Curation of one memory type: operators may correct or delete; provenance, ownership and
     the derived search data stay read-only. Edits keep the search index and embeddings in step;
-    a save that changes nothing writes nothing (no update, no log entry)."""
+    a save that changes nothing writes nothing (no update, no log entry). A memory auto-dream
+    superseded is made current again by the "restore" action (recorded in its history)."""
 
-    list_filter = ["organization", "client", "created_at"]
+    list_filter = ["organization", "client", SupersededFilter, "created_at"]
+    actions = ["restore"]
     list_select_related = ["end_user", "client", "organization"]
     raw_id_fields = ["superseded_by"]
     owner_fields = ["organization", "client", "end_user", "source_message_ids", "filter_tags"]
@@ -135,6 +152,13 @@ class MemoryAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for row in queryset:
             memory_admin_delete(memory_type=MEMORY_TYPES[self.memory_type], row=row)
+
+    @admin.action(description="Restore as current (undo a merge or supersession)")
+    def restore(self, request: HttpRequest, queryset: Any) -> None:
+        restored = memory_restore(rows=list(queryset))
+        self.message_user(
+            request, f"{restored} memories restored as current.", level=messages.SUCCESS
+        )
 
 
 @admin.register(CoreMemoryBlock)
@@ -215,6 +239,40 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "llm_calls",
         "input_tokens",
         "output_tokens",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+
+
+@admin.register(DreamRun)
+class DreamRunAdmin(ReadOnlyAdmin):
+    """Each auto-dream of a user's memories: who asked (a request, or the beat after new
+    memories), its state and what it did per type."""
+
+    list_display = [
+        "id",
+        "state",
+        "trigger",
+        "mode",
+        "end_user",
+        "client",
+        "organization",
+        "created_at",
+        "finished_at",
+    ]
+    list_filter = ["state", "trigger", "organization", "client", "created_at"]
+    search_fields = ["end_user__user_id", "error"]
+    list_select_related = ["end_user", "client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "end_user",
+        "state",
+        "trigger",
+        "mode",
+        "report",
         "error",
         "created_at",
         "started_at",

@@ -14,6 +14,11 @@ from memory.services import (
     extraction_job_run,
     extraction_jobs_recover,
 )
+from memory.services.dreams import (
+    DREAM_RUN_TASK,
+    dream_run_claim_and_perform,
+    dreams_due_queue,
+)
 from memory.services.extraction import EXTRACT_TASK
 from mirix_site.common.database import database_unreachable
 from mirix_site.common.history import EXTRACTION, history_context
@@ -121,3 +126,18 @@ def extract_memories(
 @shared_task
 def recover_extraction_jobs() -> int:
     return extraction_jobs_recover()
+
+
+@shared_task(name=DREAM_RUN_TASK, acks_late=True)
+def dream_run_task(
+    organization_id: str, run_id: int, *, org: str | None = None, user: str | None = None
+) -> str | None:
+    """A queued dream run (``memory.services.dreams``); ``org`` and ``user`` only label it for
+    Flower. A run already taken, or one whose user has a dream running, is left to the beat."""
+    run = dream_run_claim_and_perform(organization_id=organization_id, run_id=run_id)
+    return None if run is None else run.state
+
+
+@shared_task
+def queue_due_dreams() -> int:
+    return dreams_due_queue()

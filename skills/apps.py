@@ -24,6 +24,7 @@ class SkillsConfig(AppConfig):
         skills_portable_register()
         procedural_source_register(SKILL_PROCEDURES)
         dream_mode_register(DreamMode(name="procedural", run=_dream_procedural))
+        dream_mode_register(DreamMode(name="experience", run=_dream_experience))
         session_closed.connect(_session_closed, dispatch_uid="skills.learning_run_trigger")
 
 
@@ -50,5 +51,16 @@ def _dream_procedural(tenant: object, end_user: object, request: object) -> dict
         tenant=tenant,  # type: ignore[arg-type]
         end_user=end_user,  # type: ignore[arg-type]
         last_n=request.last_n_sessions,  # type: ignore[attr-defined]
+        dry_run=request.dry_run,  # type: ignore[attr-defined]
+    )
+
+
+def _dream_experience(tenant: object, end_user: object, request: object) -> dict[str, object]:
+    """POST /memory/auto_dream mode=experience: the same attempt recorded twice becomes one."""
+    from skills.services.dreams import experiences_merge
+
+    return experiences_merge(
+        tenant=tenant,  # type: ignore[arg-type]
+        end_user=end_user,  # type: ignore[arg-type]
         dry_run=request.dry_run,  # type: ignore[attr-defined]
     )

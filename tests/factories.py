@@ -101,6 +101,8 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         organization=owner.organization, client=owner.client, url="https://images.test/b.png"
     )
     learning_run_create(owner, user_id="rows-user")
+    # A dream run of the user (its core blocks have no repeated line: it changes nothing).
+    owner.api.post("/memory/auto_dream?user_id=rows-user", {"mode": "core"}, format="json")
     from mirix_site.search.spaces import write_embedders
     from sessions.models import Session
     from skills.services.skills import skill_uses_record, skills_embed

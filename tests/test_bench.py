@@ -622,12 +622,22 @@ def test_experiences_records_both_ways_waits_for_embeddings_and_times_the_querie
     assert re.search(r"POST /experiences \(40 each\) .* statuses \{201: 4\}", out)
     assert re.search(r"recallable: 200 experiences stored and embedded [\d.]+ s after", out)
     assert re.search(r"^recommend p50 +[\d.]+ ms +- +-$", out, re.MULTILINE)
+    assert re.search(r"^one task: recommend p50 +[\d.]+ ms +- +-$", out, re.MULTILINE)
     assert "Mimir: not run (no --mimir-python)" in out
+    assert "recall: 8 queries of 1 side(s)" in out
+    assert "goal, recommend p50 >= 3x Mimir's in-process: not measured (no --mimir-python)" in out
+    assert re.search(r"a cache hit by design \(\d of 4 did\)", out)
     assert SMOKE_NOTE in out
     figures = json.loads(json_out.read_text())
     ours = figures["ours"]
     assert ours["record_single"]["count"] + ours["record_batch"]["count"] == 200
     assert ours["recall"]["n"] == ours["recommend"]["n"] == 8
+    # The goal's figures leave out the queries whose embedding the server read from its cache.
+    for kind in ("recall", "recommend"):
+        assert ours[kind]["counted"] == 8 - ours[kind]["embed_cached"]
+    # One task, both asked: half as many more queries, each recall then recommend, all counted.
+    assert figures["data"]["pairs"] == 4
+    assert ours["pairs"]["recall"]["counted"] == ours["pairs"]["recommend"]["counted"] == 4
     assert figures["mimir"] is None
     assert not EndUser.objects.filter(user_id__startswith="exbench-").exists()
 

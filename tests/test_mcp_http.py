@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from accounts.models import EndUser
+from mirix_site.search.models import RetrievalLog
 from sessions.models import Message
 from tests.factories import TenantFixture
 
@@ -93,6 +94,20 @@ def test_a_tool_call_is_the_apis_own_in_process(org: TenantFixture) -> None:
     )
     assert missing.json()["result"]["isError"] is True
     assert "404" in json.dumps(missing.json())
+
+
+@pytest.mark.django_db
+def test_a_search_through_a_tool_is_logged_once_the_mcp_answer_is_sent(org: TenantFixture) -> None:
+    # The tool's request is served inside /mcp's: its log row waits for the outer answer, which
+    # the test client closes before returning it.
+    tool_result(rpc(org, "tools/call", {"name": "remember", "arguments": {"text": "I drink tea"}}))
+    found = tool_result(
+        rpc(org, "tools/call", {"name": "search_memories", "arguments": {"query": "tea"}})
+    )
+    assert found["query"] == "tea"
+    [row] = RetrievalLog.objects.all()
+    assert (row.endpoint, row.query, row.end_user.user_id) == ("memory/search", "tea", "sam")
+    assert row.client == org.client
 
 
 @pytest.mark.django_db

@@ -1,5 +1,6 @@
-"""``POST /memory/auto_dream?user_id``: one of the registered auto-dream modes for the user
-(``memory.dreams``); ``dry_run`` reports what it would process and changes nothing."""
+"""``POST /memory/auto_dream?user_id``: one of the registered auto-dream modes for the user, or
+``all`` (``memory.dreams``), reported per type under ``types`` (the merging modes:
+``{total, merged, superseded, unchanged}``); ``dry_run`` reports the same and changes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory.dreams import DreamRequest, dream_modes, dream_run
+from memory.dreams import DreamRequest, dream_modes
+from memory.services.dreams import dream_perform
 from mirix_site.api.base import TenantAPIView
 from mirix_site.api.fields import BooleanField, IntegerField, TextChoiceField, TextField
 from mirix_site.api.schema import error_response
@@ -35,18 +37,30 @@ class AutoDreamApi(TenantAPIView):
         parameters=[OpenApiParameter("user_id", str, required=True)],
         request=AutoDreamSerializer,
         responses={
-            200: inline_serializer("AutoDreamDryRun", {"success": BooleanField()}),
+            200: inline_serializer(
+                "AutoDreamReport",
+                {
+                    "success": BooleanField(),
+                    "types": serializers.DictField(
+                        child=serializers.DictField(),
+                        help_text="per mode: {total, merged, superseded, unchanged} (procedural: "
+                        "the learning run it queues)",
+                    ),
+                },
+            ),
             202: inline_serializer("AutoDreamQueued", {"success": BooleanField()}),
             404: error_response("No such user."),
+            409: error_response("A dream of this user is running already."),
         },
-        summary="Consolidate a user's memory in one mode (procedural: learn skills)",
+        summary="Consolidate a user's memory: merge near-duplicates per type, or (procedural) "
+        "learn skills; all: every mode",
     )
     def post(self, request: Request) -> Response:
         end_user = self.query_end_user()
         body = AutoDreamSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data: dict[str, Any] = body.validated_data
-        result = dream_run(tenant=self.tenant, end_user=end_user, request=DreamRequest(**data))
+        result = dream_perform(tenant=self.tenant, end_user=end_user, request=DreamRequest(**data))
         queued = not data["dry_run"] and result.get("status") == "queued"
         return Response(
             {"success": True, "mode": data["mode"], "dry_run": data["dry_run"], **result},

@@ -44,7 +44,8 @@ from mirix_site.search.engine import SearchOutcome, SearchRequest
 
 class RetrievalApiView(TenantAPIView):
     """Answers carry a ``Server-Timing`` header (embed, search, and inside search each lane's
-    own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went."""
+    own time: bm25, vector) so clients and benchmarks can see where a retrieval's time went;
+    ``embed;desc="cache"`` when the query's embedding was read from the cache."""
 
     writes = False  # a read, even over POST (conversation retrieval sends a body)
     outcome: SearchOutcome | None = None
@@ -56,8 +57,10 @@ class RetrievalApiView(TenantAPIView):
         if self.outcome is not None:
             timings = {"embed": self.outcome.embed_ms, "search": self.outcome.search_ms}
             timings |= self.outcome.lane_ms  # bm25, vector: inside search, overlapping
+            # An embedding read from the query cache says so: its time is a read, not a model run.
+            described = {"embed": 'desc="cache";'} if self.outcome.embed_cached else {}
             response["Server-Timing"] = ", ".join(
-                f"{name};dur={ms:.2f}" for name, ms in timings.items()
+                f"{name};{described.get(name, '')}dur={ms:.2f}" for name, ms in timings.items()
             )
         return response
 
@@ -89,7 +92,11 @@ class MemorySearchApi(RetrievalApiView):
             spoken_range=data["spoken_range"],
         )
         self.outcome = memories_search(
-            tenant=self.tenant, end_user=end_user, endpoint=self.endpoint, request=search
+            tenant=self.tenant,
+            end_user=end_user,
+            endpoint=self.endpoint,
+            request=search,
+            temporal=data["temporal"],
         )
         context = secrets_context(self.tenant, requested=data["include_secrets"])
         context |= images_context(hit.row for hit in self.outcome.hits)

@@ -1,11 +1,11 @@
 """Memory models, one module per concern, re-exported here: the memory types (``records``),
-meta agents and extraction jobs. The retrieval engine's tables are
+meta agents, extraction jobs and dream runs. The retrieval engine's tables are
 ``mirix_site.search.models``."""
 
 from __future__ import annotations
 
 from memory.models.agents import AgentPromptVersion, MetaAgent
-from memory.models.jobs import ExtractionJob
+from memory.models.jobs import DreamRun, ExtractionJob
 from memory.models.records import (
     CoreMemoryBlock,
     EpisodicEmbedding,
@@ -23,6 +23,7 @@ from memory.models.records import (
 __all__ = [
     "AgentPromptVersion",
     "CoreMemoryBlock",
+    "DreamRun",
     "EpisodicEmbedding",
     "EpisodicMemory",
     "ExtractionJob",

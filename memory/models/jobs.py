@@ -47,3 +47,52 @@ class ExtractionJob(Owned):
 
     def __str__(self) -> str:
         return f"extraction #{self.pk} ({self.status})"
+
+
+class DreamRun(Owned):
+    """One auto-dream of a user's memories (``memory.services.dreams``): asked for through
+    ``POST /memory/auto_dream`` (run at once) or queued by the beat job once the user has
+    ``AUTO_DREAM_AFTER_NEW_MEMORIES`` memories newer than their last dream. At most one run of a
+    user waits queued and one runs at a time (the constraints); ``report`` holds what it did
+    per type. A user's last run, whatever its state, is where the next count of new memories
+    starts."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    class Trigger(models.TextChoices):
+        REQUEST = "request"  # POST /memory/auto_dream
+        THRESHOLD = "threshold"  # AUTO_DREAM_AFTER_NEW_MEMORIES new memories
+
+    state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
+    trigger = models.CharField(max_length=12, choices=Trigger.choices)
+    mode = models.CharField(max_length=32)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "end_user"],
+                condition=Q(state="queued"),
+                name="one_queued_dream_run_per_user",
+            ),
+            models.UniqueConstraint(
+                fields=["client", "end_user"],
+                condition=Q(state="running"),
+                name="one_running_dream_run_per_user",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["end_user", "client", "-created_at"], name="dream_run_owner"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.state} dream run #{self.pk}"

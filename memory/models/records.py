@@ -15,7 +15,9 @@ from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
 
 # What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
-# marked). Reads and searches show current memories unless asked for the superseded too.
+# marked). Reads and searches show current memories unless asked for the superseded too. The
+# history of every type keeps ``superseded_by`` and ``source_message_ids``: an auto-dream merge
+# changes both (the kept memory cites the turns of those it replaced).
 CURRENT = Q(superseded_by__isnull=True)
 
 
@@ -55,7 +57,7 @@ class ExtractedMemory(MemoryRecord):
         ]
 
 
-@history_tracked("label", "value", "limit", "superseded_by")
+@history_tracked("label", "value", "limit", "superseded_by", "source_message_ids")
 class CoreMemoryBlock(MemoryRecord):
     """A block of always-in-context memory about the user (``human``) or the agent
     (``persona``): short, edited in place, returned whole."""
@@ -76,7 +78,15 @@ class CoreMemoryBlock(MemoryRecord):
         return self.label
 
 
-@history_tracked("event_type", "summary", "details", "actor", "occurred_at", "superseded_by")
+@history_tracked(
+    "event_type",
+    "summary",
+    "details",
+    "actor",
+    "occurred_at",
+    "superseded_by",
+    "source_message_ids",
+)
 class EpisodicMemory(ExtractedMemory):
     """Something that happened, and when: an exchange, an event the user told of."""
 
@@ -98,7 +108,7 @@ class EpisodicMemory(ExtractedMemory):
         return self.summary[:80]
 
 
-@history_tracked("name", "summary", "details", "source", "superseded_by")
+@history_tracked("name", "summary", "details", "source", "superseded_by", "source_message_ids")
 class SemanticMemory(ExtractedMemory):
     """A fact or concept, independent of when it was learned."""
 
@@ -115,7 +125,7 @@ class SemanticMemory(ExtractedMemory):
         return self.name
 
 
-@history_tracked("entry_type", "summary", "steps", "superseded_by")
+@history_tracked("entry_type", "summary", "steps", "superseded_by", "source_message_ids")
 class ProceduralMemory(ExtractedMemory):
     """How to do something: a workflow as ordered steps. Skill learning adds to these."""
 
@@ -131,7 +141,9 @@ class ProceduralMemory(ExtractedMemory):
         return self.summary[:80]
 
 
-@history_tracked("title", "summary", "content", "resource_type", "uri", "superseded_by")
+@history_tracked(
+    "title", "summary", "content", "resource_type", "uri", "superseded_by", "source_message_ids"
+)
 class ResourceMemory(ExtractedMemory):
     """A document, file, link or image the user shared or worked with."""
 
@@ -150,7 +162,9 @@ class ResourceMemory(ExtractedMemory):
 
 
 # The secret itself is not kept in its history: an overwritten credential must be gone.
-@history_tracked("entry_type", "caption", "sensitivity", "source", "superseded_by")
+@history_tracked(
+    "entry_type", "caption", "sensitivity", "source", "superseded_by", "source_message_ids"
+)
 class KnowledgeVaultItem(ExtractedMemory):
     """A sensitive value (credential, contact detail, identifier). The value is encrypted at
     rest and never returned by search unless explicitly asked for."""

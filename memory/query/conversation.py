@@ -46,6 +46,10 @@ TOPICS_SYSTEM = (
 class ConversationQuery:
     topics: list[str]
     date_range: DateRange | None
+    # The time a phrase pins, read as a search query is (``temporal_range(precise=True)``:
+    # not "recently", "lately", a habit's weekday or a plan): the window of a question
+    # without topic words ("what did we talk about yesterday?").
+    pinned_range: DateRange | None = None
 
 
 def _with_llm(
@@ -93,5 +97,11 @@ def conversation_query(
         topics, expression = by_llm
         # The LLM names the phrase; the parser decides what dates it means.
         date_range = temporal_range(expression, now=now) if expression else None
-        return ConversationQuery(topics or topics_extract(texts), date_range)
-    return ConversationQuery(topics_extract(texts), temporal_range(" ".join(texts), now=now))
+        pinned = temporal_range(expression, now=now, precise=True) if expression else None
+        return ConversationQuery(topics or topics_extract(texts), date_range, pinned)
+    joined = " ".join(texts)
+    return ConversationQuery(
+        topics_extract(texts),
+        temporal_range(joined, now=now),
+        temporal_range(joined, now=now, precise=True),
+    )

@@ -1,5 +1,10 @@
 """Retrieving memories for a topic and for a conversation (MIRIX's two retrieval calls): every
-searchable memory type at once through the retrieval engine, and the user's core blocks whole."""
+searchable memory type at once through the retrieval engine, and the user's core blocks whole.
+
+Every memory retrieval decides here whether to search at all: a query with no topic words
+("what happened recently?", "what did we talk about yesterday?": ``memory.query.recency``)
+answers the newest memories instead (``_recent``), within the time its phrase pins, and its log
+row says ``method: "recency"`` with the window (``gate.request.recency.range``)."""
 
 from __future__ import annotations
 
@@ -8,12 +13,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.selectors import image_bytes, images_fetched_from, images_get
 from memory.models import CoreMemoryBlock
 from memory.procedures import procedures_find
 from memory.query.conversation import conversation_query, conversation_reads_images
+from memory.query.recency import content_terms
+from memory.query.temporal import temporal_range
 from memory.query.topics import topics_query
 from memory.search import memory_kinds
 from memory.selectors import episodes_recent, memory_list, memory_totals
@@ -74,14 +83,18 @@ def _core_blocks(tenant: Tenant, end_user: EndUser) -> list[CoreMemoryBlock]:
 def memories_retrieve_by_topic(
     *, tenant: Tenant, end_user: EndUser, topic: str, limit: int, filter_tags: dict[str, Any]
 ) -> Retrieved:
-    """The memories of every type about a topic (``limit`` of each), and the core blocks."""
-    outcome = retrieval_search(
+    """The memories of every type about a topic (``limit`` of each), and the core blocks; a
+    topic without topic words ("recent news", "yesterday"): the newest of every type, within
+    the time it pins (``_recent``)."""
+    pinned = temporal_range(topic, now=timezone.now(), precise=True)
+    outcome = _memories_find(
         tenant=tenant,
         end_user=end_user,
         endpoint="memory/retrieve/topic",
         request=SearchRequest(
             kinds=memory_kinds(), query=topic, limit=limit, filter_tags=filter_tags
         ),
+        pinned=(pinned.start, pinned.end) if pinned is not None else None,
     )
     return _overviewed(
         Retrieved(
@@ -127,19 +140,24 @@ def memories_retrieve_for_conversation(
         )
     spoken = (found.date_range.start, found.date_range.end) if found.date_range else None
     query = topics_query(found.topics) or " ".join(user_texts[-1:])
-    outcome = retrieval_search(
+    request = SearchRequest(
+        kinds=memory_kinds(),
+        query=query,
+        limit=limit,
+        filter_tags=filter_tags,
+        start=start,
+        end=end,
+        spoken_range=spoken,
+    )
+    pinned = found.pinned_range
+    # Judged on the query the turns made (their topics, else the last turn): a last turn
+    # without topic words after turns with some ("and yesterday?") still searches those.
+    outcome = _memories_find(
         tenant=tenant,
         end_user=end_user,
         endpoint="memory/retrieve/conversation",
-        request=SearchRequest(
-            kinds=memory_kinds(),
-            query=query,
-            limit=limit,
-            filter_tags=filter_tags,
-            start=start,
-            end=end,
-            spoken_range=spoken,
-        ),
+        request=request,
+        pinned=(pinned.start, pinned.end) if pinned is not None else None,
         extra={"topics": found.topics} if query.strip() else None,
     )
     return _overviewed(
@@ -244,36 +262,117 @@ def _listed(kind: SearchableKind, row: Any, why: str) -> Hit:
 
 
 def memories_search(
-    *, tenant: Tenant, end_user: EndUser | None, endpoint: str, request: SearchRequest
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    request: SearchRequest,
+    temporal: bool = True,
 ) -> SearchOutcome:
-    """``/memory/search`` and ``/memory/search_all_users``: the engine's search, or, for a
-    blank query, the newest memories of each kind asked (``limit`` of each, within the tags
-    and dates), as MIRIX lists them for ``query=""`` (``rest_api.search_memory``)."""
-    if request.query.strip():
-        return retrieval_search(
-            tenant=tenant, end_user=end_user, endpoint=endpoint, request=request
+    """``/memory/search`` and ``/memory/search_all_users``: the engine's search; for a blank
+    query the newest memories of each kind asked, as MIRIX lists them for ``query=""``
+    (``rest_api.search_memory``); for a query without topic words the newest too, within the
+    time its phrase pins (``request.spoken_range``, read precisely by the serializer).
+    ``temporal=False``: time phrases are only words (they count as topic words)."""
+    if not request.query.strip():
+        return _recent(
+            tenant=tenant,
+            end_user=end_user,
+            endpoint=endpoint,
+            request=request,
+            within=None,
+            method="list",
+            why="listed: no query, newest first",
         )
+    return _memories_find(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        request=request,
+        pinned=request.spoken_range,
+        temporal=temporal,
+    )
+
+
+def _memories_find(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    request: SearchRequest,
+    pinned: tuple[datetime, datetime] | None,
+    temporal: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> SearchOutcome:
+    """The decision every memory retrieval makes: search the query's topic words, or, when
+    it has none (``memory.query.recency``), list the newest memories within ``pinned``, the
+    time its phrase pins (None: any time)."""
+    if content_terms(request.query, temporal=temporal):
+        return retrieval_search(
+            tenant=tenant, end_user=end_user, endpoint=endpoint, request=request, extra=extra
+        )
+    return _recent(
+        tenant=tenant,
+        end_user=end_user,
+        endpoint=endpoint,
+        request=request,
+        within=pinned,
+        extra=extra,
+    )
+
+
+def _recent(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    request: SearchRequest,
+    within: tuple[datetime, datetime] | None,
+    method: str = "recency",
+    why: str = "recent",
+    extra: dict[str, Any] | None = None,
+) -> SearchOutcome:
+    """The answer to a query with no topic words: the newest memories of each kind asked
+    (``limit`` of each), newest first by each kind's own time (its ``time_field``: when an
+    episode happened; else when the memory was stored), within the tags, the explicit dates
+    (kinds with a time field, as a search filters them) and ``within``, the time a phrase
+    pins ("yesterday"), for every kind. A time that holds nothing answers nothing: the caller
+    asked about that time, and the retrieval endpoints' ``episodic.recent`` still shows the
+    latest episodes. Logged with ``method`` and, but for a blank query's listing, the
+    request's ``recency`` (its window, or None)."""
     began = time.perf_counter()
-    hits = []
+    dated: list[tuple[datetime, Hit]] = []
     for kind in request.kinds:
-        rows = kind.model.objects.readable_by(tenant, end_user=end_user).filter(kind.current)
-        if request.filter_tags and kind.tags_field:
+        if request.filter_tags and kind.tags_field is None:
+            continue  # as a search does: a kind with no tags has none of those asked
+        rows = kind.model.objects.readable_by(tenant, end_user=end_user).filter(
+            kind.current if request.rows is None else request.rows
+        )
+        if request.filter_tags:
             rows = rows.filter(**{f"{kind.tags_field}__contains": request.filter_tags})
         if kind.time_field and request.start is not None:
             rows = rows.filter(**{f"{kind.time_field}__gte": request.start})
         if kind.time_field and request.end is not None:
             rows = rows.filter(**{f"{kind.time_field}__lte": request.end})
-        newest = rows.select_related("end_user").order_by("-created_at", "-id")[: request.limit]
-        hits += [_listed(kind, row, "listed: no query, newest first") for row in newest]
-    outcome = SearchOutcome(hits=hits, embedding_model=None)
+        when = kind.time_field or "created_at"
+        if within is not None:
+            rows = rows.filter(**{f"{when}__range": within})
+        newest = rows.select_related("end_user").order_by(f"-{when}", "-id")[: request.limit]
+        dated += [(getattr(row, when), _listed(kind, row, why)) for row in newest]
+    dated.sort(key=lambda item: item[0], reverse=True)
+    outcome = SearchOutcome(hits=[hit for _, hit in dated], embedding_model=None)
+    if method == "recency":
+        window = [moment.isoformat() for moment in within] if within is not None else None
+        extra = {**(extra or {}), "recency": {"range": window}}
     retrieval_log_write(
         tenant=tenant,
         end_user=end_user,
         endpoint=endpoint,
-        query="",
-        method="list",
+        query=request.query,
+        method=method,
         kinds=[kind.name for kind in request.kinds],
         outcome=outcome,
         latency_ms=(time.perf_counter() - began) * 1000,
+        extra=extra,
     )
     return outcome

@@ -56,11 +56,15 @@ class TermInfo:
     bound: float  # the most this term can add to one document's score
 
 
-def query_lexemes(text: str) -> list[str]:
+def query_lexemes(text: str, *, less: str = "") -> list[str]:
+    """The lexemes of ``text`` as the keyword lane reads it (sorted), but those of ``less``:
+    both analysed in one statement."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY lexeme",
-            [settings.TEXT_SEARCH_CONFIG, text],
+            "SELECT lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(text)s)) "
+            "EXCEPT SELECT lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(less)s)) "
+            "ORDER BY lexeme",
+            {"config": settings.TEXT_SEARCH_CONFIG, "text": text, "less": less},
         )
         return [row[0] for row in cursor.fetchall()]
 

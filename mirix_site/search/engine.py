@@ -70,6 +70,7 @@ class SearchOutcome:
     gate_thresholds: dict[str, Thresholds | None] = field(default_factory=dict)
     gate_counts: dict[str, int] = field(default_factory=dict)
     embed_ms: float = 0.0  # the query's embedding (its cache read when cached; 0: not needed)
+    embed_cached: bool = False  # the query's embedding was read from the cache
     # Lanes, fusion, gate and rows: the search's wall time less its wait for the embedding
     # (the embedding runs beside the first BM25 lane, or before the search began).
     search_ms: float = 0.0
@@ -423,6 +424,7 @@ def search(
         gate_thresholds=gate(),
         gate_counts=gate_counts,
         embed_ms=made.ms if made is not None else 0.0,
+        embed_cached=made is not None and made.cached,
         search_ms=(ended - began - waited) * 1000,
         lane_ms=lane_ms,
         wall_ms=(ended - began) * 1000,

@@ -1,5 +1,7 @@
-"""The retrieval log: one row per retrieval request. Writing it never fails the request; rows
-older than ``RETRIEVAL_LOG_RETENTION_DAYS`` are purged (``retrieval_logs_purge``, a beat job)."""
+"""The retrieval log: one row per retrieval request, written once the answer is sent
+(``mirix_site.common.after_answer``: the client does not wait for it). Writing it never fails
+the request; rows older than ``RETRIEVAL_LOG_RETENTION_DAYS`` are purged
+(``retrieval_logs_purge``, a beat job)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from django.utils import timezone
 
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
+from mirix_site.common.after_answer import after_answer
 from mirix_site.console.panels import DailyFigures, utc_day_range
 from mirix_site.search.engine import SearchOutcome
 from mirix_site.search.models import RetrievalLog
@@ -37,6 +40,34 @@ def retrieval_log_write(
 ) -> None:
     if not settings.RETRIEVAL_LOG_ENABLED:
         return
+    # Nothing of the answer depends on the row: it is written once the answer is sent.
+    after_answer(
+        lambda: _log_write(
+            tenant=tenant,
+            end_user=end_user,
+            endpoint=endpoint,
+            query=query,
+            method=method,
+            kinds=kinds,
+            outcome=outcome,
+            latency_ms=latency_ms,
+            extra=extra,
+        )
+    )
+
+
+def _log_write(
+    *,
+    tenant: Tenant,
+    end_user: EndUser | None,
+    endpoint: str,
+    query: str,
+    method: str,
+    kinds: list[str],
+    outcome: SearchOutcome | None,
+    latency_ms: float,
+    extra: dict[str, Any] | None,
+) -> None:
     results = []
     gate: dict[str, Any] = {}
     if outcome is not None:

@@ -37,6 +37,7 @@ class QueryVector:
     vector: list[float]
     ms: float  # the model run's own time (or the cache read's)
     ready_at: float  # time.perf_counter() when it was made
+    cached: bool = False  # read from the cache, not made by the model
 
 
 _started: dict[tuple[str, str], Lane[QueryVector]] = {}
@@ -80,4 +81,4 @@ def _query_vector(text: str, embedder: EmbeddingProvider) -> QueryVector:
         except redis.RedisError:
             logger.info("Redis unreachable: query embedding not cached")
     ready = time.perf_counter()
-    return QueryVector(vector, (ready - began) * 1000, ready)
+    return QueryVector(vector, (ready - began) * 1000, ready, cached=bool(cached))

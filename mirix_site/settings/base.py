@@ -62,6 +62,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: work a request leaves for after its answer runs once every other part is done
+    # and the body is sent (mirix_site.common.after_answer).
+    "mirix_site.common.after_answer.AfterAnswerMiddleware",
     # First: every answer is counted and timed, refusals included (GET /metrics).
     "mirix_site.metrics.MetricsMiddleware",
     "mirix_site.api.middleware.NulRefusedMiddleware",
@@ -345,6 +348,10 @@ SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 # knows (sessions.sensitive); numbers written with their "+" country code are known anyway.
 PHONE_DEFAULT_REGION = env_choice("PHONE_DEFAULT_REGION", "US", sorted(SUPPORTED_REGIONS))
 SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, minimum=1)
+# A user's memories are auto-dreamed (near-duplicates merged, memory.services.dreams) by the
+# beat once this many are newer than their last dream; 0: only when asked (POST
+# /memory/auto_dream).
+AUTO_DREAM_AFTER_NEW_MEMORIES = env_int("AUTO_DREAM_AFTER_NEW_MEMORIES", 200, minimum=0)
 # A learning run's caps: curator steps (batches) and tokens in and out of the model; a run
 # reaching one ends as budget_exhausted, its unread lessons pooled for the next.
 CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 100, minimum=1)
@@ -422,6 +429,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
     "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
+    "memory.tasks.dream_run_task": {"queue": "maintenance"},
+    "memory.tasks.queue_due_dreams": {"queue": "maintenance"},
     "mirix_site.search.tasks.purge_retrieval_logs": {"queue": "maintenance"},
     "mirix_site.search.tasks.sync_vector_indexes": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
@@ -448,6 +457,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # held, jobs the broker lost. Every minute, acting on work older than
     # EXTRACTION_REQUEUE_AFTER (2 minutes).
     "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
+    # Users with AUTO_DREAM_AFTER_NEW_MEMORIES memories newer than their last dream get one
+    # dream queued (and queued dreams the broker lost are sent again). Every 10 minutes: a
+    # dream tidies, nothing waits for it; the count scans the memory tables.
+    "queue-due-dreams": {"task": "memory.tasks.queue_due_dreams", "schedule": 600.0},
     # Retrieval-log rows older than RETRIEVAL_LOG_RETENTION_DAYS go. Hourly: the table grows by
     # one row per retrieval, and small batches keep each delete short.
     "purge-retrieval-logs": {

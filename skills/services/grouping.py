@@ -598,17 +598,26 @@ def _phrase(row: Experience, **fields: object) -> ActionPhrase:
 def action_groups_of(experiences: Sequence[Experience]) -> dict[int, str]:
     """Each experience's group (by id): its phrasing's group; for a phrasing not grouped yet
     (the worker has not embedded it), the group its words alone join (``actions_same``
-    without a similarity), else its own key. One query."""
+    without a similarity), else its own key. One query of the experiences' own phrasings when
+    the worker has grouped them all, one more of every phrasing of their users when not."""
     users = {experience.end_user_id for experience in experiences}
+    groups = {
+        (user, client, key): group
+        for user, client, key, group in ActionPhrase.objects.filter(
+            end_user_id__in=users, key__in={experience.action_key for experience in experiences}
+        ).values_list("end_user_id", "client_id", "key", "group_key")
+    }
     members: dict[tuple[int, str], list[_Member]] = {}
-    groups: dict[tuple[int, str, str], str] = {}
-    for user, client, key, group, text, apart in ActionPhrase.objects.filter(
-        end_user_id__in=users
-    ).values_list("end_user_id", "client_id", "key", "group_key", "text", "apart_from"):
-        groups[(user, client, key)] = group
-        members.setdefault((user, client), []).append(
-            _Member(group=group, key=key, text=text or key, apart=frozenset(apart))
-        )
+    if any(
+        (experience.end_user_id, experience.client_id, experience.action_key) not in groups
+        for experience in experiences
+    ):
+        for user, client, key, group, text, apart in ActionPhrase.objects.filter(
+            end_user_id__in=users
+        ).values_list("end_user_id", "client_id", "key", "group_key", "text", "apart_from"):
+            members.setdefault((user, client), []).append(
+                _Member(group=group, key=key, text=text or key, apart=frozenset(apart))
+            )
     result: dict[int, str] = {}
     for experience in sorted(experiences, key=lambda row: row.pk):
         owner = (experience.end_user_id, experience.client_id)

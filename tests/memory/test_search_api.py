@@ -207,6 +207,9 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
     timings = dict(part.split(";dur=") for part in response["Server-Timing"].split(", "))
     assert set(timings) == {"embed", "search", "bm25", "vector"}
     assert float(timings["search"]) >= max(float(timings["bm25"]), float(timings["vector"]))
+    # Asked again, the query's embedding is read from the cache, and the header says so.
+    again = org.api.get("/memory/search", {"user_id": "sam", "query": "green tea"})
+    assert again["Server-Timing"].startswith('embed;desc="cache";dur=')
     assert set(top) >= {
         "id",
         "memory_type",
@@ -596,6 +599,46 @@ def test_every_retrieval_writes_one_log_row(org: TenantFixture, settings) -> Non
     for call in calls:
         call()
     assert RetrievalLog.objects.count() == before
+
+
+def test_the_log_row_is_written_after_the_answer_is_sent(org: TenantFixture) -> None:
+    from django.core import signals
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.db import close_old_connections
+    from django.test.client import FakePayload
+
+    store(org)
+    before = RetrievalLog.objects.count()
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/memory/search",
+        "QUERY_STRING": "user_id=sam&query=tea",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_X_API_KEY": org.key,
+        "wsgi.url_scheme": "http",
+        "wsgi.input": FakePayload(b""),
+        "wsgi.errors": StringIO(),
+    }
+    started: list[str] = []
+    # As the test client does, the request's signals keep the test's connection (and its
+    # transaction) open.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        # As a WSGI server does: the answer's body is read (and sent) first, then closed.
+        response = WSGIHandler()(environ, lambda status, headers: started.append(status))
+        body = b"".join(response)
+        assert started == ["200 OK"] and json.loads(body)["results"]
+        assert RetrievalLog.objects.count() == before
+        response.close()
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
+    row = RetrievalLog.objects.get(endpoint="memory/search", query="tea")
+    assert row.end_user.user_id == "sam" and row.results
 
 
 def test_purge_removes_only_old_log_rows(org: TenantFixture) -> None:

@@ -73,7 +73,8 @@ class SearchParamsSerializer(serializers.Serializer):
         allow_blank=True,
         default="",
         help_text="what to search for; empty (MIRIX's default): the newest memories of each "
-        "type asked, limit of each",
+        "type asked, limit of each; without topic words ('what happened recently?', 'what did "
+        "we talk about yesterday?'): the newest too, within the time a phrase pins",
     )
     memory_type = TextChoiceField(
         ["all", *memory_type_names(searchable=True)], required=False, default="all"
@@ -198,7 +199,11 @@ class SearchResultSerializer(MemorySerializer):
 
 class SearchOutputSerializer(serializers.Serializer):
     success = BooleanField()
-    query = TextField(allow_blank=True, help_text="as asked; empty: the newest were listed")
+    query = TextField(
+        allow_blank=True,
+        help_text="as asked; empty or without topic words: the newest were listed (gate "
+        "'recent' on each result)",
+    )
     memory_type = TextField()
     search_field = TextField(allow_null=True)
     search_method = TextField()

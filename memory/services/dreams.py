@@ -1,0 +1,367 @@
+"""Auto-dream of the memory types: near-duplicates merged (``memory.consolidation`` says which
+are), a core block's repeated lines folded, each change authored ``auto_dream`` in the rows'
+history; the runs that do it (``DreamRun``), asked for through the API or queued by the beat
+job per user after ``AUTO_DREAM_AFTER_NEW_MEMORIES`` new memories; and an operator's undoing of
+a merge (``memory_restore``).
+
+A merge keeps the newest memory of the group current, citing the turns of all (its
+``source_message_ids`` the union), and marks the others ``superseded_by`` it: kept, read with
+``include_superseded``, never returned by a plain read or a search. Only memories of one user,
+written by the caller's client, with the same filter tags, are compared (a merge never changes
+what a tag filter finds)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, models, transaction
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from accounts.models import EndUser
+from accounts.tenancy import Tenant
+from memory.consolidation import Candidate, Cluster, duplicates_group, lines_fold
+from memory.dreams import DreamMode, DreamRequest, dream_mode_register, dream_run
+from memory.models import CoreMemoryBlock, DreamRun
+from memory.models.records import CURRENT
+from memory.types import MEMORY_TYPES, MemoryType
+from mirix_site.common.errors import ConflictError
+from mirix_site.common.history import AUTO_DREAM, history_context
+from mirix_site.common.publish import task_labels, task_publish
+from mirix_site.search.spaces import read_embedder
+
+logger = logging.getLogger(__name__)
+
+DREAM_RUN_TASK = "memory.tasks.dream_run_task"
+# A running dream whose worker died is failed after this long (a dream takes seconds).
+DREAM_RUN_STALE_AFTER = timedelta(hours=1)
+# Two episodes told the same way are one event when told within this time of each other: the
+# same greeting a week apart is two days' exchanges, not one event said twice.
+EPISODE_WINDOW = timedelta(days=1)
+
+
+class DreamRunConflictError(ConflictError):
+    """A dream of this user is running already."""
+
+
+def _counts(*, total: int, clusters: Sequence[Cluster[Any]], superseded: int = 0) -> dict:
+    merged = len(clusters)
+    gone = sum(len(cluster.others) for cluster in clusters) + superseded
+    return {
+        "total": total,
+        "merged": merged,
+        "superseded": gone,
+        "unchanged": total - merged - gone,
+    }
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    """What a memory type's merge compares: its text (never a secret), whether two rows may be
+    one at all, and whether stored embeddings may say so (otherwise the text alone)."""
+
+    text: Callable[[Any], str]
+    comparable: Callable[[Any, Any], bool]
+    by_embedding: bool = True
+
+
+def _same_tags(left: Any, right: Any) -> bool:
+    return left.filter_tags == right.filter_tags
+
+
+def _same_episode(left: Any, right: Any) -> bool:
+    return (
+        _same_tags(left, right)
+        and left.event_type == right.event_type
+        and abs(left.occurred_at - right.occurred_at) <= EPISODE_WINDOW
+    )
+
+
+def _same_resource(left: Any, right: Any) -> bool:
+    return _same_tags(left, right) and (not left.uri or not right.uri or left.uri == right.uri)
+
+
+def _same_vault_entry(left: Any, right: Any) -> bool:
+    return _same_tags(left, right) and left.entry_type == right.entry_type
+
+
+MERGE_RULES: dict[str, MergeRule] = {
+    "episodic": MergeRule(lambda row: f"{row.summary}\n{row.details}", _same_episode),
+    "semantic": MergeRule(lambda row: f"{row.name}\n{row.summary}", _same_tags),
+    "resource": MergeRule(lambda row: f"{row.title}\n{row.summary}", _same_resource),
+    # The caption only, by its words: captions of two secrets ("work email", "home email")
+    # embed alike, and the secret itself is never compared.
+    "knowledge_vault": MergeRule(lambda row: row.caption, _same_vault_entry, by_embedding=False),
+}
+
+
+def _vectors(memory_type: MemoryType, rows: Sequence[models.Model]) -> dict[int, Any]:
+    """The rows' stored vectors (their first chunk's, of the model searches read); rows not
+    embedded yet have none."""
+    kind = memory_type.kind
+    if kind is None or not rows:
+        return {}
+    return dict(
+        kind.embedding_model.objects.filter(
+            memory_id__in=[row.pk for row in rows],
+            model=read_embedder().model_name,
+            chunk_index=0,
+        ).values_list("memory_id", "embedding")
+    )
+
+
+def semantic_contradictions(rows: Sequence[models.Model]) -> list[tuple[models.Model, Any]]:
+    """Facts a later one contradicts, as (older, newer) pairs: the older is superseded by the
+    newer ("I live in Paris" ... "we moved to Berlin"). Where the fact extractor's predicates
+    plug in (one subject and predicate, another value, a later turn); until then none, and a
+    semantic dream supersedes by merges only."""
+    return []
+
+
+def _merges_apply(clusters: Sequence[Cluster[Any]]) -> None:
+    now = timezone.now()
+    for cluster in clusters:
+        keeper = cluster.keeper
+        sources = set(keeper.source_message_ids)
+        for row in cluster.others:
+            sources.update(row.source_message_ids)
+        if sorted(sources) != list(keeper.source_message_ids):
+            keeper.source_message_ids = sorted(sources)
+            keeper.save(update_fields=["source_message_ids", "updated_at"])
+        # One UPDATE per row group; the history trigger writes an event for each row.
+        type(keeper).objects.filter(pk__in=[row.pk for row in cluster.others]).update(
+            superseded_by=keeper, updated_at=now
+        )
+
+
+def memories_merge(
+    *, tenant: Tenant, end_user: EndUser, memory_type: MemoryType, dry_run: bool
+) -> dict[str, int]:
+    """Merge the near-duplicates among the user's current memories of one type that the
+    caller's client wrote; ``dry_run``: count them, change nothing."""
+    rule = MERGE_RULES[memory_type.name]
+    rows = list(
+        memory_type.model.objects.owned_by(tenant, end_user=end_user)
+        .filter(CURRENT)
+        .order_by("-created_at", "-id")
+    )
+    vectors = _vectors(memory_type, rows) if rule.by_embedding else {}
+    clusters = duplicates_group(
+        [Candidate(row, rule.text(row), vectors.get(row.pk)) for row in rows],
+        comparable=rule.comparable,
+    )
+    contradicted: list[tuple[models.Model, Any]] = []
+    if memory_type.name == "semantic":
+        merged_away = {row.pk for cluster in clusters for row in cluster.others}
+        current = [row for row in rows if row.pk not in merged_away]
+        contradicted = semantic_contradictions(current)
+    if not dry_run:
+        _merges_apply(clusters)
+        for older, newer in contradicted:
+            older.superseded_by = newer
+            older.save(update_fields=["superseded_by", "updated_at"])
+    return _counts(total=len(rows), clusters=clusters, superseded=len(contradicted))
+
+
+def core_blocks_fold(*, tenant: Tenant, end_user: EndUser, dry_run: bool) -> dict[str, int]:
+    """Fold the repeated lines of each core block the caller's client holds of the user into
+    one; ``merged`` counts the blocks changed, ``lines_folded`` the lines gone."""
+    blocks = list(
+        CoreMemoryBlock.objects.owned_by(tenant, end_user=end_user).filter(CURRENT).order_by("pk")
+    )
+    changed, lines = 0, 0
+    for block in blocks:
+        value, folded = lines_fold(block.value)
+        if not folded:
+            continue
+        changed, lines = changed + 1, lines + folded
+        if not dry_run:
+            block.value = value
+            block.save(update_fields=["value", "updated_at"])
+    return {
+        "total": len(blocks),
+        "merged": changed,
+        "superseded": 0,
+        "unchanged": len(blocks) - changed,
+        "lines_folded": lines,
+    }
+
+
+def _mode_for(memory_type: MemoryType) -> DreamMode:
+    def run(tenant: Tenant, end_user: EndUser, request: DreamRequest) -> dict[str, Any]:
+        return memories_merge(
+            tenant=tenant, end_user=end_user, memory_type=memory_type, dry_run=request.dry_run
+        )
+
+    return DreamMode(name=memory_type.name, run=run)
+
+
+def memory_dream_modes_register() -> None:
+    """The memory types' modes (procedural is skill learning's, registered by skills)."""
+    dream_mode_register(
+        DreamMode(
+            name="core",
+            run=lambda tenant, end_user, request: core_blocks_fold(
+                tenant=tenant, end_user=end_user, dry_run=request.dry_run
+            ),
+        )
+    )
+    for name in MERGE_RULES:
+        dream_mode_register(_mode_for(MEMORY_TYPES[name]))
+
+
+# --- Runs ----------------------------------------------------------------------------------------
+
+
+def _run_work(run: DreamRun, tenant: Tenant, end_user: EndUser, request: DreamRequest) -> dict:
+    with history_context(AUTO_DREAM, run_id=run.pk):
+        return dream_run(tenant=tenant, end_user=end_user, request=request)
+
+
+def dream_perform(*, tenant: Tenant, end_user: EndUser, request: DreamRequest) -> dict[str, Any]:
+    """Run the request for the user now. A dry run only reports; otherwise the run is a
+    ``DreamRun`` row (a dream of the user already running: ``DreamRunConflictError``), and every
+    change it makes is authored ``auto_dream`` with its id."""
+    if request.dry_run:
+        return dream_run(tenant=tenant, end_user=end_user, request=request)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            run = DreamRun.objects.create(
+                **tenant.owner_ids(end_user),
+                trigger=DreamRun.Trigger.REQUEST,
+                mode=request.mode,
+                state=DreamRun.State.RUNNING,
+                started_at=now,
+            )
+    except IntegrityError:
+        raise DreamRunConflictError("A dream of this user is running already.") from None
+    try:
+        with transaction.atomic():
+            report = _run_work(run, tenant, end_user, request)
+    except Exception as error:
+        _run_finish(run, state=DreamRun.State.FAILED, error=repr(error))
+        raise
+    _run_finish(run, state=DreamRun.State.SUCCEEDED, report=report)
+    return {**report, "dream_run_id": run.pk}
+
+
+def _run_finish(run: DreamRun, *, state: str, report: dict | None = None, error: str = "") -> None:
+    run.state, run.error, run.finished_at = state, error, timezone.now()
+    run.report = report or {}
+    run.save(update_fields=["state", "error", "finished_at", "report"])
+
+
+def dream_run_claim_and_perform(*, organization_id: str, run_id: int) -> DreamRun | None:
+    """The worker's side of a queued run: claim it (``queued → running``; None when it is gone,
+    taken, or another dream of the user runs: the beat publishes it again), run every mode."""
+    try:
+        with transaction.atomic():
+            claimed = DreamRun.objects.filter(
+                pk=run_id, organization_id=organization_id, state=DreamRun.State.QUEUED
+            ).update(state=DreamRun.State.RUNNING, started_at=timezone.now())
+    except IntegrityError:
+        return None
+    if not claimed:
+        return None
+    run = DreamRun.objects.select_related("organization", "client", "end_user").get(pk=run_id)
+    tenant = Tenant(organization=run.organization, client=run.client)
+    request = DreamRequest(mode=run.mode, dry_run=False)
+    try:
+        with transaction.atomic():
+            report = _run_work(run, tenant, run.end_user, request)
+    except Exception as error:
+        _run_finish(run, state=DreamRun.State.FAILED, error=repr(error))
+        raise
+    _run_finish(run, state=DreamRun.State.SUCCEEDED, report=report)
+    return run
+
+
+def _new_memories_by_owner() -> dict[tuple[str, str, int], int]:
+    """Per (organization, client, user): memories created since the user's last dream run (or
+    ever), over the types a dream merges."""
+    totals: dict[tuple[str, str, int], int] = {}
+    for name in MERGE_RULES:
+        model = MEMORY_TYPES[name].model
+        last_run = (
+            DreamRun.objects.filter(
+                client_id=OuterRef("client_id"), end_user_id=OuterRef("end_user_id")
+            )
+            .order_by("-created_at")
+            .values("created_at")[:1]
+        )
+        rows = (
+            model.objects.annotate(last_dream=Subquery(last_run))
+            .filter(Q(last_dream__isnull=True) | Q(created_at__gt=models.F("last_dream")))
+            .values_list("organization_id", "client_id", "end_user_id")
+            .annotate(new=Count("id"))
+            .order_by()
+        )
+        for organization_id, client_id, end_user_id, new in rows:
+            key = (organization_id, client_id, end_user_id)
+            totals[key] = totals.get(key, 0) + new
+    return totals
+
+
+def dreams_due_queue() -> int:
+    """The beat job: queue one dream (mode ``all``) for each user with at least
+    ``AUTO_DREAM_AFTER_NEW_MEMORIES`` memories newer than their last dream (0: off), publish
+    every queued run (those the broker lost too: a run is claimed once however often it is
+    sent), and fail running ones whose worker is gone. Returns how many runs it queued."""
+    threshold = settings.AUTO_DREAM_AFTER_NEW_MEMORIES
+    DreamRun.objects.filter(
+        state=DreamRun.State.RUNNING, started_at__lt=timezone.now() - DREAM_RUN_STALE_AFTER
+    ).update(state=DreamRun.State.FAILED, error="worker lost", finished_at=timezone.now())
+    queued = 0
+    if threshold > 0:
+        due = [owner for owner, new in _new_memories_by_owner().items() if new >= threshold]
+        # One statement per user decides, under "one queued dream run per user".
+        for organization_id, client_id, end_user_id in due:
+            waiting = DreamRun.objects.filter(
+                client_id=client_id, end_user_id=end_user_id, state=DreamRun.State.QUEUED
+            ).exists()
+            DreamRun.objects.bulk_create(
+                [
+                    DreamRun(
+                        organization_id=organization_id,
+                        client_id=client_id,
+                        end_user_id=end_user_id,
+                        trigger=DreamRun.Trigger.THRESHOLD,
+                        mode="all",
+                    )
+                ],
+                ignore_conflicts=True,
+            )
+            queued += not waiting
+    for run_id, organization_id, user_id in DreamRun.objects.filter(
+        state=DreamRun.State.QUEUED
+    ).values_list("pk", "organization_id", "end_user__user_id"):
+        labels = task_labels(organization_id=organization_id, user_id=user_id)
+        transaction.on_commit(
+            lambda run_id=run_id, organization_id=organization_id, labels=labels: task_publish(
+                DREAM_RUN_TASK, organization_id, run_id, labels=labels
+            )
+        )
+    return queued
+
+
+# --- Undoing -------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def memory_restore(*, rows: Sequence[models.Model]) -> int:
+    """An operator's undoing of a merge (or a supersession): the rows are current again. The
+    memory that replaced them keeps the turns it cites. Returns how many were superseded."""
+    restored = 0
+    for row in rows:
+        if row.superseded_by_id is None:
+            continue
+        row.superseded_by = None
+        row.save(update_fields=["superseded_by", "updated_at"])
+        restored += 1
+    return restored
