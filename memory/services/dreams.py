@@ -8,7 +8,12 @@ A merge keeps the newest memory of the group current, citing the turns of all (i
 ``source_message_ids`` the union), and marks the others ``superseded_by`` it: kept, read with
 ``include_superseded``, never returned by a plain read or a search. Only memories of one user,
 written by the caller's client, with the same filter tags, are compared (a merge never changes
-what a tag filter finds)."""
+what a tag filter finds).
+
+A semantic dream also supersedes a fact a later turn contradicts (``memory.contradictions``):
+the older is kept, ``superseded_by`` the newer, its ``valid_until`` the newer's time, so a
+search ``as_of`` a moment before still finds it; and the ``human`` block's line stating it
+becomes the current fact."""
 
 from __future__ import annotations
 
