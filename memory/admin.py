@@ -179,8 +179,22 @@ class EpisodicMemoryAdmin(MemoryAdmin):
 @admin.register(SemanticMemory)
 class SemanticMemoryAdmin(MemoryAdmin):
     memory_type = "semantic"
-    list_display = ["name", "end_user", "client", "organization", "created_at"]
-    search_fields = ["name", "summary", "details", "end_user__user_id"]
+    list_display = [
+        "name",
+        "subject",
+        "predicate",
+        "value",
+        "valid_from",
+        "valid_until",
+        "end_user",
+        "client",
+        "organization",
+        "created_at",
+    ]
+    list_filter = [*MemoryAdmin.list_filter, "predicate"]
+    search_fields = ["name", "summary", "details", "value", "end_user__user_id"]
+    # When a fact held is auto-dream's record (restore clears its end), not an edit.
+    readonly_fields = [*MemoryAdmin.readonly_fields, "valid_from", "valid_until"]
 
 
 @admin.register(ProceduralMemory)

@@ -9,6 +9,7 @@ the MIRIX agent names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import models
 
@@ -25,7 +26,7 @@ from memory.models import (
     SemanticMemory,
     VaultEmbedding,
 )
-from memory.models.records import CURRENT
+from memory.models.records import CURRENT, valid_at
 from mirix_site.search.kinds import SearchableKind
 
 
@@ -42,7 +43,8 @@ class Field:
     - ``asked``: the extraction schema requires the model to answer it; ``required``: an
       extracted item without it is dropped.
     - ``extracted``: the model proposes it (``mode`` is the model's alone: how a core value
-      is written); ``editable``: a PATCH may change it; ``stored``: a column of the model.
+      is written); ``editable``: a PATCH may change it; ``stored``: a column of the model;
+      ``returned``: answers show it (every editable field is shown too).
     """
 
     name: str
@@ -55,6 +57,7 @@ class Field:
     extracted: bool = True
     editable: bool = True
     stored: bool = True
+    returned: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class MemoryType:
         return tuple(field.name for field in self.fields if field.editable)
 
     @property
+    def returned_fields(self) -> tuple[Field, ...]:
+        """What a memory of the type shows in an answer."""
+        return tuple(field for field in self.fields if field.editable or field.returned)
+
+    @property
     def extracted_fields(self) -> tuple[Field, ...]:
         return tuple(field for field in self.fields if field.extracted)
 
@@ -90,7 +98,7 @@ def _searchable(
     model: type[models.Model],
     embedding_model: type[models.Model],
     text_fields: tuple[str, ...],
-    **options: str,
+    **options: Any,
 ) -> SearchableKind:
     return SearchableKind(
         name, code, model, embedding_model, text_fields, current=CURRENT, **options
@@ -162,9 +170,22 @@ MEMORY_TYPES: dict[str, MemoryType] = {
             Field("summary", max_chars=5000, asked=True, required=True),
             Field("details", max_chars=20000),
             Field("source", max_chars=255),
+            # A structured fact's parts (the deterministic extractor's; blank for others): what
+            # auto-dream reads to tell a fact a later one contradicts. The LLM is not asked.
+            Field("subject", max_chars=255, extracted=False),
+            Field("predicate", max_chars=64, extracted=False),
+            Field("value", max_chars=500, extracted=False),
+            # When the fact was said, and when a later one replaced it (auto-dream's).
+            Field("valid_from", kind="time", extracted=False, editable=False, returned=True),
+            Field("valid_until", kind="time", extracted=False, editable=False, returned=True),
         ),
         _searchable(
-            "semantic", 2, SemanticMemory, SemanticEmbedding, ("name", "summary", "details")
+            "semantic",
+            2,
+            SemanticMemory,
+            SemanticEmbedding,
+            ("name", "summary", "details"),
+            valid_at=valid_at,
         ),
         description="facts and concepts independent of time (people, places, preferences, "
         "knowledge).",

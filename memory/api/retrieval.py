@@ -90,6 +90,7 @@ class MemorySearchApi(RetrievalApiView):
             similarity_threshold=data.get("similarity_threshold"),
             search_field=data["search_field"],
             spoken_range=data["spoken_range"],
+            as_of=data.get("as_of"),
         )
         self.outcome = memories_search(
             tenant=self.tenant,

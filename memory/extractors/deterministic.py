@@ -23,6 +23,8 @@ from sessions.models import Message
 from sessions.sensitive import EMAIL, KINDS, sensitive_redacted, sensitive_values
 
 SUMMARY_CHARS = 300
+# A fact's value as SemanticMemory.value keeps it (memory.types).
+FACT_VALUE_CHARS = 500
 # An episode carries the end of the turn it answers, up to this many characters (see _context).
 CONTEXT_CHARS = 200
 
@@ -313,6 +315,16 @@ def _vault_items(message: Message) -> list[Proposal]:
     return proposals
 
 
+def _fact_subject(subject: str, named: str | None) -> str:
+    """Whom a stored fact is about, so that two people's facts are never compared as one's:
+    ``user`` (the end user), or the name a participant spoke under, and their people as the
+    extractor names them ("Maya (daughter)"), a participant's as theirs ("Caroline's Maya
+    (daughter)")."""
+    if named is None:
+        return subject
+    return named if subject == "user" else f"{named}'s {subject}"
+
+
 def _facts(message: Message) -> list[Proposal]:
     """The facts a user's turn states: one semantic memory each, and for the end user's own
     turns (no other name given) a line each in the ``human`` block. A turn sent under a name
@@ -334,6 +346,9 @@ def _facts(message: Message) -> list[Proposal]:
                     "summary": summary,
                     "details": clipped(fact.sentence, SUMMARY_CHARS),
                     "source": f"{who} message {message.pk}",
+                    "subject": _fact_subject(fact.subject, who if named else None),
+                    "predicate": fact.predicate,
+                    "value": clipped(fact.value, FACT_VALUE_CHARS),
                 },
                 source_message_ids=[message.pk],
                 occurred_at=message.occurred_at,

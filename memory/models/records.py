@@ -5,10 +5,13 @@ row in its embeddings table per model and chunk."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from accounts.models import Owned
 from mirix_site.common.history import history_tracked
@@ -19,6 +22,17 @@ from mirix_site.search.models import Embedding
 # history of every type keeps ``superseded_by`` and ``source_message_ids``: an auto-dream merge
 # changes both (the kept memory cites the turns of those it replaced).
 CURRENT = Q(superseded_by__isnull=True)
+
+
+def valid_at(moment: datetime) -> Q:
+    """The semantic memories that held at ``moment`` (a search ``as_of`` it): said at or before
+    it, and not replaced by then, that is current, or superseded by a later fact after it
+    (their ``valid_until``). A memory merged into another (superseded, with no validity end) is
+    not among them: the memory it was merged into stands for it, from the earliest of their
+    times."""
+    return Q(valid_from__lte=moment) & (
+        Q(valid_until__gt=moment) | Q(valid_until__isnull=True, superseded_by__isnull=True)
+    )
 
 
 class MemoryRecord(Owned):
@@ -108,14 +122,36 @@ class EpisodicMemory(ExtractedMemory):
         return self.summary[:80]
 
 
-@history_tracked("name", "summary", "details", "source", "superseded_by", "source_message_ids")
+@history_tracked(
+    "name",
+    "summary",
+    "details",
+    "source",
+    "subject",
+    "predicate",
+    "value",
+    "valid_from",
+    "valid_until",
+    "superseded_by",
+    "source_message_ids",
+)
 class SemanticMemory(ExtractedMemory):
-    """A fact or concept, independent of when it was learned."""
+    """A fact or concept, independent of when it was learned. A structured fact (the
+    deterministic extractor's: ``memory.extractors.facts``) also keeps its ``subject``,
+    ``predicate`` and ``value`` (blank for other memories, the LLM's among them), which is what
+    auto-dream reads to tell a fact a later turn contradicts (``memory.contradictions``).
+    ``valid_from`` is when the fact was said (its turn's time), ``valid_until`` when a later
+    one replaced it (null: still valid); see ``valid_at``."""
 
     name = models.CharField(max_length=255)
     summary = models.TextField()
     details = models.TextField(blank=True)
     source = models.CharField(max_length=255, blank=True)
+    subject = models.CharField(max_length=255, blank=True)
+    predicate = models.CharField(max_length=64, blank=True)
+    value = models.CharField(max_length=500, blank=True)
+    valid_from = models.DateTimeField(default=timezone.now)
+    valid_until = models.DateTimeField(null=True, blank=True)
 
     class Meta(ExtractedMemory.Meta):
         verbose_name = "semantic memory"

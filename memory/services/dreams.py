@@ -8,10 +8,16 @@ A merge keeps the newest memory of the group current, citing the turns of all (i
 ``source_message_ids`` the union), and marks the others ``superseded_by`` it: kept, read with
 ``include_superseded``, never returned by a plain read or a search. Only memories of one user,
 written by the caller's client, with the same filter tags, are compared (a merge never changes
-what a tag filter finds)."""
+what a tag filter finds).
+
+A semantic dream also supersedes a fact a later turn contradicts (``memory.contradictions``):
+the older is kept, ``superseded_by`` the newer, its ``valid_until`` the newer's time, so a
+search ``as_of`` a moment before still finds it; and the ``human`` block's line stating it
+becomes the current fact."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,8 +32,9 @@ from django.utils import timezone
 from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from memory.consolidation import Candidate, Cluster, duplicates_group, lines_fold
+from memory.contradictions import Stated, contradictions_find
 from memory.dreams import DreamMode, DreamRequest, dream_mode_register, dream_run
-from memory.models import CoreMemoryBlock, DreamRun
+from memory.models import CoreMemoryBlock, DreamRun, SemanticMemory
 from memory.models.records import CURRENT
 from memory.types import MEMORY_TYPES, MemoryType
 from mirix_site.common.errors import ConflictError
@@ -63,11 +70,14 @@ def _counts(*, total: int, clusters: Sequence[Cluster[Any]], superseded: int = 0
 @dataclass(frozen=True)
 class MergeRule:
     """What a memory type's merge compares: its text (never a secret), whether two rows may be
-    one at all, and whether stored embeddings may say so (otherwise the text alone)."""
+    one at all, and whether stored embeddings may say so (otherwise the text alone).
+    ``since``: the field saying from when a memory holds; the kept one holds from the earliest
+    of its group's (a fact said on Monday and again on Friday held on Wednesday)."""
 
     text: Callable[[Any], str]
     comparable: Callable[[Any, Any], bool]
     by_embedding: bool = True
+    since: str | None = None
 
 
 def _same_tags(left: Any, right: Any) -> bool:
@@ -92,7 +102,7 @@ def _same_vault_entry(left: Any, right: Any) -> bool:
 
 MERGE_RULES: dict[str, MergeRule] = {
     "episodic": MergeRule(lambda row: f"{row.summary}\n{row.details}", _same_episode),
-    "semantic": MergeRule(lambda row: f"{row.name}\n{row.summary}", _same_tags),
+    "semantic": MergeRule(lambda row: f"{row.name}\n{row.summary}", _same_tags, since="valid_from"),
     "resource": MergeRule(lambda row: f"{row.title}\n{row.summary}", _same_resource),
     # The caption only, by its words: captions of two secrets ("work email", "home email")
     # embed alike, and the secret itself is never compared.
@@ -117,26 +127,48 @@ def _vectors(memory_type: MemoryType, rows: Sequence[models.Model]) -> dict[int,
 
 def semantic_contradictions(rows: Sequence[models.Model]) -> list[tuple[models.Model, Any]]:
     """Facts a later one contradicts, as (older, newer) pairs: the older is superseded by the
-    newer ("I live in Paris" ... "we moved to Berlin"). Where the fact extractor's predicates
-    plug in (one subject and predicate, another value, a later turn); until then none, and a
-    semantic dream supersedes by merges only."""
-    return []
+    newer ("I live in Paris" ... "we moved to Berlin"). Structured facts only (a predicate
+    stated), compared within the same filter tags as merges are (a supersession never leaves
+    a tag filter with neither fact), each at the time it was said (``valid_from``: its turn's);
+    ``memory.contradictions`` is the rule."""
+    by_tags: dict[str, list[Stated[models.Model]]] = {}
+    for row in rows:
+        if not row.predicate:
+            continue
+        stated = Stated(row, row.subject, row.predicate, row.value, row.valid_from)
+        by_tags.setdefault(json.dumps(row.filter_tags, sort_keys=True), []).append(stated)
+    return [pair for facts in by_tags.values() for pair in contradictions_find(facts)]
 
 
-def _merges_apply(clusters: Sequence[Cluster[Any]]) -> None:
+def _merges_apply(clusters: Sequence[Cluster[Any]], rule: MergeRule) -> None:
     now = timezone.now()
     for cluster in clusters:
         keeper = cluster.keeper
         sources = set(keeper.source_message_ids)
         for row in cluster.others:
             sources.update(row.source_message_ids)
+        changed = []
         if sorted(sources) != list(keeper.source_message_ids):
             keeper.source_message_ids = sorted(sources)
-            keeper.save(update_fields=["source_message_ids", "updated_at"])
+            changed.append("source_message_ids")
+        if rule.since is not None:
+            earliest = min(getattr(row, rule.since) for row in [keeper, *cluster.others])
+            if earliest != getattr(keeper, rule.since):
+                setattr(keeper, rule.since, earliest)
+                changed.append(rule.since)
+        if changed:
+            keeper.save(update_fields=[*changed, "updated_at"])
         # One UPDATE per row group; the history trigger writes an event for each row.
         type(keeper).objects.filter(pk__in=[row.pk for row in cluster.others]).update(
             superseded_by=keeper, updated_at=now
         )
+
+
+def _supersessions_apply(pairs: Sequence[tuple[models.Model, Any]]) -> None:
+    for older, newer in pairs:
+        older.superseded_by = newer
+        older.valid_until = newer.valid_from
+        older.save(update_fields=["superseded_by", "valid_until", "updated_at"])
 
 
 def memories_merge(
@@ -150,22 +182,77 @@ def memories_merge(
         .filter(CURRENT)
         .order_by("-created_at", "-id")
     )
-    vectors = _vectors(memory_type, rows) if rule.by_embedding else {}
+    # Contradictions first, each fact at its own time: a fact said again after a change ("I
+    # live in Paris" … "we moved to Berlin" … "back in Paris") is not merged with its first
+    # saying, which the change ended.
+    contradicted = semantic_contradictions(rows) if memory_type.name == "semantic" else []
+    ended = {older.pk for older, _newer in contradicted}
+    merging = [row for row in rows if row.pk not in ended]
+    vectors = _vectors(memory_type, merging) if rule.by_embedding else {}
     clusters = duplicates_group(
-        [Candidate(row, rule.text(row), vectors.get(row.pk)) for row in rows],
+        [Candidate(row, rule.text(row), vectors.get(row.pk)) for row in merging],
         comparable=rule.comparable,
     )
-    contradicted: list[tuple[models.Model, Any]] = []
-    if memory_type.name == "semantic":
-        merged_away = {row.pk for cluster in clusters for row in cluster.others}
-        current = [row for row in rows if row.pk not in merged_away]
-        contradicted = semantic_contradictions(current)
     if not dry_run:
-        _merges_apply(clusters)
-        for older, newer in contradicted:
-            older.superseded_by = newer
-            older.save(update_fields=["superseded_by", "updated_at"])
+        _supersessions_apply(contradicted)
+        _merges_apply(clusters, rule)
     return _counts(total=len(rows), clusters=clusters, superseded=len(contradicted))
+
+
+def human_block_facts_update(*, tenant: Tenant, end_user: EndUser) -> int:
+    """The ``human`` block lists current facts only: each line stating a fact a later one
+    superseded becomes the fact that is current now (following the chain of supersessions),
+    or goes when the block states that one already. A line also stated by a current fact
+    stays. Returns how many lines changed."""
+    block = (
+        CoreMemoryBlock.objects.owned_by(tenant, end_user=end_user)
+        .filter(CURRENT, label="human")
+        .first()
+    )
+    if block is None or not block.value:
+        return 0
+    facts = SemanticMemory.objects.owned_by(tenant, end_user=end_user).exclude(predicate="")
+    summary_of = dict(facts.values_list("pk", "summary"))
+    successor = dict(facts.filter(valid_until__isnull=False).values_list("pk", "superseded_by_id"))
+    merged_into = dict(
+        facts.filter(valid_until__isnull=True, superseded_by__isnull=False).values_list(
+            "pk", "superseded_by_id"
+        )
+    )
+    current = set(facts.filter(CURRENT).values_list("summary", flat=True))
+    replacement: dict[str, str] = {}
+    for pk in successor:
+        line, seen, at = summary_of[pk], {pk}, pk
+        while (following := successor.get(at) or merged_into.get(at)) and following not in seen:
+            seen.add(following)
+            at = following
+        if line not in current and at in summary_of and summary_of[at] != line:
+            replacement[line] = summary_of[at]
+    lines = block.value.split("\n")
+    kept = {line for line in lines if line not in replacement}
+    updated: list[str] = []
+    for line in lines:
+        now_true = replacement.get(line)
+        if now_true is None:
+            updated.append(line)
+        elif now_true not in kept and now_true not in updated:
+            updated.append(now_true)
+    if updated == lines:
+        return 0
+    block.value = "\n".join(updated)
+    block.save(update_fields=["value", "updated_at"])
+    return sum(1 for line in lines if line in replacement)
+
+
+def semantic_dream(*, tenant: Tenant, end_user: EndUser, dry_run: bool) -> dict[str, int]:
+    """A semantic dream: merges and supersessions (``memories_merge``), then the ``human``
+    block brought to the facts now current (``human_block_facts_update``)."""
+    report = memories_merge(
+        tenant=tenant, end_user=end_user, memory_type=MEMORY_TYPES["semantic"], dry_run=dry_run
+    )
+    if not dry_run:
+        human_block_facts_update(tenant=tenant, end_user=end_user)
+    return report
 
 
 def core_blocks_fold(*, tenant: Tenant, end_user: EndUser, dry_run: bool) -> dict[str, int]:
@@ -212,7 +299,16 @@ def memory_dream_modes_register() -> None:
         )
     )
     for name in MERGE_RULES:
-        dream_mode_register(_mode_for(MEMORY_TYPES[name]))
+        if name != "semantic":
+            dream_mode_register(_mode_for(MEMORY_TYPES[name]))
+    dream_mode_register(
+        DreamMode(
+            name="semantic",
+            run=lambda tenant, end_user, request: semantic_dream(
+                tenant=tenant, end_user=end_user, dry_run=request.dry_run
+            ),
+        )
+    )
 
 
 # --- Runs ----------------------------------------------------------------------------------------
@@ -362,6 +458,10 @@ def memory_restore(*, rows: Sequence[models.Model]) -> int:
         if row.superseded_by_id is None:
             continue
         row.superseded_by = None
-        row.save(update_fields=["superseded_by", "updated_at"])
+        changed = ["superseded_by", "updated_at"]
+        if getattr(row, "valid_until", None) is not None:
+            row.valid_until = None  # valid again, as it was before a later fact replaced it
+            changed.append("valid_until")
+        row.save(update_fields=changed)
         restored += 1
     return restored

@@ -60,6 +60,9 @@ def _row_for(
         fields["secret_value_encrypted"] = secret_encrypt(fields.pop("secret_value"))
     if memory_type.name == "episodic":
         fields.setdefault("occurred_at", proposal.occurred_at or timezone.now())
+    if memory_type.name == "semantic":
+        # A fact holds from when it was said (its turn's time), not from when it was stored.
+        fields.setdefault("valid_from", proposal.occurred_at or timezone.now())
     return memory_type.model(
         organization_id=owner.organization_id,
         client_id=owner.client_id,

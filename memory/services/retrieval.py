@@ -28,7 +28,7 @@ from memory.search import memory_kinds
 from memory.selectors import episodes_recent, memory_list, memory_totals
 from memory.types import MEMORY_TYPES
 from mirix_site.providers.llm import PromptImage
-from mirix_site.search.engine import Hit, SearchOutcome, SearchRequest
+from mirix_site.search.engine import Hit, SearchOutcome, SearchRequest, kind_rows
 from mirix_site.search.fusion import Candidate
 from mirix_site.search.kinds import SearchableKind
 from mirix_site.search.log import retrieval_log_write
@@ -345,8 +345,9 @@ def _recent(
     for kind in request.kinds:
         if request.filter_tags and kind.tags_field is None:
             continue  # as a search does: a kind with no tags has none of those asked
+        searched = kind_rows(kind, request)
         rows = kind.model.objects.readable_by(tenant, end_user=end_user).filter(
-            kind.current if request.rows is None else request.rows
+            kind.current if searched is None else searched
         )
         if request.filter_tags:
             rows = rows.filter(**{f"{kind.tags_field}__contains": request.filter_tags})

@@ -57,6 +57,9 @@ class SearchRequest:
     # The rows searched, instead of the kind's current ones (an experience recall's outcome
     # and context, or superseded rows asked for): the lanes search these alone.
     rows: Q | None = None
+    # The moment searched as of: a kind whose rows hold for a time (``valid_at``) searches
+    # those valid then, superseded or not, instead of its current ones (``kind_rows``).
+    as_of: datetime | None = None
     # The fields the caller reads of each row found (None: all); the rest stay unread (a
     # deferred field is read from the database if touched): recommend reads four of each row.
     fields: tuple[str, ...] | None = None
@@ -77,6 +80,16 @@ class SearchOutcome:
     # Each lane's own time, summed over the kinds searched; they overlap in a hybrid search.
     lane_ms: dict[str, float] = field(default_factory=dict)
     wall_ms: float = 0.0  # the search's wall time, its wait for the embedding included
+
+
+def kind_rows(kind: SearchableKind, request: SearchRequest) -> Q | None:
+    """The rows of the kind a request searches: those it names, else those valid at its
+    ``as_of`` (a kind with a validity), else None: the kind's current ones."""
+    if request.rows is not None:
+        return request.rows
+    if request.as_of is not None and kind.valid_at is not None:
+        return kind.valid_at(request.as_of)
+    return None
 
 
 def _in_scope(kind: SearchableKind, scope: Scope, rows: Q | None) -> tuple[str, dict[str, Any]]:
@@ -125,13 +138,14 @@ def _allowed_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> 
     """The ids the filters allow, or None when nothing is filtered. A kind with no time field
     is not filtered by dates."""
     dated = kind.time_field is not None and (request.start or request.end)
+    rows = kind_rows(kind, request)
     # An empty ``rows`` (every row, superseded too) restricts nothing.
-    if not request.filter_tags and not dated and not request.rows:
+    if not request.filter_tags and not dated and not rows:
         return None
     return _ids_where(
         kind,
         scope,
-        rows=request.rows,
+        rows=rows,
         filter_tags=request.filter_tags,
         start=request.start if dated else None,
         end=request.end if dated else None,
@@ -151,7 +165,12 @@ def _spoken_ids(kind: SearchableKind, request: SearchRequest, scope: Scope) -> s
     if start > end:
         return set()
     return _ids_where(
-        kind, scope, rows=request.rows, filter_tags=request.filter_tags, start=start, end=end
+        kind,
+        scope,
+        rows=kind_rows(kind, request),
+        filter_tags=request.filter_tags,
+        start=start,
+        end=end,
     )
 
 
@@ -398,7 +417,7 @@ def search(
         if rescore is None:
             del chosen[request.limit :]
         rows = _rows_by_id(
-            kind, scope, [c.document_id for c in chosen], request.rows, request.fields
+            kind, scope, [c.document_id for c in chosen], kind_rows(kind, request), request.fields
         )
         found = [Hit(kind, rows[c.document_id], c) for c in chosen if c.document_id in rows]
         if rescore is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,9 @@ class SearchableKind:
       and a date range does not filter it: a search across kinds still finds its rows).
     - ``current``: the rows a search and a plain read see; the others (superseded, retired) are
       kept but not returned.
+    - ``valid_at``: for a kind whose rows hold for a time (a fact a later one replaced),
+      ``valid_at(moment)`` is the rows a search ``as_of`` that moment sees instead of the
+      current ones (None: the current ones, whatever the moment).
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
       tags; a tag-filtered search then leaves the kind's rows out).
     - ``fusion``: how a hybrid search fuses the kind's lanes, ``"rrf"`` or ``"scores"``
@@ -69,6 +73,7 @@ class SearchableKind:
     text_fields: tuple[str, ...]
     time_field: str | None = None
     current: Q = field(default_factory=Q)
+    valid_at: Callable[[datetime], Q] | None = None
     tags_field: str | None = "filter_tags"
     fusion: str | None = None
     vector_weight: float | None = None

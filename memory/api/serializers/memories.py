@@ -335,13 +335,15 @@ class MemorySerializer(serializers.Serializer):
             "user_id": instance.end_user.user_id,
             "client_id": instance.client_id,
         }
-        for name in memory_type.editable_fields:
+        for field in memory_type.returned_fields:
+            name = field.name
             if name == "secret_value":
                 plain = secret_decrypt(instance.secret_value_encrypted)
                 shown = self.context.get("secrets_of") == instance.client_id
                 data[name] = plain if shown else MASK
-            elif name == "occurred_at":
-                data[name] = instance.occurred_at.isoformat()
+            elif field.kind == "time":
+                moment = getattr(instance, name)
+                data[name] = moment.isoformat() if moment is not None else None
             else:
                 data[name] = getattr(instance, name)
         if memory_type.name == "core":

@@ -139,7 +139,10 @@ class SearchParamsSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default_timezone=UTC,
-        help_text="ISO 8601; the moment temporal phrases are read from (now)",
+        help_text="ISO 8601; the moment searched as of (default now): time phrases are read "
+        "from it ('last week' of which week), and semantic facts are those that held then (said "
+        "at or before it and not yet replaced: a fact a later one superseded is found as of its "
+        "time); without it, current facts only",
     )
 
     def validate_filter_tags(self, value: Any) -> dict[str, Any]:
