@@ -6,15 +6,23 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from django.apps import apps
 from django.core.servers.basehttp import WSGIRequestHandler
+from django.db.models.signals import post_migrate
+from pytest_django import DjangoDbBlocker
 
 from images import fetch as image_fetch_module
 from mirix_site.celery import app as celery_app
 from mirix_site.common.redis import redis_client
 from mirix_site.common.rowsmemo import rows_memos_clear
+from mirix_site.providers.embeddings import embedding_provider_from_settings
+from mirix_site.search.gate import gate_calibration_ensure
 from mirix_site.search.lanes import lanes_close
+from mirix_site.search.models import GateCalibration
 from mirix_site.search.vectors import own_index_seen_forget
 from skills import embedding_queue
+from skills.models import ActionGroupingCalibration
+from skills.services.grouping import grouping_calibration_ensure
 from tests.factories import TenantFixture, tenant_fixture
 from tests.loopback import loopback  # noqa: F401  (fixture)
 
@@ -30,6 +38,48 @@ def _lane_connections_closed(django_db_setup: None) -> Iterator[None]:
     gone before the test database is dropped."""
     yield
     lanes_close()
+
+
+def _fresh_install_calibrations(**_: object) -> None:
+    """The calibrations a fresh install searches, recommends and groups actions with (its
+    migrations' and its first start's, for the bundled model), so that the tests run the
+    shipped gates. Each is measured once per process (about 25 s, action grouping's the most)
+    and inserted again after every flush: a transactional test empties every table, and
+    Django's flush then sends ``post_migrate``, as ``migrate`` does."""
+    embedder = embedding_provider_from_settings()
+    gate_calibration_ensure(embedder)
+    grouping_calibration_ensure(embedder)
+
+
+# The settings keep ``migrate`` from measuring (GATE_CALIBRATE_ON_MIGRATE): here they are
+# measured once, not once per migration that measures, and come back after every flush.
+post_migrate.connect(
+    _fresh_install_calibrations,
+    sender=apps.get_app_config("skills"),
+    dispatch_uid="tests-fresh-install-calibrations",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _calibrated_test_database(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> None:
+    """A database kept from an earlier run (``--reuse-db``) was not migrated again: it may
+    have been left flushed."""
+    with django_db_blocker.unblock():
+        _fresh_install_calibrations()
+
+
+@pytest.fixture
+def similarity_gate_off(db: None) -> None:
+    """No gate calibration for any model or kind: every search keeps what its lanes found,
+    as an install whose model was never calibrated does (with a warning)."""
+    GateCalibration.objects.all().delete()
+    rows_memos_clear()
+
+
+@pytest.fixture
+def action_grouping_uncalibrated(db: None) -> None:
+    """No action-grouping calibration: phrasings are grouped by their words only."""
+    ActionGroupingCalibration.objects.all().delete()
 
 
 @pytest.fixture(autouse=True)

@@ -132,6 +132,28 @@ def gate_calibrate(
     return calibration
 
 
+# The bundled pairs' measurement by model and pairs file: the pairs ship with the code and a
+# model embeds them alike every time, so a process measures them once (the test suite inserts
+# them again after every transactional test's flush: 2 s of embedding each time).
+_bundled_measured: dict[tuple[str, Path], dict[str, float | int]] = {}
+
+
+def _bundled_calibrate(
+    *, embedder: EmbeddingProvider, kind: SearchableKind | None = None
+) -> GateCalibration:
+    path = BUNDLED_PAIRS if kind is None else kind.calibration_pairs
+    measured = _bundled_measured.get((embedder.model_name, path))
+    if measured is None:
+        measured = gate_measure(embedder=embedder, related_pairs=bundled_pairs(path))
+        _bundled_measured[embedder.model_name, path] = measured
+    calibration, _ = GateCalibration.objects.update_or_create(
+        model=embedder.model_name,
+        kind=kind.name if kind is not None else "",
+        defaults=measured,
+    )
+    return calibration
+
+
 def gate_calibration_ensure(embedder: EmbeddingProvider) -> list[GateCalibration]:
     """The model's calibration on the bundled pairs, and each kind's that ships pairs of its
     own, unless it has one (of any origin): what setup runs, so that a fresh install searches
@@ -143,14 +165,8 @@ def gate_calibration_ensure(embedder: EmbeddingProvider) -> list[GateCalibration
     )
     made = []
     if "" not in have:
-        made.append(gate_calibrate(embedder=embedder, related_pairs=bundled_pairs()))
+        made.append(_bundled_calibrate(embedder=embedder))
     for kind in kinds():
         if kind.calibration_pairs is not None and kind.name not in have:
-            made.append(
-                gate_calibrate(
-                    embedder=embedder,
-                    related_pairs=bundled_pairs(kind.calibration_pairs),
-                    kind=kind,
-                )
-            )
+            made.append(_bundled_calibrate(embedder=embedder, kind=kind))
     return made

@@ -21,7 +21,8 @@ AUTH_FAILURE_RATE_LIMIT = "100000/m"
 ADMIN_LOGIN_FAILURE_RATE_LIMIT = "100000/m"
 # Tests need no durability against OS crashes (see DB_SYNCHRONOUS_COMMIT in base settings).
 DATABASES["default"]["OPTIONS"]["options"] = "-c synchronous_commit=off"
-# Tests search with the gate off unless they store a calibration, as they always have: a
-# transactional test's flush empties the table, so a migrated one would hold for some tests
-# only. tests/memory/test_gate_setup.py migrates a fresh database with the default.
+# Tests run with the calibrations a fresh install has, but made by tests/conftest.py once a
+# process (and inserted again after every transactional test's flush) rather than by each
+# migration that measures them. tests/memory/test_gate_setup.py migrates a fresh database
+# with the default.
 GATE_CALIBRATE_ON_MIGRATE = False

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 
 from mirix_site.providers.embeddings import LOCAL_MODEL_NAME, embedding_provider_from_settings
-from mirix_site.search.gate import bundled_pairs, gate_measure
+from mirix_site.search.gate import bundled_pairs, gate_calibration_ensure, gate_measure
 from mirix_site.search.models import GateCalibration
 from skills.search import SKILL_KIND
 
@@ -92,7 +92,9 @@ def test_a_freshly_migrated_database_has_the_bundled_models_calibration(
         assert fresh.execute(query + " ORDER BY kind").fetchall() == rows
 
 
-def test_calibrate_gate_if_missing_measures_a_missing_calibration_and_keeps_one(db) -> None:
+def test_calibrate_gate_if_missing_measures_a_missing_calibration_and_keeps_one(
+    similarity_gate_off: None,
+) -> None:
     call_command("calibrate_gate", if_missing=True, stdout=StringIO())
     calibration = GateCalibration.objects.get(model=LOCAL_MODEL_NAME, kind="")
     expected = gate_measure(
@@ -107,3 +109,24 @@ def test_calibrate_gate_if_missing_measures_a_missing_calibration_and_keeps_one(
     call_command("calibrate_gate", if_missing=True, stdout=out)
     assert "calibrated already" in out.getvalue()
     assert GateCalibration.objects.get(pk=calibration.pk).min_similarity == 0.5
+
+
+def test_setup_measures_the_bundled_pairs_once_a_process(
+    similarity_gate_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test suite inserts the calibrations again after every flush: from what this process
+    measured when it first made them, not by embedding the pairs again."""
+    embedder = embedding_provider_from_settings()
+    embedded: list[str] = []
+    embed = embedder.embed
+    monkeypatch.setattr(embedder, "embed", lambda texts: embedded.extend(texts) or embed(texts))
+
+    made = gate_calibration_ensure(embedder)
+
+    assert embedded == []
+    assert [calibration.kind for calibration in made] == ["", SKILL_KIND.name]
+    for calibration, pairs in zip(
+        made, (bundled_pairs(), bundled_pairs(SKILL_KIND.calibration_pairs)), strict=True
+    ):
+        measured = gate_measure(embedder=embedder, related_pairs=pairs)
+        assert {field: getattr(calibration, field) for field in measured} == measured

@@ -105,7 +105,10 @@ def test_another_tenant_never_sees_a_kinds_rows(
 def test_a_kinds_gate_thresholds_and_retrieval_log(org: TenantFixture) -> None:
     sam, _ = end_user_create_or_get(tenant=org.tenant, user_id="sam", name=None)
     notes_create(org, sam, NOTES)
-    GateCalibration.objects.create(model=MODEL, min_similarity=0.1, strong_similarity=0.99)
+    # The model's own, in place of the fresh install's.
+    GateCalibration.objects.update_or_create(
+        model=MODEL, kind="", defaults={"min_similarity": 0.1, "strong_similarity": 0.99}
+    )
     # The kind's own calibration wins over the model's: here nothing passes it but BM25's top 3.
     GateCalibration.objects.create(
         model=MODEL, kind="note", min_similarity=0.999, strong_similarity=1.0

@@ -223,11 +223,13 @@ def test_hybrid_search_answers_in_the_mirix_shape(org: TenantFixture) -> None:
 
 
 def test_a_memory_search_scores_bm25_over_its_best_plus_the_weighted_similarity(
-    org: TenantFixture, settings
+    org: TenantFixture, settings, similarity_gate_off: None
 ) -> None:
     """The default fusion, seen in the answer: every result's score is its BM25 score over the
     search's best (0 where BM25 did not find it) plus 0.6 x its similarity; with
-    SEARCH_FUSION=rrf, the sum of each lane's weight / (60 + rank)."""
+    SEARCH_FUSION=rrf, the sum of each lane's weight / (60 + rank). The gate is off so that
+    the vector lane's own finds, which the calibrated gate rightly drops as unrelated here,
+    show their scores too."""
     store(org)
     query = "Sam tea coffee morning doctor"
     results = search(org, query=query, limit=10)["results"]
@@ -249,9 +251,10 @@ def test_a_memory_search_scores_bm25_over_its_best_plus_the_weighted_similarity(
         assert result["score"] == pytest.approx(expected)
 
 
-def test_uncalibrated_model_runs_with_the_gate_off(org: TenantFixture, caplog) -> None:
+def test_uncalibrated_model_runs_with_the_gate_off(
+    org: TenantFixture, similarity_gate_off: None
+) -> None:
     store(org)
-    GateCalibration.objects.all().delete()
     body = search(org, query="peanut allergy")
     assert {result["gate"] for result in body["results"]} == {"off"}
 
@@ -259,7 +262,9 @@ def test_uncalibrated_model_runs_with_the_gate_off(org: TenantFixture, caplog) -
 def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) -> None:
     store(org)
     GateCalibration.objects.update_or_create(
-        model="all-MiniLM-L6-v2", defaults={"min_similarity": 0.99, "strong_similarity": 1.5}
+        model="all-MiniLM-L6-v2",
+        kind="",
+        defaults={"min_similarity": 0.99, "strong_similarity": 1.5},
     )
     body = search(org, query="peanut allergy epinephrine", limit=10)
     # Nothing is similar enough: only BM25's top 3 survive, rescued by their keyword ranks,
@@ -271,7 +276,7 @@ def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) 
         assert result["ranks"]["bm25"] <= 3 or (
             result["gate"] == "kept_bm25_score" and result["bm25_score"] >= 0.7 * best
         )
-    GateCalibration.objects.filter(model="all-MiniLM-L6-v2").update(
+    GateCalibration.objects.filter(model="all-MiniLM-L6-v2", kind="").update(
         min_similarity=-1.0, strong_similarity=0.5
     )
     body = search(org, query="peanut allergy epinephrine", limit=10)
@@ -304,7 +309,7 @@ def test_call_calibrate_gate_stores_thresholds_that_split_related_from_unrelated
     out = StringIO()
     call_command("calibrate_gate", pairs=path, stdout=out)
 
-    calibration = GateCalibration.objects.get(model="all-MiniLM-L6-v2")
+    calibration = GateCalibration.objects.get(model="all-MiniLM-L6-v2", kind="")
     embedder = embedding_provider_from_settings()
     questions = embedder.embed([question for question, _ in pairs])
     memories = embedder.embed([memory for _, memory in pairs])

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirix_site.providers.embeddings import embedding_provider_from_settings
 from skills.models import ActionPhrase
-from skills.services.grouping import grouping_calibration_ensure
 from tests.factories import TenantFixture
 from tests.skills.experiences import embed_all, record, record_many
 
@@ -30,7 +28,6 @@ def recommend(owner: TenantFixture, task: str) -> dict:
 def test_three_phrasings_of_one_action_pool_into_one_after_embedding(
     org: TenantFixture,
 ) -> None:
-    grouping_calibration_ensure(embedding_provider_from_settings())
     record_many(org, [{"task": TASK, "action": a, "outcome": "success"} for a in REDIS])
     body = recommend(org, TASK)
     assert body["counts"]["success"] == 3 and body["confidence"] == THREE_SUCCESSES
@@ -60,7 +57,6 @@ def test_they_pool_before_the_worker_embeds_them(org: TenantFixture) -> None:
     ],
 )
 def test_opposites_stay_apart(org: TenantFixture, first: str, second: str) -> None:
-    grouping_calibration_ensure(embedding_provider_from_settings())
     task = "the training job is unstable"
     record_many(
         org,

@@ -10,10 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from mirix_site.common.history import history_of
-from mirix_site.providers.embeddings import embedding_provider_from_settings
 from skills.confidence import lower_bounds
 from skills.models import ActionPhrase
-from skills.services.grouping import action_key, grouping_calibration_ensure
+from skills.services.grouping import action_key
 from tests.factories import TenantFixture
 from tests.skills.experiences import record_many
 
@@ -25,11 +24,6 @@ REDIS = (
 )
 # The same action as each of REDIS by its words alone (it holds all of theirs).
 BOTH_SIDES = "a Redis cache in front of the session store lookups"
-
-
-@pytest.fixture
-def calibrated(db: None) -> None:
-    grouping_calibration_ensure(embedding_provider_from_settings())
 
 
 @pytest.fixture
@@ -65,7 +59,7 @@ def bound(successes: float, failures: float) -> float:
 
 
 def test_the_user_s_groups_are_listed_with_phrasings_and_counts_newest_first(
-    calibrated: None, org: TenantFixture, other_org: TenantFixture
+    org: TenantFixture, other_org: TenantFixture
 ) -> None:
     record_many(org, [*outcomes(REDIS[0], "sf"), *outcomes(REDIS[1], "p")])
     record_many(org, outcomes("increase the batch size", "ss"))
@@ -112,7 +106,7 @@ def merge(operator, phrases: list[ActionPhrase], into: ActionPhrase):
 
 
 def test_an_operator_merges_two_groups_and_recommend_pools_them(
-    calibrated: None, operator, org: TenantFixture
+    operator, org: TenantFixture
 ) -> None:
     redis, memcached = "add a redis cache", "add a memcached cache"
     record_many(org, [*outcomes(redis, "ssf"), *outcomes(memcached, "s")])
@@ -149,7 +143,7 @@ def test_an_operator_merges_two_groups_and_recommend_pools_them(
 
 @pytest.mark.parametrize("which", ["the group's key", "another phrasing"])
 def test_an_operator_splits_a_phrasing_out_and_it_stays_apart(
-    calibrated: None, operator, org: TenantFixture, which: str
+    operator, org: TenantFixture, which: str
 ) -> None:
     record_many(org, [*outcomes(REDIS[0], "s"), *outcomes(REDIS[1], "s"), *outcomes(REDIS[2], "s")])
     assert recommend(org)["counts"]["success"] == 3
@@ -191,7 +185,7 @@ def test_an_operator_splits_a_phrasing_out_and_it_stays_apart(
     assert len(actions(org)["results"]) == 3
 
 
-def test_a_merge_undoes_a_split(calibrated: None, operator, org: TenantFixture) -> None:
+def test_a_merge_undoes_a_split(operator, org: TenantFixture) -> None:
     record_many(org, [*outcomes(REDIS[0], "s"), *outcomes(REDIS[2], "s")])
     assert (
         operator.post(f"/admin/skills/actionphrase/{phrase(REDIS[2]).pk}/split/").status_code == 302

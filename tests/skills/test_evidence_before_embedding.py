@@ -7,11 +7,8 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
-from mirix_site.providers.embeddings import embedding_provider_from_settings
-from mirix_site.search.gate import gate_calibration_ensure
 from mirix_site.search.models import GateCalibration
 from skills.models import Experience, ExperienceEmbedding
 from tests.factories import TenantFixture, tenant_fixture
@@ -20,12 +17,6 @@ from tests.skills.experiences import embed_all
 RECORDED_TASK = "login page times out under load"
 # The same task as another agent would word it: shares "login", "page" and "time" with it.
 PARAPHRASE = "the login page keeps timing out when traffic spikes"
-
-
-@pytest.fixture
-def calibrated(db: None) -> None:
-    """The similarity gate as a fresh install has it."""
-    gate_calibration_ensure(embedding_provider_from_settings())
 
 
 def _record(owner: TenantFixture, outcomes: str, *, action: str = "add a redis cache") -> None:
@@ -50,7 +41,7 @@ def _recall(owner: TenantFixture, query: str, k: int) -> list[dict]:
 
 
 def test_recommend_counts_every_identical_row_before_the_worker_embeds_them(
-    org: TenantFixture, calibrated: None
+    org: TenantFixture,
 ) -> None:
     _record(org, "sssssssssf")
     assert not ExperienceEmbedding.objects.exists()  # no worker: nothing is embedded yet
@@ -67,9 +58,7 @@ def test_recommend_counts_every_identical_row_before_the_worker_embeds_them(
     assert set(after["supporting_experience_ids"]) == set(body["supporting_experience_ids"])
 
 
-def test_recall_returns_the_same_rows_before_and_after_embedding(
-    org: TenantFixture, calibrated: None
-) -> None:
+def test_recall_returns_the_same_rows_before_and_after_embedding(org: TenantFixture) -> None:
     _record(org, "sssss")
     _record(org, "ff", action="raise the nginx worker count")
     # Unrelated to the query in words and meaning: neither lane brings it.
@@ -90,7 +79,7 @@ def test_recall_returns_the_same_rows_before_and_after_embedding(
     assert {row["id"] for row in _recall(org, PARAPHRASE, k=10)} == before
 
 
-def test_rows_that_tie_at_the_gates_cut_all_pass(org: TenantFixture, calibrated: None) -> None:
+def test_rows_that_tie_at_the_gates_cut_all_pass(org: TenantFixture) -> None:
     """Nothing is similar enough to pass on its similarity, so only BM25's top 3 would: twelve
     identical rows have one BM25 score, and a cut after the third of them would be arbitrary."""
     _record(org, "ssssssssssff")
@@ -105,7 +94,6 @@ def test_rows_that_tie_at_the_gates_cut_all_pass(org: TenantFixture, calibrated:
 
 def test_the_worker_embeds_and_the_counts_stay(worker: None) -> None:
     owner = tenant_fixture("alice")
-    gate_calibration_ensure(embedding_provider_from_settings())
     _record(owner, "sssssssssf")
     right_after = _recommend(owner)
     deadline = timezone.now() + timedelta(seconds=60)

@@ -10,9 +10,6 @@ from typing import Any
 
 import pytest
 
-from mirix_site.providers.embeddings import embedding_provider_from_settings
-from mirix_site.search.gate import gate_calibration_ensure
-from skills.services.grouping import grouping_calibration_ensure
 from tests.factories import TenantFixture
 from tests.skills.experiences import aged, record_many
 
@@ -25,9 +22,6 @@ def _load(name: str) -> dict[str, Any]:
 
 def _seed(org: TenantFixture, seeds: list[dict[str, Any]], user_id: str) -> dict[str, str]:
     """Record the seeds (one batch) as the given user; their ids by label."""
-    embedder = embedding_provider_from_settings()
-    gate_calibration_ensure(embedder)
-    grouping_calibration_ensure(embedder)
     items = [
         {
             "task": seed["task"],
