@@ -1532,7 +1532,8 @@ _PHRASES: dict[str, tuple[str, str]] = {
     "name": ("Name", "{subject} is called {value}."),
     "age": ("Age", "{subject} is {value} years old."),
     "lives_in": ("Lives in", "{subject} lives in {value}."),
-    "moved_to": ("Moved to", "{subject} moved to {value}."),
+    # Where the user moved is where they live: said so, a question about where they live finds it.
+    "moved_to": ("Moved to", "{subject} moved to {value} and lives there."),
     "from": ("From", "{subject} is from {value}."),
     "works_as": ("Works as", "{subject} works as {value}."),
     "works_at": ("Works at", "{subject} works at {value}."),

@@ -90,11 +90,11 @@ def test_a_move_supersedes_where_the_user_lived_and_as_of_still_finds_it(
     said(org, "I live in Paris", day(1))
     said(org, "we moved to Berlin", day(5))
     extract()
-    paris, berlin = fact("User lives in Paris."), fact("User moved to Berlin.")
+    paris, berlin = fact("User lives in Paris."), fact("User moved to Berlin and lives there.")
     assert (paris.subject, paris.predicate, paris.value) == ("user", "lives_in", "Paris")
     assert (berlin.predicate, berlin.value, berlin.valid_from) == ("moved_to", "Berlin", day(5))
     assert (paris.valid_from, paris.valid_until) == (day(1), None)
-    assert human_block() == ["User lives in Paris.", "User moved to Berlin."]
+    assert human_block() == ["User lives in Paris.", "User moved to Berlin and lives there."]
 
     body = dream(org)
     assert body["types"]["semantic"] == {"total": 2, "merged": 0, "superseded": 1, "unchanged": 1}
@@ -109,18 +109,21 @@ def test_a_move_supersedes_where_the_user_lived_and_as_of_still_finds_it(
     assert entry["changes"]["superseded_by"] == {"before": None, "after": str(berlin.pk)}
     assert entry["changes"]["valid_until"]["before"] is None
     # The block lists the current fact only, and says who changed it.
-    assert human_block() == ["User moved to Berlin."]
+    assert human_block() == ["User moved to Berlin and lives there."]
     *_appended, block_entry = history_of(CoreMemoryBlock.objects.get(label="human"))
     assert block_entry["actor"] == "auto_dream"
-    assert block_entry["changes"]["value"]["after"] == "User moved to Berlin."
+    assert block_entry["changes"]["value"]["after"] == "User moved to Berlin and lives there."
 
-    assert search(org, "where do I live")[0] == "User moved to Berlin."
+    assert search(org, "where do I live")[0] == "User moved to Berlin and lives there."
     assert "User lives in Paris." not in search(org, "where do I live")
     as_of_day_3 = search(org, "where do I live", as_of=day(3).isoformat())
     assert as_of_day_3[0] == "User lives in Paris."
-    assert "User moved to Berlin." not in as_of_day_3
+    assert "User moved to Berlin and lives there." not in as_of_day_3
     # Day 5 itself: the move has happened.
-    assert search(org, "where do I live", as_of=day(5).isoformat())[0] == "User moved to Berlin."
+    assert (
+        search(org, "where do I live", as_of=day(5).isoformat())[0]
+        == "User moved to Berlin and lives there."
+    )
     # Before anything was said, no fact held.
     assert search(org, "where do I live", as_of=(DAY_1 - timedelta(days=1)).isoformat()) == []
     # Each result says when it held.
@@ -150,7 +153,10 @@ def test_a_dry_run_reports_the_same_and_a_second_run_changes_nothing(org: Tenant
     assert dry["types"]["semantic"]["superseded"] == 2
     real = dream(org)
     assert real["types"]["semantic"] == dry["types"]["semantic"]
-    assert human_block() == ["User moved to Berlin.", "User switched from Postgres to SQLite."]
+    assert human_block() == [
+        "User moved to Berlin and lives there.",
+        "User switched from Postgres to SQLite.",
+    ]
 
     after = rows()
     again = dream(org)
@@ -260,11 +266,11 @@ def test_a_chain_of_moves_ends_each_home_at_the_next(org: TenantFixture) -> None
     said(org, "we moved to Rome", day(9))
     extract()
     assert dream(org)["types"]["semantic"]["superseded"] == 2
-    paris, berlin = fact("User lives in Paris."), fact("User moved to Berlin.")
-    rome = fact("User moved to Rome.")
+    paris, berlin = fact("User lives in Paris."), fact("User moved to Berlin and lives there.")
+    rome = fact("User moved to Rome and lives there.")
     assert (paris.superseded_by_id, paris.valid_until) == (berlin.pk, day(5))
     assert (berlin.superseded_by_id, berlin.valid_until) == (rome.pk, day(9))
-    assert human_block() == ["User moved to Rome."]
+    assert human_block() == ["User moved to Rome and lives there."]
     for moment, home in ((2, "Paris"), (6, "Berlin"), (10, "Rome")):
         found = search(org, "Paris Berlin Rome", as_of=day(moment).isoformat())
         assert len(found) == 1 and home in found[0], moment

@@ -36,8 +36,8 @@ def test_retrieve_with_conversation_answers_the_current_fact(mirix: Mirix) -> No
     )
 
     facts = [item["summary"] for item in answer["memories"]["semantic"]["items"]]
-    assert facts[0] == "User moved to Berlin."
+    assert facts[0] == "User moved to Berlin and lives there."
     assert "User lives in Paris." not in facts
     [human] = [b for b in answer["memories"]["core"]["items"] if b["label"] == "human"]
-    assert "User moved to Berlin." in human["value"].splitlines()
+    assert "User moved to Berlin and lives there." in human["value"].splitlines()
     assert "User lives in Paris." not in human["value"]
