@@ -118,6 +118,13 @@ class MemoryAdmin(admin.ModelAdmin):
     def changes(self, row: Any) -> str:
         return history_table(row)
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        readonly = list(super().get_readonly_fields(request, obj))
+        # The tags of the turns an extracted memory cites (memory.tags): provenance too.
+        if any(field.name == "turn_tags" for field in self.model._meta.fields):
+            readonly.append("turn_tags")
+        return readonly
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come from extraction and the API, with their provenance
 

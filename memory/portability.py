@@ -35,9 +35,18 @@ from mirix_site.search.spaces import write_embedders
 INDEX_BATCH = 200
 
 
-def _redact(row: models.Model, record: dict[str, Any], run: ImportRun) -> None:
-    """No sensitive value in clear outside the vault's encrypted one, whatever the file says."""
+def _prepare(row: models.Model, record: dict[str, Any], run: ImportRun) -> None:
+    """No sensitive value in clear outside the vault's encrypted one, whatever the file says;
+    turn tags a tag filter can match (``memory.tags``): a file written before memories kept
+    them gives its one tag set."""
     memory_row_redact(row, memory_text_fields(type(row)))
+    if hasattr(row, "turn_tags"):
+        if "turn_tags" not in record:
+            row.turn_tags = [row.filter_tags]
+        elif not (
+            isinstance(row.turn_tags, list) and all(isinstance(t, dict) for t in row.turn_tags)
+        ):
+            raise ValidationError({"turn_tags": ["A list of tag objects."]})
     if isinstance(row, KnowledgeVaultItem) and secret_decrypt(row.secret_value_encrypted) is None:
         raise ValidationError(
             {
@@ -70,7 +79,7 @@ def _kind(position: int, memory_type: MemoryType) -> PortableKind:
         fields=model_columns(model, without=["source_message_ids"]),
         later_links={"superseded_by": memory_type.name},
         id_lists={"source_message_ids": "message"},
-        prepare=_redact,
+        prepare=_prepare,
         finish=partial(_index, memory_type),
     )
 

@@ -84,9 +84,10 @@ def episodes_recent(
     MIRIX answers as a retrieval's ``episodic.recent``, whatever the query."""
     from memory.types import MEMORY_TYPES
 
-    rows = memory_list(tenant=tenant, memory_type=MEMORY_TYPES["episodic"], end_user=end_user)
+    episodic = MEMORY_TYPES["episodic"]
+    rows = memory_list(tenant=tenant, memory_type=episodic, end_user=end_user)
     if filter_tags:
-        rows = rows.filter(filter_tags__contains=filter_tags)
+        rows = rows.filter(episodic.kind.tags_filter(filter_tags))
     if start is not None:
         rows = rows.filter(occurred_at__gte=start)
     if end is not None:

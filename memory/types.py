@@ -100,8 +100,17 @@ def _searchable(
     text_fields: tuple[str, ...],
     **options: Any,
 ) -> SearchableKind:
+    # A tag filter matches a memory one of whose turns carries the tags (memory.tags).
     return SearchableKind(
-        name, code, model, embedding_model, text_fields, current=CURRENT, **options
+        name,
+        code,
+        model,
+        embedding_model,
+        text_fields,
+        current=CURRENT,
+        tags_field="turn_tags",
+        tags_listed=True,
+        **options,
     )
 
 

@@ -37,6 +37,7 @@ def _item(hit: Any) -> dict[str, Any]:
         "triggers": skill.triggers,
         "pitfalls": skill.pitfalls,
         "filter_tags": {},
+        "turn_tags": [],
         "source_message_ids": [],
         "created_at": skill.created_at.isoformat(),
         "updated_at": skill.updated_at.isoformat(),

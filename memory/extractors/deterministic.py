@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from memory.extractors.facts import fact_summary, fact_title, facts_extract
 from memory.extractors.proposals import ExtractionOutcome, Proposal
 from memory.extractors.transcript import speaker, spoken_text, transcript_line
+from memory.tags import same_scope
 from mirix_site.common.text import clipped
 from sessions.models import Message
 from sessions.sensitive import EMAIL, KINDS, sensitive_redacted, sensitive_values
@@ -76,10 +77,11 @@ class EpisodeBounds:
 
 
 def same_sitting(earlier: Message, later: Message, max_gap: timedelta) -> bool:
-    """One session, the same filter tags, and no longer a pause than ``max_gap`` between."""
+    """One session, the same scope tags (their filter tags but those naming one turn:
+    ``memory.tags``), and no longer a pause than ``max_gap`` between."""
     return (
         later.session_id == earlier.session_id
-        and later.filter_tags == earlier.filter_tags
+        and same_scope(later.filter_tags, earlier.filter_tags)
         and abs(later.occurred_at - earlier.occurred_at) <= max_gap
     )
 
@@ -177,7 +179,7 @@ def _episodes(
         else:
             before = last.get(message.session_id)
             # Only a turn of the same sitting is what this one replies to: the text of turns
-            # under other filter tags must not show under these.
+            # under other scope tags must not show under these.
             replying = before is not None and same_sitting(before, message, bounds.max_gap)
             context = _context(before) if replying else None
             context_cost = bounds.count_tokens(_context_line(context)) if context else 0
@@ -201,9 +203,9 @@ def _episodic(
     if context is not None:
         lines.insert(0, _context_line(context))
     summary_source = next((message for message in exchange if message.text), opener)
-    return Proposal(
-        memory_type="episodic",
-        fields={
+    return Proposal.of_turns(
+        "episodic",
+        {
             "event_type": "conversation",
             # Redacted before shortening: a value cut in half would no longer be recognized.
             "summary": clipped(
@@ -213,9 +215,7 @@ def _episodic(
             "details": "\n".join(lines),
             "actor": speaker(opener),
         },
-        source_message_ids=[message.pk for message in exchange],
-        occurred_at=opener.occurred_at,
-        filter_tags=opener.filter_tags,
+        exchange,
     )
 
 

@@ -81,16 +81,8 @@ def extract_with_llm(
                 if isinstance(source, int | str) and str(source).isdigit() and int(source) in by_id
             ]
             sources = cited or list(by_id)
-            first = by_id[min(sources)]
-            proposals.append(
-                Proposal(
-                    memory_type=memory_type,
-                    fields=fields,
-                    source_message_ids=sorted(set(sources)),
-                    occurred_at=first.occurred_at,
-                    filter_tags=first.filter_tags,
-                )
-            )
+            turns = [by_id[source] for source in sorted(set(sources))]
+            proposals.append(Proposal.of_turns(memory_type, fields, turns))
     return ExtractionOutcome(
         proposals=proposals,
         llm_calls=1,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from memory.tags import tags_distinct, tags_shared
 from sessions.sensitive import Found, sensitive_known, sensitive_redacted_json
 
 # The one field a sensitive value may be stored in: the vault's, encrypted.
@@ -16,13 +17,34 @@ _SECRET_FIELD = "secret_value"  # noqa: S105 (a field name)
 @dataclass
 class Proposal:
     """One memory to store (or, for ``core``, one block to update), with the message ids it
-    came from."""
+    came from, the tags all of them carry (``filter_tags``) and each distinct tag object among
+    them (``turn_tags``; None: ``filter_tags`` alone, the turns' tags being one). See
+    ``memory.tags``; ``Proposal.of_turns`` sets both from the turns."""
 
     memory_type: str
     fields: dict[str, Any]
     source_message_ids: list[int]
     occurred_at: datetime | None = None
     filter_tags: dict[str, Any] = field(default_factory=dict)
+    turn_tags: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of_turns(cls, memory_type: str, fields: dict[str, Any], turns: Sequence[Any]) -> Proposal:
+        """A memory citing ``turns`` (messages, oldest first): from when the first was said,
+        with their tags."""
+        tag_sets = [turn.filter_tags for turn in turns]
+        return cls(
+            memory_type=memory_type,
+            fields=fields,
+            source_message_ids=[turn.pk for turn in turns],
+            occurred_at=turns[0].occurred_at,
+            filter_tags=tags_shared(tag_sets),
+            turn_tags=tags_distinct(tag_sets),
+        )
+
+    def tags_per_turn(self) -> list[dict[str, Any]]:
+        """The memory's ``turn_tags``, what a search's tag filter matches."""
+        return self.turn_tags if self.turn_tags is not None else [self.filter_tags]
 
 
 @dataclass

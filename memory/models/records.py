@@ -58,12 +58,21 @@ class MemoryRecord(Owned):
 
 class ExtractedMemory(MemoryRecord):
     """A memory proposed by extraction. ``fingerprint`` (type, text, sources) makes re-running
-    an extraction job a no-op instead of a duplicate."""
+    an extraction job a no-op instead of a duplicate. ``turn_tags``: each distinct tag object
+    of the turns it cites (its ``filter_tags`` are those all of them carry); a search's tag
+    filter matches one of them (``memory.tags``)."""
 
     fingerprint = models.CharField(max_length=64, editable=False)
+    turn_tags = models.JSONField(default=list, blank=True)
 
     class Meta(MemoryRecord.Meta):
         abstract = True
+        indexes = [
+            *MemoryRecord.Meta.indexes,
+            GinIndex(
+                fields=["turn_tags"], name="%(class)s_turn_tags", opclasses=["jsonb_path_ops"]
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["end_user", "client", "fingerprint"], name="%(class)s_fingerprint_unique"

@@ -40,6 +40,7 @@ from memory.extractors import (
 from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.services.records import Owner, StoreRequest, memories_store_many
+from memory.tags import same_scope
 from mirix_site.common.database import database_unreachable
 from mirix_site.common.publish import task_labels, task_publish
 from mirix_site.providers.embeddings import embedding_provider_from_settings
@@ -292,21 +293,27 @@ def episode_bounds() -> EpisodeBounds:
     )
 
 
-def _job_batch(job: ExtractionJob, *, max_gap: timedelta, one_tag_set: bool) -> list[Message]:
+def _job_batch(job: ExtractionJob, *, max_gap: timedelta, one_scope: bool) -> list[Message]:
     """The user's pending turns, oldest first, locked for this transaction: at most
     ``EXTRACTION_BATCH_MESSAGES`` of them and ``EXTRACTION_BATCH_CHARS`` of text, cut before an
     exchange so that a reply stays with what it answers (an exchange longer than that is cut
-    where the text runs out, at one turn at least), and with ``one_tag_set`` before the first
-    turn whose filter tags differ from the first's (an LLM's memory may cite any turns it
-    reads, and must carry one set of tags). The turns left over stay pending."""
+    where the text runs out, at one turn at least), and with ``one_scope`` before the first
+    turn whose scope tags differ from the first's (an LLM's memory may cite any turns it
+    reads, and must not mix scopes; turns differing only in their own ids share a batch:
+    ``memory.tags``). The turns left over stay pending."""
     locked = messages_pending_lock(
         client_id=job.client_id,
         end_user_id=job.end_user_id,
         limit=settings.EXTRACTION_BATCH_MESSAGES,
     )
-    if one_tag_set and locked:
+    if one_scope and locked:
         other = next(
-            (i for i, m in enumerate(locked) if m.filter_tags != locked[0].filter_tags), None
+            (
+                index
+                for index, message in enumerate(locked)
+                if not same_scope(message.filter_tags, locked[0].filter_tags)
+            ),
+            None,
         )
         locked = locked[:other]
     chars, fits, cut, opener = 0, 0, 0, locked[0] if locked else None
@@ -401,7 +408,7 @@ def _jobs_execute(jobs: list[ExtractionJob], provider: LLMProvider | None) -> li
         jobs = [job for job in jobs if job.pk in alive]
     bounds = episode_bounds()
     batches = [
-        _job_batch(job, max_gap=bounds.max_gap, one_tag_set=provider is not None) for job in jobs
+        _job_batch(job, max_gap=bounds.max_gap, one_scope=provider is not None) for job in jobs
     ]
     outcomes = [
         (

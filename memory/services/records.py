@@ -69,6 +69,7 @@ def _row_for(
         end_user_id=owner.end_user_id,
         source_message_ids=sorted(proposal.source_message_ids),
         filter_tags=proposal.filter_tags,
+        turn_tags=proposal.tags_per_turn(),
         fingerprint=fingerprint,
         **fields,
     )

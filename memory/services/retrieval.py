@@ -225,7 +225,7 @@ def _retrieve_for_images(
     for kind in memory_kinds():
         rows = memory_list(tenant=tenant, memory_type=MEMORY_TYPES[kind.name], end_user=end_user)
         if filter_tags:
-            rows = rows.filter(filter_tags__contains=filter_tags)
+            rows = rows.filter(kind.tags_filter(filter_tags))
         linked = (
             list(rows.filter(source_message_ids__overlap=shown_in).order_by("-created_at")[:limit])
             if shown_in
@@ -350,7 +350,7 @@ def _recent(
             kind.current if searched is None else searched
         )
         if request.filter_tags:
-            rows = rows.filter(**{f"{kind.tags_field}__contains": request.filter_tags})
+            rows = rows.filter(kind.tags_filter(request.filter_tags))
         if kind.time_field and request.start is not None:
             rows = rows.filter(**{f"{kind.time_field}__gte": request.start})
         if kind.time_field and request.end is not None:

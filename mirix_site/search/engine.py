@@ -120,7 +120,7 @@ def _ids_where(
     where, params = _in_scope(kind, scope, rows)
     if filter_tags:
         where += f" AND m.{kind.column(kind.tags_field)} @> %(filter_tags)s::jsonb"
-        params["filter_tags"] = json.dumps(filter_tags)
+        params["filter_tags"] = json.dumps(kind.tags_sought(filter_tags))
     if start or end:
         time_column = kind.column(kind.time_field)
         if start:

@@ -49,7 +49,8 @@ class SearchableKind:
       ``valid_at(moment)`` is the rows a search ``as_of`` that moment sees instead of the
       current ones (None: the current ones, whatever the moment).
     - ``tags_field``: the JSON object a search's ``filter_tags`` must be contained in (None: no
-      tags; a tag-filtered search then leaves the kind's rows out).
+      tags; a tag-filtered search then leaves the kind's rows out). ``tags_listed``: it holds
+      a list of such objects instead (a memory's turns' tags), one of which must contain them.
     - ``fusion``: how a hybrid search fuses the kind's lanes, ``"rrf"`` or ``"scores"``
       (None: the settings' ``SEARCH_FUSION``; see ``mirix_site.search.fusion``).
     - ``vector_weight``: the vector lane's weight in that fusion (None: the settings'
@@ -75,6 +76,7 @@ class SearchableKind:
     current: Q = field(default_factory=Q)
     valid_at: Callable[[datetime], Q] | None = None
     tags_field: str | None = "filter_tags"
+    tags_listed: bool = False
     fusion: str | None = None
     vector_weight: float | None = None
     vectors_write: Callable[[Sequence[models.Model], EmbeddingProvider], None] | None = None
@@ -124,6 +126,14 @@ class SearchableKind:
     def embedding_attname(self) -> str:
         """The same as the embeddings model's attribute (for the ORM)."""
         return self._embedding_foreign_key.attname
+
+    def tags_sought(self, filter_tags: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
+        """What ``tags_field`` must contain (JSON containment, ``@>``) for ``filter_tags``."""
+        return [filter_tags] if self.tags_listed else filter_tags
+
+    def tags_filter(self, filter_tags: dict[str, Any]) -> Q:
+        """The kind's rows whose tags contain ``filter_tags`` (the kind has a ``tags_field``)."""
+        return Q(**{f"{self.tags_field}__contains": self.tags_sought(filter_tags)})
 
     def column(self, field_name: str) -> str:
         return self.model._meta.get_field(field_name).column

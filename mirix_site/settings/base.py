@@ -310,10 +310,14 @@ TEXT_SEARCH_CONFIG = env_str("TEXT_SEARCH_CONFIG", "english")
 GATE_CALIBRATE_ON_MIGRATE = env_bool("GATE_CALIBRATE_ON_MIGRATE", True)
 # An episode (the deterministic extractor's unit of search) holds at most this many turns, this
 # many tokens of the embedding model (it reads 256 word pieces whole: all-MiniLM-L6-v2), and
-# no pause longer than the gap; adds with other filter tags never share one.
+# no pause longer than the gap; adds with other scope tags never share one (TURN_TAG_KEYS).
 EPISODE_MAX_TURNS = env_int("EPISODE_MAX_TURNS", 4, minimum=1)
 EPISODE_MAX_TOKENS = env_int("EPISODE_MAX_TOKENS", 256, minimum=16)
 EPISODE_MAX_GAP = env_duration("EPISODE_MAX_GAP", "30m")
+# Filter tags that name one turn rather than a scope (a client keeping its message ids as tags):
+# turns that differ only in these share an episode, and a filter naming one finds the memory
+# citing that turn; turns whose other tags differ never share a memory (memory.tags).
+TURN_TAG_KEYS = frozenset(env_list("TURN_TAG_KEYS", ["message_id", "msg_id", "turn_id"]))
 # An AI assistant's reply (role assistant, no name) is kept in its episode to its first this
 # many characters; 0 keeps it whole. A long reply outweighs what the user said, which is what
 # questions ask about, and slows extraction (bench/RESULTS.md, LongMemEval's dev half).

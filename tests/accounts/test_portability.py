@@ -323,6 +323,47 @@ def test_a_bad_line_refuses_the_whole_file_naming_it(
     assert _table_counts() == before
 
 
+def test_memories_of_a_file_without_turn_tags_are_found_by_their_tags(
+    org: TenantFixture, other_org: TenantFixture, tmp_path: Path
+) -> None:
+    # A file written before memories kept their turns' tags (memory.tags).
+    response = org.api.post(
+        "/memory/add",
+        {
+            "user_id": USER,
+            "messages": chat_turns("We ship the kayak rental app in June", "Great news"),
+            "filter_tags": {"project": "kayak"},
+        },
+        format="json",
+    )
+    assert response.status_code == 202, response.json()
+    _extract(org)
+    records = [json.loads(line) for line in _export(org).splitlines()]
+    for record in records:
+        if record.get("kind") in MEMORY_TYPES:
+            record.pop("turn_tags", None)
+    episodic = next(record for record in records if record.get("kind") == "episodic")
+
+    episodic["turn_tags"] = "project kayak"
+    text = "\n".join(json.dumps(record) for record in records)
+    with pytest.raises(CommandError, match=r"\(episodic\): turn_tags: A list of tag objects"):
+        _import(other_org, text, tmp_path, USER)
+    del episodic["turn_tags"]
+    _import(other_org, "\n".join(json.dumps(record) for record in records), tmp_path, USER)
+
+    response = other_org.api.get(
+        "/memory/search",
+        {
+            "user_id": USER,
+            "query": "kayak",
+            "memory_type": "episodic",
+            "filter_tags": '{"project": "kayak"}',
+        },
+    )
+    [found] = response.json()["results"]
+    assert found["turn_tags"] == [{"project": "kayak"}]
+
+
 def test_a_file_imported_twice_is_refused(
     org: TenantFixture, other_org: TenantFixture, tmp_path: Path
 ) -> None:

@@ -1,7 +1,8 @@
 """Episodes a retriever can use, however a client sends the conversation: one add per session
 with two roles, or one add per turn as role ``user`` with the speaker in the text. An episode
-is bounded (turns, the embedder's tokens, a pause), never mixes filter tags, and names its
-speakers from ``name`` or a leading ``"<name>: "``."""
+is bounded (turns, the embedder's tokens, a pause), never mixes scope tags (filter tags but
+a turn's own ids: tests/memory/test_turn_tags.py), and names its speakers from ``name`` or a
+leading ``"<name>: "``."""
 
 from __future__ import annotations
 

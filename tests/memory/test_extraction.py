@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -551,6 +552,48 @@ def test_an_llm_batch_never_mixes_filter_tags(org: TenantFixture, llm: LoopbackS
     tags = {tuple(episode.filter_tags.items()) for episode in EpisodicMemory.objects.all()}
     assert tags == {(("p", "a"),), (("p", "b"),)}
     assert set(Message.objects.values_list("extraction", flat=True)) == {"processed"}
+
+
+def test_an_llm_reads_turns_differing_only_in_their_own_ids_in_one_call(
+    org: TenantFixture, llm: LoopbackServer
+) -> None:
+    # A client keeping its message ids as tags (TURN_TAG_KEYS): one scope, one call; the
+    # memory keeps each turn's tags, and a filter naming one turn finds it.
+    def citing_every_turn(request_json: dict[str, Any]) -> dict[str, Any]:
+        prompt = request_json["messages"][-1]["content"]
+        cited = sorted({int(found) for found in re.findall(r"\[(\d+)\]", prompt)})
+        proposals = _proposals_citing(request_json)
+        return proposals | {"episodic": [{**proposals["episodic"][0], "source_message_ids": cited}]}
+
+    llm.respond(lambda request: Reply(200, openai_reply(citing_every_turn(request.json))))
+    first = add(
+        org,
+        [{"role": "user", "content": "I switched to tea"}],
+        filter_tags={"p": "a", "message_id": "1"},
+    )
+    second = add(
+        org, [{"role": "assistant", "content": "Noted"}], filter_tags={"p": "a", "message_id": "2"}
+    )
+    add(org, chat_turns("Project b ships in June", "Noted"), filter_tags={"p": "b"})
+
+    while ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).exists():
+        run_queued_jobs()
+
+    assert len(llm.requests) == 2
+    ids = [int(first["message_ids"][0]), int(second["message_ids"][0])]
+    episode = EpisodicMemory.objects.get(source_message_ids=ids)
+    assert episode.filter_tags == {"p": "a"}
+    assert episode.turn_tags == [{"p": "a", "message_id": "1"}, {"p": "a", "message_id": "2"}]
+    found = org.api.get(
+        "/memory/search",
+        {
+            "user_id": "sam",
+            "query": "tea",
+            "memory_type": "episodic",
+            "filter_tags": '{"message_id": "2"}',
+        },
+    ).json()["results"]
+    assert [result["id"] for result in found] == [str(episode.pk)]
 
 
 def test_the_llm_extractor_follows_the_system_prompts_the_client_gave_its_agents(

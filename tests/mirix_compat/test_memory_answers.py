@@ -11,7 +11,8 @@ import pytest
 import requests
 
 from accounts.services import client_read_scopes_set
-from memory.models import EpisodicMemory, SemanticMemory
+from memory.models import EpisodicMemory, ExtractionJob, SemanticMemory
+from memory.services import extraction_job_run
 from tests.factories import chat_turns
 from tests.mirix_compat.conftest import USER_ID, Mirix, mirix_client
 
@@ -157,3 +158,35 @@ def test_mains_include_core_memory_answers_the_blocks_beside_what_was_found(miri
         {"query": "tea", "include_core_memory": "true", "block_filter_tags": "{not json"},
     )
     assert bad.status_code == 422 and "block_filter_tags" in bad.json()["fields"]
+
+
+def test_a_client_keeping_its_message_ids_as_tags_finds_each_turns_episode(mirix: Mirix) -> None:
+    # One add per turn, each tagged with the client's own message id beside its session.
+    turns = [
+        ("Caroline", "I went to the LGBTQ support group yesterday."),
+        ("Melanie", "That sounds powerful! How did it feel?"),
+        ("Caroline", "Really inspiring, the stories stayed with me."),
+        ("Melanie", "I'm glad you went."),
+    ]
+    for index, (speaker, text) in enumerate(turns):
+        mirix.client.add(
+            user_id="kai",
+            messages=chat_turns(f"{speaker}: {text}")[:1],
+            filter_tags={"session_id": "chat-1", "message_id": f"m{index}"},
+        )
+    for job in ExtractionJob.objects.filter(status="queued"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+
+    episodes = EpisodicMemory.objects.filter(end_user__user_id="kai").order_by("occurred_at")
+    assert [len(episode.source_message_ids) for episode in episodes] == [2, 2]
+    later = episodes[1]
+    answer = mirix.client.search(
+        user_id="kai", query="inspiring stories", filter_tags={"message_id": "m3"}
+    )
+    assert [result["id"] for result in answer["results"]] == [str(later.pk)]
+    assert {"session_id": "chat-1", "message_id": "m3"} in answer["results"][0]["turn_tags"]
+    by_topic = mirix.client.retrieve_with_topic(
+        user_id="kai", topic="support group", filter_tags={"message_id": "m0"}
+    )
+    relevant = by_topic["memories"]["episodic"]["relevant"]
+    assert [episode["id"] for episode in relevant] == [str(episodes[0].pk)]

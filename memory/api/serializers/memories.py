@@ -311,7 +311,8 @@ class MemoryReadParamsSerializer(MemoryDetailParamsSerializer):
 
 
 class MemorySerializer(serializers.Serializer):
-    """Any memory, as its type's fields plus id, memory_type, provenance and filter tags.
+    """Any memory, as its type's fields plus id, memory_type, provenance and filter tags
+    (``memory.tags``).
     A knowledge-vault value is masked unless the context's ``secrets_of`` (``secrets_context``)
     names the client that wrote it."""
 
@@ -319,7 +320,12 @@ class MemorySerializer(serializers.Serializer):
     memory_type = TextField()
     user_id = TextField()
     client_id = TextField()
-    filter_tags = serializers.DictField()
+    filter_tags = serializers.DictField(help_text="the tags every turn it cites carries")
+    turn_tags = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="each distinct tag object of the turns it cites; a search's filter_tags "
+        "match a memory when one of them contains them",
+    )
     source_message_ids = serializers.ListField(child=TextField())
     image_ids = serializers.ListField(
         child=TextField(), help_text="the images the source turns showed (GET /images/{id})"
@@ -349,6 +355,8 @@ class MemorySerializer(serializers.Serializer):
         if memory_type.name == "core":
             data["label"] = instance.label
         data["filter_tags"] = instance.filter_tags
+        # A core block is edited in place, whatever turns said it: it keeps no turn's tags.
+        data["turn_tags"] = getattr(instance, "turn_tags", [])
         data["source_message_ids"] = [str(message_id) for message_id in instance.source_message_ids]
         data["image_ids"] = _image_ids(instance, self.context)
         data["created_at"] = instance.created_at.isoformat()

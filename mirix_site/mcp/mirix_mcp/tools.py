@@ -33,6 +33,7 @@ MEMORY_BOOKKEEPING = frozenset(
         "user_id",
         "client_id",
         "filter_tags",
+        "turn_tags",
         "source_message_ids",
         "updated_at",
         "ranks",
