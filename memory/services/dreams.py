@@ -7,8 +7,9 @@ a merge (``memory_restore``).
 A merge keeps the newest memory of the group current, citing the turns of all (its
 ``source_message_ids`` the union), and marks the others ``superseded_by`` it: kept, read with
 ``include_superseded``, never returned by a plain read or a search. Only memories of one user,
-written by the caller's client, with the same filter tags, are compared (a merge never changes
-what a tag filter finds).
+written by the caller's client, in the same scope (their filter tags but a turn's own ids:
+``memory.tags``), are compared, and the one kept carries the tags of every turn it cites (a
+merge never changes what a tag filter finds).
 
 A semantic dream also supersedes a fact a later turn contradicts (``memory.contradictions``):
 the older is kept, ``superseded_by`` the newer, its ``valid_until`` the newer's time, so a
@@ -36,6 +37,7 @@ from memory.contradictions import Stated, contradictions_find
 from memory.dreams import DreamMode, DreamRequest, dream_mode_register, dream_run
 from memory.models import CoreMemoryBlock, DreamRun, SemanticMemory
 from memory.models.records import CURRENT
+from memory.tags import same_scope, scope_tags, tags_distinct, tags_shared
 from memory.types import MEMORY_TYPES, MemoryType
 from mirix_site.common.errors import ConflictError
 from mirix_site.common.history import AUTO_DREAM, history_context
@@ -81,7 +83,9 @@ class MergeRule:
 
 
 def _same_tags(left: Any, right: Any) -> bool:
-    return left.filter_tags == right.filter_tags
+    """The same scope (``memory.tags``): memories of turns that differ only in their own ids
+    may be one, and the one kept carries every turn's tags."""
+    return same_scope(left.filter_tags, right.filter_tags)
 
 
 def _same_episode(left: Any, right: Any) -> bool:
@@ -128,15 +132,17 @@ def _vectors(memory_type: MemoryType, rows: Sequence[models.Model]) -> dict[int,
 def semantic_contradictions(rows: Sequence[models.Model]) -> list[tuple[models.Model, Any]]:
     """Facts a later one contradicts, as (older, newer) pairs: the older is superseded by the
     newer ("I live in Paris" ... "we moved to Berlin"). Structured facts only (a predicate
-    stated), compared within the same filter tags as merges are (a supersession never leaves
-    a tag filter with neither fact), each at the time it was said (``valid_from``: its turn's);
-    ``memory.contradictions`` is the rule."""
+    stated), compared within the same scope as merges are (a supersession never leaves a
+    scope's filter with neither fact; one naming the older fact's own turn finds it in a
+    search ``as_of`` a moment it held), each at the time it was said (``valid_from``: its
+    turn's); ``memory.contradictions`` is the rule."""
     by_tags: dict[str, list[Stated[models.Model]]] = {}
     for row in rows:
         if not row.predicate:
             continue
         stated = Stated(row, row.subject, row.predicate, row.value, row.valid_from)
-        by_tags.setdefault(json.dumps(row.filter_tags, sort_keys=True), []).append(stated)
+        scope = json.dumps(scope_tags(row.filter_tags), sort_keys=True)
+        by_tags.setdefault(scope, []).append(stated)
     return [pair for facts in by_tags.values() for pair in contradictions_find(facts)]
 
 
@@ -151,8 +157,17 @@ def _merges_apply(clusters: Sequence[Cluster[Any]], rule: MergeRule) -> None:
         if sorted(sources) != list(keeper.source_message_ids):
             keeper.source_message_ids = sorted(sources)
             changed.append("source_message_ids")
+        # A filter that found any of them finds the one kept.
+        group = [keeper, *cluster.others]
+        turn_tags = tags_distinct(
+            tags for row in group for tags in (row.turn_tags or [row.filter_tags])
+        )
+        if turn_tags != keeper.turn_tags:
+            keeper.turn_tags = turn_tags
+            keeper.filter_tags = tags_shared(turn_tags)
+            changed += ["turn_tags", "filter_tags"]
         if rule.since is not None:
-            earliest = min(getattr(row, rule.since) for row in [keeper, *cluster.others])
+            earliest = min(getattr(row, rule.since) for row in group)
             if earliest != getattr(keeper, rule.since):
                 setattr(keeper, rule.since, earliest)
                 changed.append(rule.since)

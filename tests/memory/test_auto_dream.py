@@ -334,6 +334,39 @@ def test_only_the_same_tags_and_the_callers_own_memories_merge(
     assert SemanticMemory.objects.filter(superseded_by__isnull=False).count() == 0
 
 
+def test_a_fact_said_under_each_turns_own_id_merges_and_either_id_finds_it(
+    org: TenantFixture,
+) -> None:
+    # A client keeping its message ids as tags (TURN_TAG_KEYS): the same scope.
+    def said(message_id: str) -> dict[str, str]:
+        return {"project": "a", "message_id": message_id}
+
+    _store(
+        org,
+        _fact("Coffee", "Sam likes coffee.", 1, filter_tags=said("m1")),
+        _fact("Coffee", "Sam likes coffee.", 2, filter_tags=said("m2")),
+        _fact("Coffee", "Sam likes coffee.", 3, filter_tags={"project": "b", "message_id": "m3"}),
+    )
+    body = org.api.post(PATH, {"mode": "semantic"}, format="json").json()
+
+    assert body["types"]["semantic"]["merged"] == 1
+    [kept] = SemanticMemory.objects.filter(superseded_by__isnull=True, filter_tags__project="a")
+    assert kept.source_message_ids == [1, 2]
+    assert kept.filter_tags == {"project": "a"}
+    assert sorted(kept.turn_tags, key=str) == [said("m1"), said("m2")]
+    for message_id in ("m1", "m2"):
+        found = org.api.get(
+            "/memory/search",
+            {
+                "user_id": "sam",
+                "query": "coffee",
+                "memory_type": "semantic",
+                "filter_tags": f'{{"message_id": "{message_id}"}}',
+            },
+        ).json()["results"]
+        assert [result["id"] for result in found] == [str(kept.pk)]
+
+
 def test_experiences_recorded_twice_from_the_same_turns_become_one(org: TenantFixture) -> None:
     same = ExperienceInput(task="fix the slow login", action="add a cache", outcome="success")
     recorded = experiences_record(tenant=org.tenant, user_id="sam", items=[same] * 4)
