@@ -36,7 +36,7 @@ from bench import (
 )
 from bench.common import SMOKE_NOTE
 from images.models import ImageObject
-from memory.models import ExtractionJob
+from memory.models import EpisodicMemory, ExtractionJob
 from memory.types import MEMORY_TYPES
 from mirix_site.console.models import DailyFigure
 from mirix_site.search.lanes import lanes_close
@@ -488,6 +488,34 @@ def test_retrieval_quality_turns_pattern_adds_one_turn_at_a_time_without_session
         for method, scores in dataset["methods"].items():
             ranked = [q["ranked"] for q in reread["datasets"][name]["methods"][method]["questions"]]
             assert ranked == [question["ranked"] for question in scores["questions"]]
+
+
+def test_retrieval_quality_turn_ids_pattern_tags_each_turn_with_its_own_id(
+    smoke_argv, worker, tmp_path, capsys
+) -> None:
+    _datasets_write(tmp_path)
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--split", "dev"]
+    argv += ["--dataset", "locomo", "--client-pattern", "turn-ids", "--run-id", "t2"]
+
+    assert retrieval_quality.main(argv) == 0
+    out = capsys.readouterr().out
+
+    # As the turns pattern sends them, each turn's tags also naming the turn (its dia_id).
+    sent = _turns_sent("rq-t2-turn-ids-locomo-toy-dev-1")
+    assert [tags for _role, _text, tags, _date in sent] == [
+        {"session": "session_1", "message_id": "D1:1"},
+        {"session": "session_1", "message_id": "D1:2"},
+        {"session": "session_2", "message_id": "D2:1"},
+        {"session": "session_2", "message_id": "D2:2"},
+    ]
+    # Turns that differ only in their own ids share episodes (memory.tags): whether the worker
+    # read them together or one at a time, a reply's episode holds what it answers.
+    user = "rq-t2-turn-ids-locomo-toy-dev-1"
+    replies = Message.objects.filter(end_user__user_id=user, text__startswith="Bo: Bring")
+    episode = EpisodicMemory.objects.get(source_message_ids__contains=[replies.get().pk])
+    assert "Ada: Our lighthouse tour starts at noon." in episode.details
+    table = _all_questions_table(out, "LoCoMo, dev split, turn-ids pattern:")
+    assert table["hybrid"]["any@10"] == 1.0
 
 
 # --- Fairness ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ reading one half's failures must hold on the other (bench-data/README.md).
 
 1. Ingest, through the real path: one end user per LoCoMo conversation
    (``rq-<run>-locomo-<sample_id>``) and per LongMemEval question (``rq-<run>-lme-<question_id>``;
-   ``rq-<run>-turns-...`` in the turns pattern). A LoCoMo turn's text is ``text`` plus
+   ``rq-<run>-<pattern>-...`` in the other patterns). A LoCoMo turn's text is ``text`` plus
    `` [image: <blip_caption>]`` when it has one. ``--client-pattern`` says how a client adds:
    - ``session`` (default): one ``POST /memory/add`` per haystack session, with its session_id
      and its date as ``occurred_at``. LoCoMo's speaker_a speaks as role ``user`` and speaker_b as
@@ -19,16 +19,20 @@ reading one half's failures must hold on the other (bench-data/README.md).
      ``user`` with its speaker in the text, ``"<speaker>: <text>"`` (LoCoMo: the speaker's name;
      LongMemEval: the turn's own role, ``"assistant: ..."``), ``occurred_at`` its haystack
      session's date, and ``filter_tags`` ``{"session": <the session pattern's session_id>}``.
+   - ``turn-ids``: as ``turns``, each turn's ``filter_tags`` also naming the turn itself,
+     ``{"session": ..., "message_id": <dia_id, or LongMemEval "<session id>#<index>">}``, as a
+     client that keeps its own message ids as tags sends them.
    The ids ``/memory/add`` returns map every message back to its LoCoMo ``dia_id`` or its
    LongMemEval (session id, turn index). A user's adds go in order through one thread;
    ``--threads`` users at a time.
 2. Wait until the Celery worker has processed everything. Session pattern: every message of every
    bench session, read back with ``GET /sessions/{id}/messages``, is no longer ``pending``.
-   Turns pattern: the default conversation's messages cannot be read back (that route names a
-   session by its session_id, and it has none), so a turn counts as processed once a memory cites
-   it, as the deterministic extractor does for every turn; ``--skip-ingest`` then reads the
-   turns' ids from those citations (see ingest._turns_provenance_read). Then count the turns
-   that some memory cites (a turn no memory cites can never be found).
+   Turns and turn-ids patterns: the default conversation's messages cannot be read back (that
+   route names a session by its session_id, and it has none), so a turn counts as processed
+   once a memory cites it, as the deterministic extractor does for every turn;
+   ``--skip-ingest`` then reads the turns' ids from those citations (see
+   ingest._turns_provenance_read). Then count the turns that some memory cites (a turn no
+   memory cites can never be found).
 3. Ask every question with ``GET /memory/search?memory_type=episodic`` once per ``--methods``
    lane (bm25, embedding, hybrid), all against the same ingest; a LongMemEval question also
    sends ``temporal=true`` and its ``question_date`` as ``as_of``, so that a time phrase in it
@@ -77,7 +81,8 @@ limit raised (one key sends everything):
 
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_quality [--base-url URL] [--api-key KEY]
-        [--dataset locomo|longmemeval|both] [--split dev|test] [--client-pattern session|turns]
+        [--dataset locomo|longmemeval|both] [--split dev|test]
+        [--client-pattern session|turns|turn-ids]
         [--methods bm25,embedding,hybrid] [--limit-questions N] [--skip-ingest --run-id RUN]
         [--json-out FILE] [--smoke]
 
@@ -196,7 +201,7 @@ def _prepare(
         stall_seconds=stall_seconds,
         client_pattern=pattern,
     )
-    if skip_ingest and pattern == "turns":
+    if skip_ingest and pattern != "session":
         # The turns' ids are read from the memories that cite them: only once all are made.
         provenance = _turns_provenance_read(clients=clients, pool=pool, haystacks=dataset.haystacks)
     if not skip_ingest:
@@ -224,7 +229,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=CLIENT_PATTERNS,
         default="session",
         help="session: one add per haystack session, with its session_id; turns: one add per "
-        "turn, no session_id, role user, '<speaker>: <text>' (as the MIRIX client sends)",
+        "turn, no session_id, role user, '<speaker>: <text>' (as the MIRIX client sends); "
+        "turn-ids: as turns, each turn's filter_tags also carrying its own id as message_id",
     )
     parser.add_argument(
         "--limit-questions",

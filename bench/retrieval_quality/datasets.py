@@ -25,8 +25,10 @@ LONGMEMEVAL_FILE = Path("longmemeval") / "longmemeval_s_cleaned_sample60.json.gz
 # dev, the rest test; LongMemEval-S: one file each.
 SPLITS = ("dev", "test")
 # How the bench's client adds a haystack: one add per session (with its session_id), or one per
-# turn with no session_id, as the published MIRIX client sends them (see ingest._turn_adds).
-CLIENT_PATTERNS = ("session", "turns")
+# turn with no session_id, as the published MIRIX client sends them (see ingest._turn_adds),
+# and so again with each turn's own id among its filter tags, as a client keeping its message
+# ids as tags sends them.
+CLIENT_PATTERNS = ("session", "turns", "turn-ids")
 LOCOMO_DEV_CONVERSATIONS = 5
 LONGMEMEVAL_FILES = {
     "dev": LONGMEMEVAL_FILE,
@@ -184,8 +186,8 @@ def _locomo_turn_text(turn: dict[str, Any]) -> str:
 
 
 def _user_prefix(run_id: str, client_pattern: str) -> str:
-    """``rq-<run>``, and ``rq-<run>-turns`` for the turns pattern: a run's users hold one
-    pattern's ingest, never both."""
+    """``rq-<run>``, and ``rq-<run>-<pattern>`` for the others: a run's users hold one
+    pattern's ingest, never two."""
     return f"rq-{run_id}" if client_pattern == "session" else f"rq-{run_id}-{client_pattern}"
 
 

@@ -1,5 +1,5 @@
 """The retrieval-quality bench's ingest: each haystack sent through ``POST /memory/add`` in
-either client pattern, the wait until the worker has extracted every turn, and the provenance
+any client pattern, the wait until the worker has extracted every turn, and the provenance
 that maps each stored message back to its benchmark turn (read back from the server with
 ``--skip-ingest``); also the per-thread clients and the thread pool's helper that the searches
 use too. See steps 1 and 2 of ``__main__``'s docstring."""
@@ -129,20 +129,26 @@ def _add_session(client: KeepAliveClient, user_id: str, session: SessionPlan) ->
     return _added_ids(status, payload, count=len(session.messages), where=where)
 
 
-def _turn_adds(user_id: str, session: SessionPlan) -> list[dict[str, Any]]:
+def _turn_adds(user_id: str, session: SessionPlan, *, turn_ids: bool) -> list[dict[str, Any]]:
     """The turns pattern's adds for one haystack session, one per turn, as the published MIRIX
     client sends a conversation: no session_id (the server files them in the user's default
     conversation), role ``user``, the speaker named in the text (``"<speaker>: <text>"``); the
-    haystack session's date, and a tag naming the session the session pattern would add."""
+    haystack session's date, and a tag naming the session the session pattern would add. With
+    ``turn_ids`` (the turn-ids pattern) the tags also carry the turn's own id, its LoCoMo dia_id
+    or LongMemEval ``<session id>#<index>``, as ``message_id``: a client keeping its message
+    ids as tags."""
     dated = {"occurred_at": session.occurred_at} if session.occurred_at else {}
     return [
         {
             "user_id": user_id,
             "messages": [{"role": "user", "content": f"{speaker}: {message['content']}"}],
-            "filter_tags": {"session": session.session_id},
+            "filter_tags": {"session": session.session_id}
+            | ({"message_id": key} if turn_ids else {}),
         }
         | dated
-        for message, speaker in zip(session.messages, session.speakers, strict=True)
+        for message, speaker, key in zip(
+            session.messages, session.speakers, session.turn_keys, strict=True
+        )
     ]
 
 
@@ -243,7 +249,7 @@ class IngestReport:
 
 
 def _adds_of(haystack: Haystack, client_pattern: str) -> int:
-    return haystack.message_count if client_pattern == "turns" else len(haystack.sessions)
+    return len(haystack.sessions) if client_pattern == "session" else haystack.message_count
 
 
 def _provenance_of(haystack: Haystack, ids_per_session: list[list[str]]) -> dict[str, TurnRef]:
@@ -281,7 +287,8 @@ def _ingest(
             else:
                 earlier = sum(len(session_ids) for session_ids in ids_per_session)
                 ids = []
-                for body in _turn_adds(haystack.user_id, session):
+                turn_ids = client_pattern == "turn-ids"
+                for body in _turn_adds(haystack.user_id, session, turn_ids=turn_ids):
                     ids.append(_add_turn(client, body, stored_before=earlier + len(ids)))
                     added()
             ids_per_session.append(ids)
