@@ -100,8 +100,10 @@ def _searchable(
     text_fields: tuple[str, ...],
     **options: Any,
 ) -> SearchableKind:
+    # A memory search fills its list from the keyword lanes when the gate leaves it short:
+    # what the caller asked for, not a shorter list (mirix_site.search.fusion).
     return SearchableKind(
-        name, code, model, embedding_model, text_fields, current=CURRENT, **options
+        name, code, model, embedding_model, text_fields, current=CURRENT, gate_fill=True, **options
     )
 
 
