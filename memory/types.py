@@ -100,7 +100,9 @@ def _searchable(
     text_fields: tuple[str, ...],
     **options: Any,
 ) -> SearchableKind:
-    # A tag filter matches a memory one of whose turns carries the tags (memory.tags).
+    # A memory search fills its list from the keyword lanes when the gate leaves it short:
+    # what the caller asked for, not a shorter list (mirix_site.search.fusion). A tag filter
+    # matches a memory one of whose turns carries the tags (memory.tags).
     return SearchableKind(
         name,
         code,
@@ -108,6 +110,7 @@ def _searchable(
         embedding_model,
         text_fields,
         current=CURRENT,
+        gate_fill=True,
         tags_field="turn_tags",
         tags_listed=True,
         **options,

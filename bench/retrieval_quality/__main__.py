@@ -152,6 +152,7 @@ from bench.retrieval_quality.scoring import (
     SearchMissingError,
     _run_method,
     reference_run,
+    unfilled_run,
 )
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.@:+-]{1,100}$")
@@ -371,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     for method in arguments.methods
                 ]
+                runs += [unfilled for run in runs if (unfilled := unfilled_run(run))]
                 results.append(
                     DatasetRun(
                         dataset=dataset, ingest=report, runs=runs, reference=reference_run(dataset)

@@ -39,10 +39,10 @@ TABLE_COLUMNS = [
 def _table(title: str, rows: list[tuple[str, dict[str, float]]]) -> None:
     print(f"  {title}")
     heading = "".join(f"{name:>8}" for name, _metric in TABLE_COLUMNS)
-    print(f"    {'method':<11}{'n':>6}{heading}")
+    print(f"    {'method':<14}{'n':>6}{heading}")
     for label, means in rows:
         cells = "".join(f"{means[metric]:8.3f}" for _name, metric in TABLE_COLUMNS)
-        print(f"    {label:<11}{int(means['questions']):>6}{cells}")
+        print(f"    {label:<14}{int(means['questions']):>6}{cells}")
 
 
 @dataclass

@@ -11,7 +11,7 @@ import statistics
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -32,6 +32,10 @@ from bench.retrieval_quality.ingest import (
 )
 
 METHODS = ("bm25", "embedding", "hybrid")
+# The gate decision of a result added to fill a short list (mirix_site.search.fusion), and the
+# name of a run scored without them.
+FILL_GATE = "kept_fill"
+UNFILLED_SUFFIX = "-nofill"
 CUTOFFS = (1, 5, 10, 20)
 NDCG_CUTOFF = 10
 REFERENCE = "reference"
@@ -53,6 +57,8 @@ class Answer:
     results: int = 0
     turns: list[str] = field(default_factory=list)
     gates: dict[str, int] = field(default_factory=dict)
+    # The units of the results the gate kept without its fill (kept_fill), when it filled.
+    unfilled: list[str] | None = None
 
 
 Gold = dict[str, frozenset[str]]  # question id -> gold units
@@ -206,7 +212,22 @@ def _search(
         gate = str(result.get("gate")) if isinstance(result, dict) else "?"
         gates[gate] = gates.get(gate, 0) + 1
     answer = Answer(question, ranked, elapsed, results=len(results), turns=turns, gates=gates)
+    if gates.get(FILL_GATE):
+        kept = [r for r in results if isinstance(r, dict) and r.get("gate") != FILL_GATE]
+        answer.unfilled = ranked_units(kept, refs)[0]
     return answer, unknown
+
+
+def unfilled_run(run: MethodRun) -> MethodRun | None:
+    """The same searches as the gate alone would have answered them: every result the fill
+    added left out (None: it added none). Side by side in one run, on the same ingest."""
+    if not any(answer.unfilled is not None for answer in run.answers):
+        return None
+    answers = [
+        replace(answer, ranked=answer.unfilled, gates={}) if answer.unfilled is not None else answer
+        for answer in run.answers
+    ]
+    return MethodRun(f"{run.method}{UNFILLED_SUFFIX}", answers, run.unknown_source_ids)
 
 
 def _run_method(

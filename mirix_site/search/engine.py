@@ -352,7 +352,7 @@ def _search_kind(
     )
     if not hybrid:
         return fused
-    kept = gate_apply(fused, thresholds, fusion=fusion)
+    kept = gate_apply(fused, thresholds, fusion=fusion, fill=request.limit if kind.gate_fill else 0)
     return kept + [candidate for candidate in fused if candidate.gate == "dropped"]
 
 

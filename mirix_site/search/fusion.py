@@ -24,6 +24,14 @@ the similarity gate on more than 64% of the keyword hits past the top 3, and eve
 0 dropped rows the gate keeps once they are embedded (bench/RESULTS.md).
 A model with no calibration runs with the gate off (and a warning), never with guessed
 thresholds.
+
+A kind may ask the gate to fill its lists (``SearchableKind.gate_fill``: memories do): when fewer
+than the ``limit`` asked for pass, the dropped candidates a keyword lane scored (they share a
+word with the query; the vector lane's alone are, by the calibration, unrelated) follow the kept
+ones in fused order up to it (``kept_fill``). The gate cut LongMemEval's lists to about 7
+memories where 20 were asked, and the answer was among those cut; the fill only appends, so no
+recall at any depth falls (bench/RESULTS.md). Experiences and skills do not fill: a weak match
+would count as evidence for recommend, or be served as a skill.
 """
 
 from __future__ import annotations
@@ -192,11 +200,13 @@ def _at_or_above(score: float | None, cut: float | None) -> bool:
 
 
 def gate_apply(
-    candidates: list[Candidate], thresholds: Thresholds | None, *, fusion: str
+    candidates: list[Candidate], thresholds: Thresholds | None, *, fusion: str, fill: int = 0
 ) -> list[Candidate]:
     """Mark each candidate's gate decision; return the kept ones, strong first, in order.
     Fused by ``scores``, a result whose BM25 score is at least BM25_RESCUE_SHARE of the best
-    one's is rescued too (that fusion's own measure of keyword evidence)."""
+    one's is rescued too (that fusion's own measure of keyword evidence). With ``fill``, fewer
+    kept than that are followed by the dropped candidates a keyword lane scored, in order, up
+    to it."""
     if thresholds is None:
         for candidate in candidates:
             candidate.gate = "off"
@@ -239,4 +249,11 @@ def gate_apply(
             kept.append(candidate)
         else:
             candidate.gate = "dropped"
-    return strong + kept
+    chosen = strong + kept
+    for candidate in candidates:
+        if len(chosen) >= fill:
+            break
+        if candidate.gate == "dropped" and (candidate.bm25_score or candidate.time_score):
+            candidate.gate = "kept_fill"
+            chosen.append(candidate)
+    return chosen

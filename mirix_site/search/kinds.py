@@ -62,6 +62,8 @@ class SearchableKind:
     - ``rescore``: for a kind whose rows hold phrasings of their own (a skill's triggers),
       ``rescore(query, hits)`` adds to the scores of a hybrid search's hits, every candidate
       the gate kept with its row, before the best ``limit`` are taken.
+    - ``gate_fill``: a hybrid search keeps at least ``limit`` of the kind's rows while a
+      keyword lane still holds rows the gate dropped (``mirix_site.search.fusion``).
     - ``calibration_pairs``: a JSON file of related (query, row text) pairs of the kind's own
       (None: the kind searches with the model's thresholds); setup calibrates the kind's gate
       on them for every model (``mirix_site.search.gate.gate_calibration_ensure``).
@@ -82,6 +84,7 @@ class SearchableKind:
     vectors_write: Callable[[Sequence[models.Model], EmbeddingProvider], None] | None = None
     rescore: Callable[[str, Sequence[Hit]], None] | None = None
     calibration_pairs: Path | None = None
+    gate_fill: bool = False
 
     def __str__(self) -> str:
         return self.name

@@ -172,6 +172,41 @@ def test_a_row_not_yet_embedded_is_judged_by_bm25_alone() -> None:
     assert [c.document_id for c in kept][-1] == 5
 
 
+def test_a_short_list_is_filled_from_what_a_keyword_lane_scored() -> None:
+    """Asked for 5 with two kept, the dropped rows BM25 or the time lane scored follow them in
+    fused order up to 5; the vector lane's own dropped rows (unrelated, by the calibration)
+    never do, and without ``fill`` nothing is added."""
+    bm25 = [(1, 9.0), (2, 3.0), (3, 2.5), (4, 2.0), (5, 1.5), (6, 1.0)]
+    vector = [(7, 0.8), (8, 0.85)]
+    thresholds = Thresholds(min_similarity=0.4, strong_similarity=0.9)
+    similarities = {1: 0.5, 2: 0.1, 3: 0.1, 4: 0.1, 5: 0.1, 6: 0.1}
+
+    def fused() -> list:
+        return scores_fuse(
+            bm25, vector, time=[(9, 1.0)], distances={k: 1 - v for k, v in similarities.items()}
+        )
+
+    candidates = fused()
+    kept = gate_apply(candidates, thresholds, fusion="rrf")
+    assert [c.document_id for c in kept] == [1, 9, 2, 3]
+    candidates = fused()
+    kept = gate_apply(candidates, thresholds, fusion="rrf", fill=6)
+    assert [c.document_id for c in kept] == [1, 9, 2, 3, 4, 5]
+    assert [c.gate for c in kept][-2:] == ["kept_fill", "kept_fill"]
+    assert {c.document_id: c.gate for c in candidates if c.gate == "dropped"} == {
+        6: "dropped",  # the list is full
+        7: "dropped",  # the vector lane's alone, below the minimum
+        8: "dropped",
+    }
+    candidates = fused()
+    kept = gate_apply(candidates, thresholds, fusion="rrf", fill=20)
+    assert [c.document_id for c in kept] == [1, 9, 2, 3, 4, 5, 6]
+    # Enough kept already: the fill adds nothing.
+    candidates = fused()
+    assert len(gate_apply(candidates, thresholds, fusion="rrf", fill=3)) == 4
+    assert "kept_fill" not in {c.gate for c in candidates}
+
+
 def test_the_time_lane_adds_its_rank_and_its_top_three_pass_the_gate() -> None:
     """The time lane (the rows dated in a time the query names, ranked by BM25) is one more
     RRF list; a row in its top 3 is an exact keyword hit at the time asked, kept like BM25's."""
@@ -282,6 +317,31 @@ def test_calibrated_gate_drops_and_promotes_through_the_api(org: TenantFixture) 
     body = search(org, query="peanut allergy epinephrine", limit=10)
     assert body["results"][0]["gate"] == "strong"
     assert "peanuts" in body["results"][0]["summary"]
+
+
+def test_a_memory_search_returns_the_limit_asked_while_bm25_holds_candidates(
+    org: TenantFixture,
+) -> None:
+    """The gate judges everything unrelated: BM25's top 3 pass, and the rest of what BM25
+    found fills the list to the limit asked (kept_fill, in order), not what only the vector
+    lane found; a limit under what passed is still a cut."""
+    store(org, facts=[f"{FACTS[0]} {'and Sam ' * index}" for index in range(6)] + FACTS[1:])
+    GateCalibration.objects.update_or_create(
+        model="all-MiniLM-L6-v2",
+        kind="",
+        defaults={"min_similarity": 0.99, "strong_similarity": 1.5},
+    )
+    query = "Sam sister Ana doctor"
+    by_bm25 = search(org, query=query, limit=10, search_method="bm25")["results"]
+    results = search(org, query=query, limit=10)["results"]
+    assert len(by_bm25) == 7  # the six sisters and "Sam prefers green tea"
+    assert {r["id"] for r in results} == {r["id"] for r in by_bm25}
+    gates = [r["gate"] for r in results]
+    assert gates[:3] == ["kept_bm25_top3"] * 3
+    first_fill = gates.index("kept_fill")
+    assert set(gates[3:first_fill]) <= {"kept_bm25_score"}
+    assert set(gates[first_fill:]) == {"kept_fill"}
+    assert len(search(org, query=query, limit=2)["results"]) == 2
 
 
 def _cosine(left: list[float], right: list[float]) -> float:
