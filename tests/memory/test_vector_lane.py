@@ -46,9 +46,10 @@ def _corpus(org: TenantFixture, sizes: dict[str, int]) -> dict[str, EndUser]:
                 """
                 INSERT INTO memory_episodicmemory
                        (organization_id, client_id, end_user_id, source_message_ids, filter_tags,
-                        created_at, updated_at, fingerprint, event_type, summary, details, actor,
-                        occurred_at)
-                SELECT %(org)s, %(client)s, %(user)s, '{}', '{}', now(), now(), md5(g::text),
+                        turn_tags, created_at, updated_at, fingerprint, event_type, summary,
+                        details, actor, occurred_at)
+                SELECT %(org)s, %(client)s, %(user)s, '{}', '{}', '[{}]', now(), now(),
+                       md5(g::text),
                        'conversation',
                        (%(words)s::text[])[1 + (g %% 12)] || ' '
                            || (%(words)s::text[])[1 + (g * 7 %% 12)],
