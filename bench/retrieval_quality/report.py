@@ -205,7 +205,7 @@ def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str)
     print(f"  {REFERENCE}: {REFERENCE_RULE}")
     print("  searches (latency with --threads searches in flight):")
     for name, method in methods.items():
-        print(f"    {name:<11}{_search_summary(method)}")
+        print(f"    {name:<14}{_search_summary(method)}")
     if "hybrid" in methods and set(methods["hybrid"]["results"]["gates"]) == {"off"}:
         print(
             "    note: hybrid ran with the similarity gate off (no calibration for the server's "
@@ -215,7 +215,7 @@ def _report_dataset(result: DatasetRun, figures: dict[str, Any], *, search: str)
     print(f"  goal: {dataset.unit}-level {metric} >= {goal} (all questions)")
     for name, method in methods.items():
         value = method["overall"][metric]
-        print(f"    {name:<11}{value:.3f}  {verdict(value >= goal)}")
+        print(f"    {name:<14}{value:.3f}  {verdict(value >= goal)}")
     print(f"  against the {REFERENCE} on {metric} (goal: hybrid never below it)")
     for name, against in figures["against_reference"].items():
         sign, word = (">=", "ok") if against["at_or_above"] else ("<", "BELOW")
