@@ -57,3 +57,9 @@ def tags_shared(tag_sets: Iterable[Tags]) -> Tags:
         for key, value in first.items()
         if all(key in other and other[key] == value for other in others)
     }
+
+
+def turn_tags_of(turn_tags: list[Tags] | None, filter_tags: Tags) -> list[Tags]:
+    """A memory's turns' tag objects: ``turn_tags``, or, where none were kept (a proposal that
+    set only ``filter_tags``, a row loaded without them), its one tag set."""
+    return turn_tags or [filter_tags]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from memory.tags import tags_distinct, tags_shared
+from memory.tags import tags_distinct, tags_shared, turn_tags_of
 from sessions.sensitive import Found, sensitive_known, sensitive_redacted_json
 
 # The one field a sensitive value may be stored in: the vault's, encrypted.
@@ -44,7 +44,7 @@ class Proposal:
 
     def tags_per_turn(self) -> list[dict[str, Any]]:
         """The memory's ``turn_tags``, what a search's tag filter matches."""
-        return self.turn_tags if self.turn_tags is not None else [self.filter_tags]
+        return turn_tags_of(self.turn_tags, self.filter_tags)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from memory.contradictions import Stated, contradictions_find
 from memory.dreams import DreamMode, DreamRequest, dream_mode_register, dream_run
 from memory.models import CoreMemoryBlock, DreamRun, SemanticMemory
 from memory.models.records import CURRENT
-from memory.tags import same_scope, scope_tags, tags_distinct, tags_shared
+from memory.tags import same_scope, scope_tags, tags_distinct, tags_shared, turn_tags_of
 from memory.types import MEMORY_TYPES, MemoryType
 from mirix_site.common.errors import ConflictError
 from mirix_site.common.history import AUTO_DREAM, history_context
@@ -160,7 +160,7 @@ def _merges_apply(clusters: Sequence[Cluster[Any]], rule: MergeRule) -> None:
         # A filter that found any of them finds the one kept.
         group = [keeper, *cluster.others]
         turn_tags = tags_distinct(
-            tags for row in group for tags in (row.turn_tags or [row.filter_tags])
+            tags for row in group for tags in turn_tags_of(row.turn_tags, row.filter_tags)
         )
         if turn_tags != keeper.turn_tags:
             keeper.turn_tags = turn_tags
