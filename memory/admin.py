@@ -162,7 +162,7 @@ class MemoryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Restore as current (undo a merge or supersession)")
     def restore(self, request: HttpRequest, queryset: Any) -> None:
-        restored = memory_restore(rows=list(queryset))
+        restored = memory_restore(memory_type=MEMORY_TYPES[self.memory_type], rows=list(queryset))
         self.message_user(
             request, f"{restored} memories restored as current.", level=messages.SUCCESS
         )

@@ -18,10 +18,13 @@ from mirix_site.common.history import history_tracked
 from mirix_site.search.models import Embedding
 
 # What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
-# marked). Reads and searches show current memories unless asked for the superseded too. The
-# history of every type keeps ``superseded_by`` and ``source_message_ids``: an auto-dream merge
-# changes both (the kept memory cites the turns of those it replaced).
+# marked). Reads and searches show current memories unless asked for the superseded too.
 CURRENT = Q(superseded_by__isnull=True)
+# What an auto-dream merge changes, kept in the history of every type it merges: the replaced
+# memories' ``superseded_by``, and the kept one's turns and their tags (it cites the turns of
+# those it replaced). Their values before the merge are what an operator's restore gives the
+# kept memory back (``memory.services.dreams.memory_restore``).
+MERGE_TRACKED = ("superseded_by", "source_message_ids", "filter_tags", "turn_tags")
 
 
 def valid_at(moment: datetime) -> Q:
@@ -107,8 +110,7 @@ class CoreMemoryBlock(MemoryRecord):
     "details",
     "actor",
     "occurred_at",
-    "superseded_by",
-    "source_message_ids",
+    *MERGE_TRACKED,
 )
 class EpisodicMemory(ExtractedMemory):
     """Something that happened, and when: an exchange, an event the user told of."""
@@ -141,8 +143,7 @@ class EpisodicMemory(ExtractedMemory):
     "value",
     "valid_from",
     "valid_until",
-    "superseded_by",
-    "source_message_ids",
+    *MERGE_TRACKED,
 )
 class SemanticMemory(ExtractedMemory):
     """A fact or concept, independent of when it was learned. A structured fact (the
@@ -170,7 +171,7 @@ class SemanticMemory(ExtractedMemory):
         return self.name
 
 
-@history_tracked("entry_type", "summary", "steps", "superseded_by", "source_message_ids")
+@history_tracked("entry_type", "summary", "steps", *MERGE_TRACKED)
 class ProceduralMemory(ExtractedMemory):
     """How to do something: a workflow as ordered steps. Skill learning adds to these."""
 
@@ -186,9 +187,7 @@ class ProceduralMemory(ExtractedMemory):
         return self.summary[:80]
 
 
-@history_tracked(
-    "title", "summary", "content", "resource_type", "uri", "superseded_by", "source_message_ids"
-)
+@history_tracked("title", "summary", "content", "resource_type", "uri", *MERGE_TRACKED)
 class ResourceMemory(ExtractedMemory):
     """A document, file, link or image the user shared or worked with."""
 
@@ -207,9 +206,7 @@ class ResourceMemory(ExtractedMemory):
 
 
 # The secret itself is not kept in its history: an overwritten credential must be gone.
-@history_tracked(
-    "entry_type", "caption", "sensitivity", "source", "superseded_by", "source_message_ids"
-)
+@history_tracked("entry_type", "caption", "sensitivity", "source", *MERGE_TRACKED)
 class KnowledgeVaultItem(ExtractedMemory):
     """A sensitive value (credential, contact detail, identifier). The value is encrypted at
     rest and never returned by search unless explicitly asked for."""

@@ -9,7 +9,9 @@ A merge keeps the newest memory of the group current, citing the turns of all (i
 ``include_superseded``, never returned by a plain read or a search. Only memories of one user,
 written by the caller's client, in the same scope (their filter tags but a turn's own ids:
 ``memory.tags``), are compared, and the one kept carries the tags of every turn it cites (a
-merge never changes what a tag filter finds).
+merge never changes what a tag filter finds). An operator's restore of a merged memory makes
+it current again and takes its turns, their tags and its time back from the one kept, as it
+was before (what it held then is in its history).
 
 A semantic dream also supersedes a fact a later turn contradicts (``memory.contradictions``):
 the older is kept, ``superseded_by`` the newer, its ``valid_until`` the newer's time, so a
@@ -18,6 +20,7 @@ becomes the current fact."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -80,6 +83,12 @@ class MergeRule:
     comparable: Callable[[Any, Any], bool]
     by_embedding: bool = True
     since: str | None = None
+
+    @property
+    def kept_fields(self) -> tuple[str, ...]:
+        """What a merge changes on the memory it keeps (``merged_values``)."""
+        since = () if self.since is None else (self.since,)
+        return ("source_message_ids", "turn_tags", "filter_tags", *since)
 
 
 def _same_tags(left: Any, right: Any) -> bool:
@@ -146,33 +155,41 @@ def semantic_contradictions(rows: Sequence[models.Model]) -> list[tuple[models.M
     return [pair for facts in by_tags.values() for pair in contradictions_find(facts)]
 
 
+def merged_values(rule: MergeRule, keeper: Any, others: Sequence[Any]) -> dict[str, Any]:
+    """What the memory kept by a merge holds (``rule.kept_fields``): ``keeper``'s values (a
+    row, or its history's state before it kept any other) with those of the ``others`` merged
+    into it. It cites all their turns, and a filter that found any of them finds it; with no
+    others, its own values as they are."""
+    values = {name: getattr(keeper, name) for name in rule.kept_fields}
+    if not others:
+        return values
+    group = [keeper, *others]
+    values["source_message_ids"] = sorted(
+        {turn for row in group for turn in row.source_message_ids}
+    )
+    turn_tags = tags_distinct(
+        tags for row in group for tags in turn_tags_of(row.turn_tags, row.filter_tags)
+    )
+    if turn_tags != keeper.turn_tags:
+        values["turn_tags"], values["filter_tags"] = turn_tags, tags_shared(turn_tags)
+    if rule.since is not None:
+        values[rule.since] = min(getattr(row, rule.since) for row in group)
+    return values
+
+
+def _values_save(row: models.Model, values: dict[str, Any]) -> None:
+    changed = [name for name, value in values.items() if getattr(row, name) != value]
+    for name in changed:
+        setattr(row, name, values[name])
+    if changed:
+        row.save(update_fields=[*changed, "updated_at"])
+
+
 def _merges_apply(clusters: Sequence[Cluster[Any]], rule: MergeRule) -> None:
     now = timezone.now()
     for cluster in clusters:
         keeper = cluster.keeper
-        sources = set(keeper.source_message_ids)
-        for row in cluster.others:
-            sources.update(row.source_message_ids)
-        changed = []
-        if sorted(sources) != list(keeper.source_message_ids):
-            keeper.source_message_ids = sorted(sources)
-            changed.append("source_message_ids")
-        # A filter that found any of them finds the one kept.
-        group = [keeper, *cluster.others]
-        turn_tags = tags_distinct(
-            tags for row in group for tags in turn_tags_of(row.turn_tags, row.filter_tags)
-        )
-        if turn_tags != keeper.turn_tags:
-            keeper.turn_tags = turn_tags
-            keeper.filter_tags = tags_shared(turn_tags)
-            changed += ["turn_tags", "filter_tags"]
-        if rule.since is not None:
-            earliest = min(getattr(row, rule.since) for row in group)
-            if earliest != getattr(keeper, rule.since):
-                setattr(keeper, rule.since, earliest)
-                changed.append(rule.since)
-        if changed:
-            keeper.save(update_fields=[*changed, "updated_at"])
+        _values_save(keeper, merged_values(rule, keeper, cluster.others))
         # One UPDATE per row group; the history trigger writes an event for each row.
         type(keeper).objects.filter(pk__in=[row.pk for row in cluster.others]).update(
             superseded_by=keeper, updated_at=now
@@ -464,14 +481,54 @@ def dreams_due_queue() -> int:
 # --- Undoing -------------------------------------------------------------------------------------
 
 
+def _merged(row: models.Model) -> bool:
+    """Whether a superseded ``row`` was merged into the memory that supersedes it, rather than
+    ended by a later fact (which sets when it stopped holding)."""
+    return getattr(row, "valid_until", None) is None
+
+
+def _before_merges(rule: MergeRule, keeper: models.Model) -> Any:
+    """``keeper`` as it was before it kept any other memory: its history's state before the
+    first change auto-dream made to what a merge changes (``rule.kept_fields``), or the row
+    itself when none did. Only merges change those fields: a later restore, or a merge after
+    it, does not move that state."""
+    states = [*keeper.history.order_by("pgh_created_at", "pgh_id"), keeper]  # type: ignore[attr-defined]
+    for state, after in itertools.pairwise(states):
+        context = state.pgh_context if isinstance(state.pgh_context, dict) else {}
+        if context.get("actor") == AUTO_DREAM and any(
+            getattr(state, name) != getattr(after, name) for name in rule.kept_fields
+        ):
+            return state
+    return keeper
+
+
+def _kept_recompute(rule: MergeRule, keeper: models.Model) -> None:
+    """After an undoing: ``keeper`` holds its own values with those of the memories still
+    merged into it (``merged_values``), and so, in turn, does each memory it was merged into.
+    A merge keeps the newest of its group, so the chain ends."""
+    while keeper is not None:
+        others = [
+            row
+            for row in type(keeper)
+            .objects.filter(superseded_by=keeper)
+            .order_by("-created_at", "-id")
+            if _merged(row)
+        ]
+        _values_save(keeper, merged_values(rule, _before_merges(rule, keeper), others))
+        keeper = keeper.superseded_by if _merged(keeper) else None
+
+
 @transaction.atomic
-def memory_restore(*, rows: Sequence[models.Model]) -> int:
-    """An operator's undoing of a merge (or a supersession): the rows are current again. The
-    memory that replaced them keeps the turns it cites. Returns how many were superseded."""
-    restored = 0
+def memory_restore(*, memory_type: MemoryType, rows: Sequence[models.Model]) -> int:
+    """An operator's undoing of a merge (or a supersession): the rows are current again, as
+    they were, and a memory they were merged into cites their turns no more (its own, and
+    those of the others still merged into it). Returns how many were superseded."""
+    restored, keepers = 0, set()
     for row in rows:
         if row.superseded_by_id is None:
             continue
+        if _merged(row):
+            keepers.add(row.superseded_by_id)
         row.superseded_by = None
         changed = ["superseded_by", "updated_at"]
         if getattr(row, "valid_until", None) is not None:
@@ -479,4 +536,8 @@ def memory_restore(*, rows: Sequence[models.Model]) -> int:
             changed.append("valid_until")
         row.save(update_fields=changed)
         restored += 1
+    rule = MERGE_RULES.get(memory_type.name)
+    if rule is not None:
+        for keeper in memory_type.model.objects.filter(pk__in=keepers).order_by("created_at", "id"):
+            _kept_recompute(rule, keeper)
     return restored

@@ -5,10 +5,12 @@ nothing; every change is authored ``auto_dream``, and an operator restores a mer
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import override_settings
@@ -22,15 +24,17 @@ from memory.models import (
     CoreMemoryBlock,
     DreamRun,
     EpisodicMemory,
+    ExtractionJob,
     KnowledgeVaultItem,
     ResourceMemory,
     SemanticEmbedding,
     SemanticMemory,
 )
-from memory.services import memories_store
-from memory.services.dreams import dreams_due_queue
+from memory.services import extraction_job_run, memories_store
+from memory.services.dreams import dreams_due_queue, memory_restore
 from memory.services.records import Owner
 from memory.tasks import dream_run_task
+from memory.types import MEMORY_TYPES
 from mirix_site.common.history import history_of
 from mirix_site.providers.embeddings import embedding_provider_from_settings
 from mirix_site.search.spaces import write_embedders
@@ -446,3 +450,179 @@ def test_the_beat_queues_one_dream_per_user_after_enough_new_memories(
     assert dream_run_task(org.organization.pk, run.pk) is None
     with override_settings(AUTO_DREAM_AFTER_NEW_MEMORIES=3):
         assert dreams_due_queue() == 0
+
+
+def _rows_as_stored(model: type) -> list[dict]:
+    """Every row of ``model`` as an operator reads it: all its columns but ``updated_at``."""
+    fields = [field.attname for field in model._meta.concrete_fields if field.name != "updated_at"]
+    return list(model.objects.order_by("pk").values(*fields))
+
+
+def _restore_from_admin(client, rows: list) -> None:
+    response = client.post(
+        f"/admin/memory/{rows[0]._meta.model_name}/",
+        {"action": "restore", "_selected_action": [row.pk for row in rows]},
+    )
+    assert response.status_code == 302
+
+
+def _tag_search(org: TenantFixture, query: str, message_id: str) -> list[str]:
+    found = org.api.get(
+        "/memory/search",
+        {
+            "user_id": "sam",
+            "query": query,
+            "memory_type": "semantic",
+            "filter_tags": f'{{"message_id": "{message_id}"}}',
+        },
+    )
+    assert found.status_code == 200, found.content
+    return [result["id"] for result in found.json()["results"]]
+
+
+def test_restoring_a_merge_leaves_every_row_as_it_was_before_the_merge(
+    client, org: TenantFixture
+) -> None:
+    # The same fact said on two days, each turn under its own id (a client keeping its message
+    # ids as tags): the merge gives the newer fact the older one's turn, tag and earlier time.
+    first_day = timezone.now() - timedelta(days=9)
+    for number, when in ((1, first_day), (2, first_day + timedelta(days=4))):
+        added = org.api.post(
+            "/memory/add",
+            {
+                "user_id": "sam",
+                "messages": [{"role": "user", "content": "I live in Paris"}],
+                "occurred_at": when.isoformat(),
+                "filter_tags": {"project": "a", "message_id": f"m{number}"},
+            },
+            format="json",
+        )
+        assert added.status_code == 202, added.content
+    for job in ExtractionJob.objects.filter(status=ExtractionJob.Status.QUEUED).order_by("id"):
+        extraction_job_run(organization_id=job.organization_id, job_id=job.pk)
+    older, newer = SemanticMemory.objects.filter(summary="User lives in Paris.").order_by(
+        "valid_from"
+    )
+    before = _rows_as_stored(SemanticMemory)
+    assert _tag_search(org, "Paris", "m1") == [str(older.pk)]
+
+    body = org.api.post(PATH, {"mode": "semantic"}, format="json").json()
+    assert body["types"]["semantic"]["merged"] == 1
+    turns = sorted(older.source_message_ids + newer.source_message_ids)
+    newer.refresh_from_db()
+    assert newer.source_message_ids == turns
+    assert len(newer.turn_tags) == 2 and newer.valid_from == older.valid_from
+    assert _tag_search(org, "Paris", "m1") == [str(newer.pk)]
+
+    operator = get_user_model().objects.create_superuser("operator", "op@example.com", "pw")
+    client.force_login(operator)
+    _restore_from_admin(client, [older])
+
+    assert _rows_as_stored(SemanticMemory) == before
+    # A filter naming the first turn finds the memory citing it, and the kept one no more.
+    assert _tag_search(org, "Paris", "m1") == [str(older.pk)]
+    assert _tag_search(org, "Paris", "m2") == [str(newer.pk)]
+    # The undoing is the operator's, in the kept memory's history.
+    newer.refresh_from_db()
+    merge, undone = history_of(newer)
+    assert (merge["actor"], undone["actor"]) == ("auto_dream", "operator")
+    assert undone["changes"]["source_message_ids"] == {
+        "before": turns,
+        "after": newer.source_message_ids,
+    }
+    assert undone["changes"]["turn_tags"]["after"] == [{"project": "a", "message_id": "m2"}]
+
+
+def test_restoring_one_of_a_merge_keeps_the_turns_of_the_others(client, org: TenantFixture) -> None:
+    now = timezone.now()
+    _store(
+        org,
+        *(
+            _fact(
+                "Coffee",
+                "Sam likes coffee.",
+                source,
+                occurred_at=now - timedelta(days=10 - source),
+                filter_tags={"project": "a", "message_id": f"m{source}"},
+            )
+            for source in (1, 2, 3)
+        ),
+    )
+    before = _rows_as_stored(SemanticMemory)
+    org.api.post(PATH, {"mode": "semantic"}, format="json")
+    kept = SemanticMemory.objects.get(superseded_by__isnull=True)
+    assert kept.source_message_ids == [1, 2, 3]
+    first, second = SemanticMemory.objects.filter(superseded_by=kept).order_by("valid_from")
+    operator = get_user_model().objects.create_superuser("operator", "op@example.com", "pw")
+    client.force_login(operator)
+
+    _restore_from_admin(client, [first])
+    kept.refresh_from_db()
+    # Still one memory with the second saying: its turn, its tag, its time.
+    assert kept.source_message_ids == [2, 3]
+    assert sorted(tags["message_id"] for tags in kept.turn_tags) == ["m2", "m3"]
+    assert kept.filter_tags == {"project": "a"}
+    assert kept.valid_from == second.valid_from
+
+    _restore_from_admin(client, [second])
+    assert _rows_as_stored(SemanticMemory) == before
+
+
+def _coffee(org: TenantFixture, source: int, days_ago: int) -> None:
+    _store(
+        org,
+        _fact(
+            "Coffee",
+            "Sam likes coffee.",
+            source,
+            occurred_at=timezone.now() - timedelta(days=days_ago),
+            filter_tags={"project": "a", "message_id": f"m{source}"},
+        ),
+    )
+
+
+def test_restoring_a_merge_into_a_memory_merged_again_later_undoes_it_down_the_chain(
+    org: TenantFixture,
+) -> None:
+    _coffee(org, 1, days_ago=9)
+    _coffee(org, 2, days_ago=8)
+    org.api.post(PATH, {"mode": "semantic"}, format="json")
+    first, second = SemanticMemory.objects.order_by("pk")
+    assert first.superseded_by_id == second.pk
+    _coffee(org, 3, days_ago=1)
+    org.api.post(PATH, {"mode": "semantic"}, format="json")
+    third = SemanticMemory.objects.get(superseded_by__isnull=True)
+    assert third.source_message_ids == [1, 2, 3]
+
+    memory_restore(memory_type=MEMORY_TYPES["semantic"], rows=[first])
+
+    second.refresh_from_db()
+    third.refresh_from_db()
+    assert (second.source_message_ids, second.superseded_by_id) == ([2], third.pk)
+    assert [tags["message_id"] for tags in second.turn_tags] == ["m2"]
+    assert third.source_message_ids == [2, 3]
+    assert sorted(tags["message_id"] for tags in third.turn_tags) == ["m2", "m3"]
+    assert third.valid_from == second.valid_from
+
+
+def test_a_merge_made_before_tags_were_in_the_history_is_restored_keeping_its_tags(
+    org: TenantFixture,
+) -> None:
+    _coffee(org, 1, days_ago=9)
+    _coffee(org, 2, days_ago=8)
+    org.api.post(PATH, {"mode": "semantic"}, format="json")
+    # As events written before migration 0018 read once it ran: its columns' defaults.
+    events = apps.get_model("memory", "SemanticMemoryChange")
+    events.objects.update(turn_tags=[], filter_tags={})
+
+    migration = importlib.import_module("memory.migrations.0018_history_of_merged_turn_tags")
+    migration.events_tags_backfill(apps, None)
+
+    first, kept = SemanticMemory.objects.order_by("pk")
+    [merge] = history_of(kept)
+    assert set(merge["changes"]) == {"source_message_ids", "valid_from"}
+    memory_restore(memory_type=MEMORY_TYPES["semantic"], rows=[first])
+    kept.refresh_from_db()
+    # Its turns are its own again; the tags it was given, unknown before then, stay.
+    assert kept.source_message_ids == [2]
+    assert sorted(tags["message_id"] for tags in kept.turn_tags) == ["m1", "m2"]

@@ -15,6 +15,7 @@ from memory.contradictions import Stated, contradictions_find, contradicts
 from memory.models import CoreMemoryBlock, DreamRun, ExtractionJob, SemanticMemory
 from memory.services import extraction_job_run
 from memory.services.dreams import memory_restore
+from memory.types import MEMORY_TYPES
 from mirix_site.common.history import history_of
 from tests.factories import TenantFixture, api_client_with, chat_turns
 
@@ -282,7 +283,7 @@ def test_an_operator_restores_a_superseded_fact_as_valid(org: TenantFixture) -> 
     extract()
     dream(org)
     paris = fact("User lives in Paris.")
-    assert memory_restore(rows=[paris]) == 1
+    assert memory_restore(memory_type=MEMORY_TYPES["semantic"], rows=[paris]) == 1
     paris.refresh_from_db()
     assert (paris.superseded_by_id, paris.valid_until) == (None, None)
     assert "User lives in Paris." in search(org, "Paris")
