@@ -14,7 +14,10 @@ A later fact supersedes an earlier one of the same subject when:
   ``prefers`` A and an earlier switch to A; ``no_longer`` X ends ``uses``, ``likes``,
   ``hobby``, ``has_pet``, ``diet``, ``lives_in``, ``works_at`` or ``works_as`` X (read with
   or without its verb: "no longer: using Vim" ends "uses: Vim", "no longer: have a dog" ends
-  "has_pet: dog: Rex").
+  "has_pet: dog: Rex"; a move is where one lives, a switch to X a use of X).
+- it says again what an earlier ``no_longer`` ended, by the same reading: "I no longer use
+  Postgres" … "I use Postgres again" ("I'm back on Postgres", "I switched back to Postgres"),
+  "no longer: live in Rome" … "moved_to: Rome".
 
 Everything else may hold together (several likes, pets, languages, tools) and is never
 superseded here: a false supersession hides a true fact, a missed one leaves an old fact
@@ -102,6 +105,21 @@ def _values_of(fact: Stated[T]) -> set[str]:
     return {value}
 
 
+def _stoppable(fact: Stated[T]) -> str | None:
+    """The predicate a "no longer" names the fact under (``_ENDED_BY_NO_LONGER``): its own,
+    its slot's (a move is where one lives), ``uses`` for a switch (to what it switched to);
+    None when no "no longer" ends it."""
+    predicate = "uses" if fact.predicate == "switched_to" else _SLOTS.get(fact.predicate)
+    predicate = predicate or fact.predicate
+    return predicate if predicate in _ENDED_BY_NO_LONGER else None
+
+
+def _stopped(no_longer: Stated[T], fact: Stated[T]) -> bool:
+    """Whether ``no_longer`` says that what ``fact`` states stopped."""
+    predicate = _stoppable(fact)
+    return predicate is not None and bool(_ended(no_longer.value, predicate) & _values_of(fact))
+
+
 def _ended(stopped: str, predicate: str) -> set[str]:
     """What "no longer ``stopped``" may end among facts of ``predicate``: the words as said,
     and without the predicate's verb."""
@@ -128,8 +146,10 @@ def contradicts(*, newer: Stated[T], older: Stated[T]) -> bool:
     if newer.predicate == "switched_to" and older.predicate in _ENDED_BY_SWITCH:
         old, _new = _switched(newer.value)
         return old is not None and old in _values_of(older)
-    if newer.predicate == "no_longer" and older.predicate in _ENDED_BY_NO_LONGER:
-        return bool(_ended(newer.value, older.predicate) & _values_of(older))
+    if "no_longer" in (newer.predicate, older.predicate):
+        # "No longer X" ends X; X said again after it ends the "no longer".
+        stop, fact = (newer, older) if newer.predicate == "no_longer" else (older, newer)
+        return _stopped(stop, fact)
     return False
 
 

@@ -223,6 +223,50 @@ def test_facts_that_hold_together_are_not_superseded(
         assert body["types"]["semantic"]["superseded"] == 0
 
 
+@pytest.mark.parametrize(
+    ("resumed", "now"),
+    [
+        ("I use Postgres again", "User uses Postgres."),
+    ],
+)
+def test_saying_one_does_something_again_ends_the_earlier_no_longer(
+    org: TenantFixture, resumed: str, now: str
+) -> None:
+    said(org, "I use Postgres", day(1))
+    said(org, "I no longer use Postgres", day(5))
+    said(org, resumed, day(9))
+    extract()
+    used = SemanticMemory.objects.get(summary="User uses Postgres.", valid_from=day(1))
+    stopped = fact("User no longer: Postgres.")
+    again = SemanticMemory.objects.get(summary=now, valid_from=day(9))
+    before = rows()
+    dry = dream(org, dry_run=True)
+    assert rows() == before
+
+    body = dream(org)
+    assert body["types"]["semantic"] == dry["types"]["semantic"]
+    assert body["types"]["semantic"]["superseded"] == 2
+    used.refresh_from_db()
+    stopped.refresh_from_db()
+    assert (used.superseded_by_id, used.valid_until) == (stopped.pk, day(5))
+    # The "no longer" is kept, marked, with the turn that replaced it and its end.
+    assert (stopped.superseded_by_id, stopped.valid_until) == (again.pk, day(9))
+    assert history_of(stopped)[0]["actor"] == "auto_dream"
+    again.refresh_from_db()
+    assert (again.superseded_by_id, again.valid_until) == (None, None)
+    assert "User no longer: Postgres." not in human_block()
+    assert now in human_block()
+
+    assert search(org, "Postgres")[0] == now
+    assert "User no longer: Postgres." not in search(org, "Postgres")
+    assert search(org, "Postgres", as_of=day(7).isoformat()) == ["User no longer: Postgres."]
+    assert search(org, "Postgres", as_of=day(3).isoformat()) == ["User uses Postgres."]
+    # A second run changes nothing.
+    after = rows()
+    assert dream(org)["types"]["semantic"]["superseded"] == 0
+    assert rows() == after
+
+
 def test_two_peoples_facts_never_supersede_each_other(org: TenantFixture) -> None:
     org.api.post(
         "/memory/add",
@@ -334,6 +378,22 @@ def _stated(predicate: str, value: str, at: int, subject: str = "user") -> State
         (("diet", "vegan"), ("no_longer", "vegan"), True),
         (("lives_in", "Rome"), ("no_longer", "live in Rome"), True),
         (("likes", "meat"), ("no_longer", "eat meat"), False),
+        (("moved_to", "Rome"), ("no_longer", "live in Rome"), True),
+        (("switched_to", "MySQL -> Postgres"), ("no_longer", "using Postgres"), True),
+        # Said again after a "no longer": what it stopped holds again.
+        (("no_longer", "Postgres"), ("uses", "Postgres"), True),
+        (("no_longer", "using Vim"), ("uses", "Vim"), True),
+        (("no_longer", "play chess"), ("hobby", "chess"), True),
+        (("no_longer", "have a dog"), ("has_pet", "dog: Rex"), True),
+        (("no_longer", "vegan"), ("diet", "vegan"), True),
+        (("no_longer", "live in Rome"), ("moved_to", "Rome"), True),
+        (("no_longer", "work at Google"), ("works_at", "Google"), True),
+        (("no_longer", "Postgres"), ("switched_to", "MySQL -> Postgres"), True),
+        (("no_longer", "Postgres"), ("switched_to", "Postgres -> MySQL"), False),
+        (("no_longer", "Postgres"), ("uses", "Redis"), False),
+        (("no_longer", "eat meat"), ("likes", "meat"), False),
+        (("no_longer", "Postgres"), ("no_longer", "Postgres"), False),
+        (("no_longer", "Postgres"), ("owns", "Postgres"), False),
         (("likes", "tea"), ("likes", "coffee"), False),
         (("from", "Spain"), ("from", "Spanish"), False),
     ],
