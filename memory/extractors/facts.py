@@ -425,9 +425,12 @@ def _place_ok(value: str) -> bool:
 
 
 def _tech_ok(value: str) -> bool:
-    """After "we're on …": a named stack or version, not "my way" or "a call"."""
+    """After "we're on …": a named stack or version, not "my way", "a call" or a day ("I'm
+    back on Monday", "on the 5th")."""
     return bool(re.match(r"\S*(?-i:[A-Z0-9])", value)) and not re.match(
-        r"(?:my|a|the|holiday|vacation|leave|call|break)\b", value, re.IGNORECASE
+        rf"(?:my|a|the|holiday|vacation|leave|call|break|{_DAYS}|{_MONTHS}|\d+(?:st|nd|rd|th))\b",
+        value,
+        re.IGNORECASE,
     )
 
 
@@ -573,7 +576,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "switched_to",
-        r"(?:switched|migrated|changed|converted|upgraded|jumped) (?:over )?to (?P<v>.+)",
+        r"(?:switched|migrated|changed|converted|upgraded|jumped) (?:over |back )?to (?P<v>.+)",
         _CUT_TOOL,
     ),
     _rule("no_longer", r"(?:am |are |is )?no longer (?:use |using )(?P<v>.+)", _CUT_TOOL),
@@ -898,6 +901,8 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _rule(
         "uses",
+        # "I'm back to using Postgres": a use again.
+        r"(?:(?:am|are) back to )?"
         r"(?:use|uses|using|rely on|relies on|work with|deploy with|deploy on|"
         r"deploy to|run on|run|code on|code in|program in|write in|"
         r"develop on|develop in|build with|host on|are all in|am all in) (?P<v>.+)",
@@ -905,7 +910,7 @@ _RULES: tuple[_Rule, ...] = (
         listed=True,
         check=lambda v: not re.match(r"(?:it|this|that|them)\b", v, re.I),
     ),
-    _rule("uses", rf"{_AM}on (?P<v>.+)", _CUT_TOOL, listed=True, check=_tech_ok),
+    _rule("uses", rf"{_AM}(?:back )?on (?P<v>.+)", _CUT_TOOL, listed=True, check=_tech_ok),
     _rule(
         "uses",
         r"(?:write|writes|writing) (?:in )?(?P<v>(?-i:[A-Z])\S*(?: \d[\w.]*)?)$",

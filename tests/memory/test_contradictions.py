@@ -227,6 +227,8 @@ def test_facts_that_hold_together_are_not_superseded(
     ("resumed", "now"),
     [
         ("I use Postgres again", "User uses Postgres."),
+        ("I'm back on Postgres", "User uses Postgres."),
+        ("I switched back to Postgres", "User switched to Postgres."),
     ],
 )
 def test_saying_one_does_something_again_ends_the_earlier_no_longer(

@@ -110,6 +110,10 @@ def test_the_second_dev_set_keeps_its_precision_and_recall() -> None:
             "we moved from Mercurial to git in 2018",
             {("user", "switched_to", "Mercurial -> git")},
         ),
+        # Something taken up again, which ends an earlier "no longer" (memory.contradictions).
+        ("I'm back on Postgres", {("user", "uses", "Postgres")}),
+        ("we're back to using Postgres", {("user", "uses", "Postgres")}),
+        ("I switched back to Postgres", {("user", "switched_to", "Postgres")}),
     ],
 )
 def test_each_kind_of_first_person_statement_gives_its_fact(
@@ -132,6 +136,9 @@ def test_each_kind_of_first_person_statement_gives_its_fact(
         "Use tabs in this file",
         "oh yeah I just LOVE Mondays",
         "translate this to German: I live in Oslo and work as a teacher",
+        # A return on a day is no tool.
+        "I'm back on Monday",
+        "I'm back on the 5th",
     ],
 )
 def test_questions_suppositions_wishes_negations_and_reports_give_no_fact(text: str) -> None:
