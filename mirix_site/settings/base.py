@@ -346,8 +346,10 @@ EXPERIENCE_EMBED_DRAINS = env_int("EXPERIENCE_EMBED_DRAINS", os.cpu_count() or 1
 LOCAL_MODEL_DIR = Path(env_str("LOCAL_MODEL_DIR", str(MIRIX_DATA_DIR / "models"))).resolve()
 # Failed extraction jobs a message survives before it is marked failed and left alone.
 EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
-# Stored-but-unprocessed work older than this is queued again by the beat job.
+# Stored-but-unprocessed work older than this is queued again by the beat job, which runs
+# every EXTRACTION_RECOVERY_SECONDS: the longest a job a dead worker (or node) held waits.
 EXTRACTION_REQUEUE_AFTER = env_duration("EXTRACTION_REQUEUE_AFTER", "2m")
+EXTRACTION_RECOVERY_SECONDS = env_float("EXTRACTION_RECOVERY_SECONDS", 60.0, minimum=1.0)
 SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 # The country whose national phone formats ("(415) 555-2671") the sensitive-value detector
 # knows (sessions.sensitive); numbers written with their "+" country code are known anyway.
@@ -475,9 +477,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # skill learning). Every 5 minutes: closing a few minutes late costs nothing.
     "close-idle-sessions": {"task": "sessions.tasks.close_idle_sessions", "schedule": 300.0},
     # The safety net of ingestion: turns stored while the broker was down, jobs a dead worker
-    # held, jobs the broker lost. Every minute, acting on work older than
-    # EXTRACTION_REQUEUE_AFTER (2 minutes).
-    "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
+    # held, jobs the broker lost. Every EXTRACTION_RECOVERY_SECONDS (a minute), acting on work
+    # older than EXTRACTION_REQUEUE_AFTER (2 minutes); a dead worker's jobs at once.
+    "recover-extraction-jobs": {
+        "task": "memory.tasks.recover_extraction_jobs",
+        "schedule": EXTRACTION_RECOVERY_SECONDS,
+    },
     # Users with AUTO_DREAM_AFTER_NEW_MEMORIES memories newer than their last dream get one
     # dream queued (and queued dreams the broker lost are sent again). Every 10 minutes: a
     # dream tidies, nothing waits for it; the count scans the memory tables.
