@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, close_old_connections, connection
 from django_celery_beat.schedulers import DatabaseScheduler
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class LockedScheduler(DatabaseScheduler):
             self._deactivate()
         if not self.active:
             if not self._standby_logged:
-                logger.info("beat: standby on node %s (another beat holds the lock)", self.node)
+                logger.info("beat: standby on node %s (waiting for the beat lock)", self.node)
                 self._standby_logged = True
             return settings.BEAT_LOCK_POLL_SECONDS
         return super().tick(*args, **kwargs)
@@ -168,11 +168,20 @@ class LockedScheduler(DatabaseScheduler):
         return self.beat_lock.node
 
     def _activate(self) -> None:
+        # Read the schedule afresh: another holder ran it meanwhile. Django's connection may
+        # have died while this beat stood by (PostgreSQL restarted): a broken one is dropped
+        # here, and if the schedule cannot be read yet the lock goes to whoever can.
+        close_old_connections()
+        self._initial_read, self._schedule, self._heap = True, None, None
+        try:
+            super().setup_schedule()
+        except DatabaseError:
+            logger.warning("beat: node %s cannot read its schedule yet", self.node, exc_info=True)
+            self._initial_read, self._schedule = True, None
+            self.beat_lock.release()
+            return
         logger.info("beat: active on node %s (holds the beat lock)", self.node)
         self.active, self._standby_logged = True, False
-        # Read the schedule afresh: another holder ran it meanwhile.
-        self._initial_read, self._schedule, self._heap = True, None, None
-        super().setup_schedule()
 
     def _deactivate(self) -> None:
         logger.warning("beat: node %s lost the beat lock; standing by", self.node)

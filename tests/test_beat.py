@@ -102,3 +102,24 @@ def test_a_stopped_beat_is_down_and_its_lock_free(east: LockedScheduler) -> None
     wait_until(lambda: beat_state_read(node="east") == "down", timeout=10, what="its end")
     with _other_session() as next_holder:
         assert _lock_taken(next_holder)
+
+
+def test_a_beat_whose_database_connection_died_while_it_stood_by_takes_over_all_the_same(
+    east: LockedScheduler,
+) -> None:
+    holder = _other_session()
+    assert _lock_taken(holder)
+    east.tick()
+    assert not east.active
+    # PostgreSQL restarted meanwhile: the connection this process reads the schedule with is
+    # dead, though nothing has noticed yet.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with _other_session() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+    holder.close()
+    wait_until(lambda: _ticked_active(east), timeout=10, what="the takeover")
+    assert set(settings.CELERY_BEAT_SCHEDULE) <= set(
+        PeriodicTask.objects.values_list("name", flat=True)
+    )
