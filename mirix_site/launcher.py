@@ -509,7 +509,8 @@ def command_run() -> int:
             if name in wanted
         }
         if "web" in processes:
-            print(f"mirix_site node {node} is running on http://127.0.0.1:{port} (Ctrl-C stops it)")
+            address = f"http://{_bind_address(os.environ)}:{port}"
+            print(f"mirix_site node {node} is running on {address} (Ctrl-C stops it)")
         return _supervise(processes, stop)
 
 
