@@ -28,6 +28,7 @@ from django.db import connection
 
 from memory.models import EpisodicMemory, ExtractionJob
 from mirix_site.beat import BEAT_CONNECTION_PREFIX, BEAT_LOCK
+from mirix_site.celery import app as celery_app
 from sessions.models import Message
 from tests.factories import chat_turns, tenant_fixture
 from tests.loopback import LoopbackServer, StallingLLM
@@ -217,6 +218,10 @@ def nodes(tmp_path: Path, llm: StallingLLM) -> Iterator[dict[str, Node]]:
         for node in made.values():
             for life in node.lives:
                 life.kill()  # nothing of theirs is asserted after the test: no need to wait
+        # What their beat sent and no worker took must not run in a later test's worker.
+        with celery_app.connection_for_write() as broker:
+            for queue in ("ingest", "images", "learning", "maintenance"):
+                broker.default_channel.queue_purge(queue)
 
 
 def _log_lines(process: Process) -> list[str]:
