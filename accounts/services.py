@@ -41,6 +41,7 @@ from accounts.portability import (
     record_load,
 )
 from accounts.tenancy import Tenant
+from mirix_site.common.database import constraint_violated
 from mirix_site.common.errors import DomainError
 
 
@@ -393,7 +394,7 @@ _HEADER_KEYS = ("export_id", "organization", "user_id", "exported_at")
 
 
 def _conflict_text(exc: DatabaseError) -> str:
-    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    constraint = constraint_violated(exc)
     if isinstance(exc, IntegrityError):
         return "it conflicts with a row this user already has, or with an earlier line" + (
             f" ({constraint})." if constraint else "."

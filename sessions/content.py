@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,11 @@ from images.validation import ValidImage
 
 MAX_TOOL_CALLS = 128
 MAX_NAME_CHARS = 255
+# A turn's id in the client's own system: no control character (C0, DEL, C1), no U+FFFD (what
+# the JSON parser puts for a NUL), no space at either end.
+_ID_CHAR = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD]"
+_ID_EDGE = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD ]"
+CLIENT_MESSAGE_ID_PATTERN = f"^{_ID_EDGE}(?:{_ID_CHAR}{{0,{MAX_NAME_CHARS - 2}}}{_ID_EDGE})?$"
 MAX_TOOL_DEFINITIONS = 128
 MAX_TOOL_DESCRIPTION_CHARS = 4096
 _IMAGE_ID = re.compile(IMAGE_ID_PATTERN)
@@ -40,6 +46,12 @@ class MessageInput:
     tool_calls: list[dict[str, Any]] | None = None
     name: str = ""
     tool_call_id: str = ""
+    # The caller's own id of the turn: a turn sent again with it is stored once (see
+    # ``sessions.services.messages_add``); "" when not given.
+    client_message_id: str = ""
+    # When the turn was said, if the caller gave it for this turn alone (an import's line);
+    # otherwise the call's time.
+    occurred_at: datetime | None = None
     # The remote image URLs, in order (their parts keep them), to fetch once stored.
     image_urls: list[str] = field(default_factory=list)
     # The inline images, validated, by the SHA-256 their ``image`` parts now name.
@@ -188,7 +200,26 @@ def message_normalize(raw: Any, *, roles: tuple[str, ...], where: str) -> Messag
     message.name = _name_check(raw.get("name"), f"{where}.name")
     message.tool_call_id = _name_check(raw.get("tool_call_id"), f"{where}.tool_call_id")
     message.tool_calls = _tool_calls_normalize(raw.get("tool_calls"), f"{where}.tool_calls")
+    message.client_message_id = client_message_id_check(
+        raw.get("client_message_id"), f"{where}.client_message_id"
+    )
     return message
+
+
+def client_message_id_check(value: Any, where: str) -> str:
+    """A turn's own id as its client names it (``CLIENT_MESSAGE_ID_PATTERN``), or none."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(CLIENT_MESSAGE_ID_PATTERN, value):
+        raise ValidationError(
+            {
+                where: [
+                    f"1 to {MAX_NAME_CHARS} characters, without a control character or a "
+                    "space at either end."
+                ]
+            }
+        )
+    return value
 
 
 def message_schema(*, roles: tuple[str, ...]) -> dict[str, Any]:
@@ -262,5 +293,15 @@ def message_schema(*, roles: tuple[str, ...]) -> dict[str, Any]:
             },
             "name": name,
             "tool_call_id": name,
+            "client_message_id": {
+                "type": "string",
+                "nullable": True,
+                "minLength": 1,
+                "maxLength": MAX_NAME_CHARS,
+                "pattern": CLIENT_MESSAGE_ID_PATTERN,
+                "description": "the turn's id in the client's own system: a turn sent again "
+                "with the same id (a retry, a replayed queue, an import run twice) is stored "
+                "once and answered as the first time",
+            },
         },
     }

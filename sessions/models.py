@@ -87,6 +87,9 @@ class Session(Owned):
         return self.session_id or f"default conversation #{self.pk}"
 
 
+MESSAGE_CLIENT_ID_UNIQUE = "message_client_message_id_unique"
+
+
 class Message(Owned):
     """One turn as the caller sent it: role, content parts, tool calls. ``position`` orders the
     turns of a session across repeated adds.
@@ -122,6 +125,13 @@ class Message(Owned):
     name = models.CharField(max_length=255, blank=True)
     tool_call_id = models.CharField(max_length=255, blank=True)
     filter_tags = models.JSONField(default=dict, blank=True)
+    client_message_id = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="The turn's id in the client's own system: a turn sent again with it is "
+        "stored once.",
+    )
     occurred_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     extraction = models.CharField(
@@ -134,6 +144,12 @@ class Message(Owned):
         ordering = ["session_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["session", "position"], name="message_position_unique"),
+            # A retry, a replayed queue, an import run twice: one row per turn the client named.
+            models.UniqueConstraint(
+                fields=["client", "end_user", "client_message_id"],
+                condition=~Q(client_message_id=""),
+                name=MESSAGE_CLIENT_ID_UNIQUE,
+            ),
         ]
         indexes = [
             # Extraction claims and the re-queue job: a user's pending messages, oldest first.

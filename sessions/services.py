@@ -151,7 +151,18 @@ def messages_add(
     named ones checked, remote ones queued for the worker to fetch once the turns commit.
     ``tools`` (name → description, as declared) join the session's, a name declared again
     replacing its description. Raises SessionClosedError, SessionTagMismatchError and
-    MessageImageMissingError, having stored nothing."""
+    MessageImageMissingError, having stored nothing.
+
+    A turn with a ``client_message_id`` the client already stored for this user (or sent
+    earlier in the same call) is not stored again: its stored row stands in its place in
+    ``messages``, wherever it was stored, so that a retry is answered as the first call was.
+    A concurrent call storing the same id makes the insert fail on
+    ``MESSAGE_CLIENT_ID_UNIQUE`` (an ``IntegrityError``): the caller's transaction is
+    rolled back and run again (``memory.services.ingest``), and then finds the row."""
+    known = _messages_known(tenant=tenant, end_user=end_user, messages=messages)
+    fresh = _messages_fresh(messages, known)
+    if not fresh:
+        return _messages_stored_before(session_id, messages, known)
     now = timezone.now()
     created = False
     tools = tools or {}
@@ -160,7 +171,7 @@ def messages_add(
         tenant=tenant,
         end_user=end_user,
         session_id=session_id,
-        count=len(messages),
+        count=len(fresh),
         tools=tools,
         now=now,
     )
@@ -178,7 +189,7 @@ def messages_add(
             end_user=end_user,
             session_id=session_id,
             tag=tag or Session.Tag.CHAT,
-            count=len(messages),
+            count=len(fresh),
             filter_tags=filter_tags,
             tools=tools,
             now=now,
@@ -191,7 +202,7 @@ def messages_add(
     session_pk, first_position, session_tag = reserved
     if tag is not None and tag != session_tag:
         raise SessionTagMismatchError(session_id)
-    images = _message_images_resolve(tenant=tenant, messages=messages)
+    images = _message_images_resolve(tenant=tenant, messages=fresh)
     extraction = (
         Message.Extraction.SKIPPED
         if session_tag == Session.Tag.TASK
@@ -211,11 +222,12 @@ def messages_add(
                 tool_calls=message.tool_calls,
                 name=message.name,
                 tool_call_id=message.tool_call_id,
+                client_message_id=message.client_message_id,
                 filter_tags=filter_tags,
-                occurred_at=occurred_at or now,
+                occurred_at=message.occurred_at or occurred_at or now,
                 extraction=extraction,
             )
-            for offset, message in enumerate(messages)
+            for offset, message in enumerate(fresh)
         ]
     )
     _message_images_link(tenant=tenant, end_user=end_user, rows=rows, images=images)
@@ -223,9 +235,68 @@ def messages_add(
         session_pk=session_pk,
         session_id=session_id,
         tag=session_tag,
-        messages=rows,
+        messages=_messages_in_order(messages, rows, known),
         session_created=created,
         extraction_pending=bool(rows) and extraction == Message.Extraction.PENDING,
+    )
+
+
+def _messages_known(
+    *, tenant: Tenant, end_user: EndUser, messages: list[MessageInput]
+) -> dict[str, Message]:
+    """The client's stored turns of this user that the call's turns name by their own id."""
+    ids = {message.client_message_id for message in messages if message.client_message_id}
+    if not ids:
+        return {}
+    rows = Message.objects.filter(
+        client=tenant.client, end_user=end_user, client_message_id__in=ids
+    ).select_related("session")
+    return {row.client_message_id: row for row in rows}
+
+
+def _messages_fresh(messages: list[MessageInput], known: dict[str, Message]) -> list[MessageInput]:
+    """The turns to store: those without an id, and the first of each id not stored before."""
+    fresh, seen = [], set(known)
+    for message in messages:
+        if message.client_message_id:
+            if message.client_message_id in seen:
+                continue
+            seen.add(message.client_message_id)
+        fresh.append(message)
+    return fresh
+
+
+def _messages_in_order(
+    messages: list[MessageInput], rows: list[Message], known: dict[str, Message]
+) -> list[Message]:
+    """A row for each turn sent, in order: the new rows (``rows``, stored in the order of the
+    fresh turns) and, for a turn whose id was stored before, that row."""
+    stored = dict(known)
+    new = iter(rows)
+    ordered = []
+    for message in messages:
+        row = stored.get(message.client_message_id) if message.client_message_id else None
+        if row is None:
+            row = next(new)
+            if message.client_message_id:
+                stored[message.client_message_id] = row
+        ordered.append(row)
+    return ordered
+
+
+def _messages_stored_before(
+    session_id: str | None, messages: list[MessageInput], known: dict[str, Message]
+) -> AddedMessages:
+    """Every turn was stored before (a retry): the stored rows, nothing written."""
+    rows = [known[message.client_message_id] for message in messages]
+    first = rows[0]
+    return AddedMessages(
+        session_pk=first.session_id,
+        session_id=session_id,
+        tag=first.session.tag,
+        messages=rows,
+        session_created=False,
+        extraction_pending=False,
     )
 
 

@@ -44,3 +44,9 @@ def _unreachable(error: BaseException) -> bool:
         # server gone mid-statement, connect timeout.
         return True
     return sqlstate.startswith(UNREACHABLE_SQLSTATE_CLASS) or sqlstate in UNREACHABLE_SQLSTATES
+
+
+def constraint_violated(error: BaseException) -> str | None:
+    """The name of the constraint an ``IntegrityError`` broke (PostgreSQL's diagnostics),
+    or None when it names none."""
+    return getattr(getattr(error.__cause__, "diag", None), "constraint_name", None)

@@ -97,6 +97,9 @@ class MessageSerializer(serializers.Serializer):
     tool_calls = serializers.JSONField(allow_null=True)
     name = TextField(allow_blank=True)
     tool_call_id = TextField(allow_blank=True)
+    client_message_id = TextField(
+        allow_null=True, help_text="the turn's id in the client's own system; null: none given"
+    )
     filter_tags = serializers.DictField()
     occurred_at = serializers.DateTimeField()
     extraction = TextField()
@@ -104,6 +107,7 @@ class MessageSerializer(serializers.Serializer):
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)
+        data["client_message_id"] = data["client_message_id"] or None
         if self.context.get("secrets_of") != instance.client_id:
             for name in ("content", "tool_calls"):
                 data[name] = sensitive_redacted_json(data[name], mask=MASK)
