@@ -25,6 +25,7 @@ from memory.models import (
     EpisodicMemory,
     ExtractionJob,
     KnowledgeVaultItem,
+    MemoryImport,
     MetaAgent,
     ProceduralMemory,
     ResourceMemory,
@@ -265,6 +266,57 @@ class ExtractionJobAdmin(ReadOnlyAdmin):
         "started_at",
         "finished_at",
     ]
+
+
+@admin.register(MemoryImport)
+class MemoryImportAdmin(ReadOnlyAdmin):
+    """Each bulk import (``POST /memory/import``, ``import_user`` on a file of turns): its
+    progress as each batch commits (lines read, turns stored, turns found stored before, lines
+    refused with the line and the reason) and, against the lines its client announced, an ETA
+    at the rate so far. A running import whose ``updated_at`` stands still was cut off: its
+    client resumes it by sending it again."""
+
+    list_display = [
+        "import_id",
+        "state",
+        "client",
+        "organization",
+        "lines_read",
+        "expected_lines",
+        "turns_stored",
+        "turns_found",
+        "lines_refused",
+        "eta",
+        "requests",
+        "updated_at",
+    ]
+    list_filter = ["state", "organization", "client", "updated_at"]
+    search_fields = ["import_id"]
+    list_select_related = ["client", "organization"]
+    readonly_fields = [
+        "organization",
+        "client",
+        "import_id",
+        "state",
+        "requests",
+        "expected_lines",
+        "lines_read",
+        "turns_stored",
+        "turns_found",
+        "lines_refused",
+        "eta",
+        "refusals",
+        "created_at",
+        "updated_at",
+    ]
+
+    @admin.display(description="ETA")
+    def eta(self, job: MemoryImport) -> str:
+        seconds = job.eta_seconds
+        if seconds is None:
+            return "-"
+        minutes, rest = divmod(int(seconds), 60)
+        return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
 @admin.register(DreamRun)

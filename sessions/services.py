@@ -59,6 +59,7 @@ class AddedMessages:
     messages: list[Message]
     session_created: bool
     extraction_pending: bool  # the turns wait for memory extraction (chat, not task, turns)
+    stored: int  # rows written; the other turns were stored before (their client_message_id)
 
 
 # Reserves positions for the new turns in an open session and stamps its activity, in one
@@ -238,6 +239,7 @@ def messages_add(
         messages=_messages_in_order(messages, rows, known),
         session_created=created,
         extraction_pending=bool(rows) and extraction == Message.Extraction.PENDING,
+        stored=len(rows),
     )
 
 
@@ -297,6 +299,7 @@ def _messages_stored_before(
         messages=rows,
         session_created=False,
         extraction_pending=False,
+        stored=0,
     )
 
 

@@ -87,6 +87,21 @@ ENDPOINTS = [
         route="memory/add",
     ),
     Endpoint(
+        "POST",
+        "/memory/import",
+        {
+            "lines": [
+                {
+                    "user_id": "{user_id}",
+                    "role": "user",
+                    "content": "hello",
+                    "client_message_id": "import-1",
+                }
+            ]
+        },
+        route="memory/import",
+    ),
+    Endpoint(
         "GET", "/memory/components", params={"user_id": "{user_id}"}, route="memory/components"
     ),
     Endpoint("POST", "/memory/clear", {"user_id": "{user_id}"}, route="memory/clear"),

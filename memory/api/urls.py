@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memory.api import agents, dreams, memories, retrieval
+from memory.api import agents, dreams, imports, memories, retrieval
 
 urlpatterns = [
     path(
@@ -23,6 +23,7 @@ urlpatterns = [
         name="agent-system",
     ),
     path("memory/add", memories.MemoryAddApi.as_view(), name="memory-add"),
+    path("memory/import", imports.MemoryImportApi.as_view(), name="memory-import"),
     path("memory/components", memories.MemoryComponentsApi.as_view(), name="memory-components"),
     path("memory/clear", memories.MemoryClearApi.as_view(), name="memory-clear"),
     path("memory/auto_dream", dreams.AutoDreamApi.as_view(), name="memory-auto-dream"),

@@ -5,7 +5,7 @@ meta agents, extraction jobs and dream runs. The retrieval engine's tables are
 from __future__ import annotations
 
 from memory.models.agents import AgentPromptVersion, MetaAgent
-from memory.models.jobs import DreamRun, ExtractionJob
+from memory.models.jobs import DreamRun, ExtractionJob, MemoryImport
 from memory.models.records import (
     CoreMemoryBlock,
     EpisodicEmbedding,
@@ -28,6 +28,7 @@ __all__ = [
     "EpisodicMemory",
     "ExtractionJob",
     "KnowledgeVaultItem",
+    "MemoryImport",
     "MetaAgent",
     "ProceduralEmbedding",
     "ProceduralMemory",

@@ -96,3 +96,61 @@ class DreamRun(Owned):
 
     def __str__(self) -> str:
         return f"{self.state} dream run #{self.pk}"
+
+
+class MemoryImport(models.Model):
+    """A bulk import (``POST /memory/import``, ``manage.py import_user`` on a file of turns)
+    under the id its client gives it: what its requests read, stored, found stored before and
+    refused (with the line and the reason), updated as each batch commits, so that an operator
+    watches it progress. A request naming the import again continues it: the turns carry their
+    own ids (``Message.client_message_id``), so lines sent again are found, not stored twice,
+    and an import cut off is resumed by sending its file again."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"  # a request is reading lines into it
+        IDLE = "idle"  # between requests, or done
+
+    organization = models.ForeignKey(
+        "accounts.Organization", on_delete=models.CASCADE, related_name="+"
+    )
+    client = models.ForeignKey("accounts.Client", on_delete=models.CASCADE, related_name="+")
+    import_id = models.CharField(max_length=255)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.RUNNING)
+    requests = models.PositiveIntegerField(default=0)
+    expected_lines = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="as the client announced it: what the ETA is of"
+    )
+    lines_read = models.PositiveBigIntegerField(default=0)
+    turns_stored = models.PositiveBigIntegerField(default=0)
+    turns_found = models.PositiveBigIntegerField(
+        default=0, help_text="turns stored before (by an earlier request or import), not again"
+    )
+    lines_refused = models.PositiveBigIntegerField(default=0)
+    refusals = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="the first refused lines: {request, line, errors}",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["client", "import_id"], name="memory_import_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"import {self.import_id} ({self.state})"
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds left to ``expected_lines`` at the rate so far; None when no total was
+        announced, it is reached, or nothing was read yet."""
+        if self.expected_lines is None or not self.lines_read:
+            return None
+        left = self.expected_lines - self.lines_read
+        spent = (self.updated_at - self.created_at).total_seconds()
+        if left <= 0 or spent <= 0:
+            return None
+        return round(left * spent / self.lines_read, 1)

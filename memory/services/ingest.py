@@ -26,6 +26,7 @@ class IngestResult:
     messages: list[Message]
     meta_agent: MetaAgent | None
     extraction_queued: bool
+    stored: int  # turns written; the others were stored before (their client_message_id)
 
 
 # Times a call runs again after losing a race to store one of its turns' own ids: each loss
@@ -99,4 +100,5 @@ def memory_add(
         meta_agent=meta_agent,
         # Chat turns wait for extraction (a retry's too: stored the first time, not again).
         extraction_queued=added.tag == Session.Tag.CHAT,
+        stored=added.stored,
     )

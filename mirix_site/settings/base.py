@@ -203,6 +203,10 @@ if API_MAX_BODY_BYTES < 6 * MESSAGE_MAX_CHARS:
         f"({MESSAGE_MAX_CHARS}) characters: at least {6 * MESSAGE_MAX_CHARS} bytes."
     )
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+# POST /memory/import: lines read per request (the rest is left for the next request, which
+# the answer asks for), and one line's bytes (a turn: as much as a whole /memory/add body).
+IMPORT_MAX_LINES = env_int("IMPORT_MAX_LINES", 10_000, minimum=1)
+IMPORT_MAX_LINE_BYTES = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["mirix_site.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": [

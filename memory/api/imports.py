@@ -1,0 +1,152 @@
+"""``POST /memory/import``: turns in bulk, as NDJSON streamed line by line or as one JSON body."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import UnsupportedMediaType
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memory.api.serializers.imports import (
+    ImportJsonSerializer,
+    ImportOutputSerializer,
+    ImportParamsSerializer,
+    import_line_read,
+    import_record_read,
+)
+from memory.services.imports import (
+    ImportRefusal,
+    ImportTurn,
+    memory_import_lines,
+    memory_import_start,
+)
+from mirix_site.api.base import TenantAPIView
+
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
+# Refused lines an answer lists (all are counted).
+REFUSALS_LISTED = 100
+
+DESCRIPTION = f"""Turns in bulk, for a migration from another memory system or a backfill.
+
+Send NDJSON (`Content-Type: application/x-ndjson`, streamed: one line at a time is read) or this
+JSON body with the lines in a list. Each line is one turn: `role`, `content`, `client_message_id`
+(required), and optionally `user_id` (else the request's), `session_id`, `session_tag`,
+`filter_tags`, `occurred_at`, `name`, `tool_calls`, `tool_call_id`, as `/memory/add` takes them.
+Consecutive turns of one session are stored together; chat turns are extracted into memories by
+the workers, as after `/memory/add`.
+
+A turn whose `client_message_id` the client stored before (an earlier request, a retry, the
+file sent again after a cut) is found, not stored again: an import is resumed by sending it
+again under the same `import_id`. A line that cannot be stored is refused with its number and
+reason, and the others are imported. At most {settings.IMPORT_MAX_LINES:,} lines are read per
+request (`more` says lines were left: send them in another request naming the import).
+Progress (lines read, stored, found, refused, ETA) is on the import's row, in the answer and in
+the admin."""
+
+
+class MemoryImportApi(TenantAPIView):
+    @extend_schema(
+        parameters=[ImportParamsSerializer],
+        request=ImportJsonSerializer,
+        responses={200: ImportOutputSerializer},
+        summary="Import turns in bulk, idempotently (each carries its client_message_id)",
+        description=DESCRIPTION,
+    )
+    def post(self, request: Request) -> Response:
+        params = ImportParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        import_id = params.validated_data.get("import_id") or f"import-{uuid.uuid4()}"
+        default_user_id = params.validated_data.get("user_id")
+        if request.content_type.split(";")[0].strip().lower() in NDJSON_TYPES:
+            lines, more = self._ndjson_lines(request, default_user_id)
+        else:
+            lines, more = self._json_lines(request, default_user_id)
+        job = memory_import_start(
+            tenant=self.tenant,
+            import_id=import_id,
+            expected_lines=params.validated_data.get("expected_lines"),
+        )
+        part = memory_import_lines(tenant=self.tenant, job=job, lines=lines)
+        body: dict[str, Any] = {
+            "success": True,
+            "import_id": import_id,
+            "lines_read": part.lines_read,
+            "turns_stored": part.turns_stored,
+            "turns_found": part.turns_found,
+            "lines_refused": len(part.refused),
+            "refused": [refusal.as_dict() for refusal in part.refused[:REFUSALS_LISTED]],
+            "more": bool(more),
+            "job": part.job,
+        }
+        return Response(ImportOutputSerializer(body).data, status=status.HTTP_200_OK)
+
+    def _json_lines(
+        self, request: Request, default_user_id: str | None
+    ) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
+        if request.content_type.split(";")[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType(request.content_type)
+        body = ImportJsonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        records = body.validated_data["lines"]
+        lines = (
+            import_record_read(record, line=number, default_user_id=default_user_id)
+            for number, record in enumerate(records, start=1)
+        )
+        return lines, []
+
+    def _ndjson_lines(
+        self, request: Request, default_user_id: str | None
+    ) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
+        """The body's lines, read as they are stored; ``more`` gets True when lines are left
+        past the limit (read lazily: its value is known once the lines are)."""
+        more: list[bool] = []
+
+        def lines() -> Iterator[ImportTurn | ImportRefusal]:
+            number = 0
+            for text in _body_lines(request):
+                if not text.strip():
+                    number += 1
+                    continue
+                if number >= settings.IMPORT_MAX_LINES:
+                    more.append(True)
+                    return
+                number += 1
+                if text is _TOO_LONG:
+                    yield ImportRefusal(
+                        line=number,
+                        errors={"line": [f"Longer than {settings.IMPORT_MAX_LINE_BYTES} bytes."]},
+                    )
+                    continue
+                try:
+                    decoded = text.decode()
+                except UnicodeDecodeError:
+                    yield ImportRefusal(line=number, errors={"line": ["Not UTF-8 text."]})
+                    continue
+                yield import_line_read(decoded, line=number, default_user_id=default_user_id)
+
+        return lines(), more
+
+
+_TOO_LONG = b"\x00too long"
+
+
+def _body_lines(request: Request) -> Iterator[bytes]:
+    """The body's lines as bytes, at most ``IMPORT_MAX_LINE_BYTES`` each held in memory: a
+    longer line is skipped to its end and given as ``_TOO_LONG``."""
+    limit = settings.IMPORT_MAX_LINE_BYTES
+    while True:
+        text = request.readline(limit + 1)
+        if not text:
+            return
+        if len(text) > limit and not text.endswith(b"\n"):
+            while text and not text.endswith(b"\n"):
+                text = request.readline(limit + 1)
+            yield _TOO_LONG
+            continue
+        yield text

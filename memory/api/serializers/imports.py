@@ -1,0 +1,173 @@
+"""Shapes of ``POST /memory/import``: the request's parameters, one line's turn, the answer."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from memory.api.serializers.memories import (
+    SESSION_ID_INVALID,
+    SESSION_ID_PATTERN,
+    FilterTagsField,
+)
+from memory.services.imports import ImportRefusal, ImportTurn
+from mirix_site.api.fields import (
+    BooleanField,
+    FloatField,
+    IntegerField,
+    PatternField,
+    TextChoiceField,
+    TextField,
+    UserIdField,
+)
+from mirix_site.api.parsers import JsonTooDeepError, json_text_load
+from sessions.api.serializers import MESSAGE_ROLES
+from sessions.content import CLIENT_MESSAGE_ID_PATTERN, message_normalize
+from sessions.models import Session
+
+# The turn's own fields on a line, checked by ``message_normalize``.
+_TURN_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "client_message_id")
+CLIENT_MESSAGE_ID_REQUIRED = (
+    "Required: an import's turns carry their own id, so that a line sent again (a retry, the "
+    "file sent again after a cut) is stored once."
+)
+
+
+class ImportParamsSerializer(serializers.Serializer):
+    import_id = PatternField(
+        CLIENT_MESSAGE_ID_PATTERN,
+        required=False,
+        max_length=255,
+        help_text="the client's name for the import; a request naming it again continues it "
+        "(default: a new id, in the answer)",
+    )
+    user_id = UserIdField(
+        required=False, help_text="the user of lines that name none (a line's user_id wins)"
+    )
+    expected_lines = IntegerField(
+        required=False,
+        min_value=1,
+        help_text="how many lines the whole import has: its ETA is computed against it",
+    )
+
+
+class ImportTurnSerializer(serializers.Serializer):
+    """A line's fields around its turn (the turn itself as /memory/add's messages take one)."""
+
+    user_id = UserIdField(required=False)
+    session_id = PatternField(
+        SESSION_ID_PATTERN,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": SESSION_ID_INVALID},
+    )
+    session_tag = TextChoiceField(
+        choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
+    )
+    filter_tags = FilterTagsField()
+    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+
+
+def import_line_read(text: str, *, line: int, default_user_id: str | None) -> Any:
+    """One NDJSON line as an ``ImportTurn``, or an ``ImportRefusal`` saying what is wrong."""
+    try:
+        record = json_text_load(text)
+    except JsonTooDeepError as exc:
+        return ImportRefusal(line=line, errors={"line": [str(exc.detail)]})
+    except ValueError:
+        return ImportRefusal(line=line, errors={"line": ["Not a JSON object."]})
+    return import_record_read(record, line=line, default_user_id=default_user_id)
+
+
+def import_record_read(record: Any, *, line: int, default_user_id: str | None) -> Any:
+    """A line's decoded JSON as an ``ImportTurn``, or an ``ImportRefusal``."""
+    if not isinstance(record, dict):
+        return ImportRefusal(line=line, errors={"line": ["Not a JSON object."]})
+    fields = ImportTurnSerializer(data=record)
+    errors: dict[str, list[str]] = {}
+    if not fields.is_valid():
+        errors.update(
+            {name: [str(text) for text in texts] for name, texts in fields.errors.items()}
+        )
+    try:
+        message = message_normalize(
+            {name: record.get(name) for name in _TURN_FIELDS}, roles=MESSAGE_ROLES, where="turn"
+        )
+    except DjangoValidationError as exc:
+        errors.update(
+            {name.removeprefix("turn."): texts for name, texts in exc.message_dict.items()}
+        )
+        message = None
+    if message is not None and not message.client_message_id:
+        errors["client_message_id"] = [CLIENT_MESSAGE_ID_REQUIRED]
+    data = fields.validated_data if not errors else {}
+    user_id = data.get("user_id") or default_user_id
+    if not errors and user_id is None:
+        errors["user_id"] = ["Required: on the line, or as the request's user_id."]
+    if errors or message is None:
+        return ImportRefusal(line=line, errors=errors)
+    message.occurred_at = data.get("occurred_at")
+    return ImportTurn(
+        line=line,
+        user_id=user_id,
+        session_id=data.get("session_id"),
+        session_tag=data.get("session_tag"),
+        filter_tags=data.get("filter_tags") or {},
+        message=message,
+    )
+
+
+class ImportJsonSerializer(serializers.Serializer):
+    """The import as one JSON body: its lines in a list (NDJSON streams them instead)."""
+
+    lines = serializers.ListField(
+        child=serializers.JSONField(),
+        min_length=1,
+        max_length=settings.IMPORT_MAX_LINES,
+        help_text="each a line as the NDJSON form sends it: a turn with its user_id, "
+        "session_id, session_tag, filter_tags, occurred_at, role, content and "
+        "client_message_id (required)",
+    )
+
+
+class ImportRefusalSerializer(serializers.Serializer):
+    line = IntegerField()
+    errors = serializers.DictField(child=serializers.ListField(child=TextField()))
+
+
+class ImportJobSerializer(serializers.Serializer):
+    import_id = TextField()
+    state = TextField()
+    requests = IntegerField()
+    expected_lines = IntegerField(allow_null=True)
+    lines_read = IntegerField()
+    turns_stored = IntegerField()
+    turns_found = IntegerField()
+    lines_refused = IntegerField()
+    eta_seconds = FloatField(
+        allow_null=True,
+        help_text="at the rate so far, to expected_lines; null: not announced, or reached",
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ImportOutputSerializer(serializers.Serializer):
+    success = BooleanField()
+    import_id = TextField()
+    lines_read = IntegerField(help_text="this request's")
+    turns_stored = IntegerField(help_text="this request's turns stored now")
+    turns_found = IntegerField(help_text="this request's turns stored before: not again")
+    lines_refused = IntegerField()
+    refused = ImportRefusalSerializer(
+        many=True, help_text="this request's refused lines (the first 100), each with why"
+    )
+    more = BooleanField(
+        help_text="lines were left unread past the request's limit: send them in another "
+        "request naming the same import_id"
+    )
+    job = ImportJobSerializer(help_text="the whole import, every request so far")
