@@ -17,8 +17,8 @@ from memory.api.serializers.imports import (
     ImportJsonSerializer,
     ImportOutputSerializer,
     ImportParamsSerializer,
-    import_line_read,
     import_record_read,
+    import_stream_read,
 )
 from memory.services.imports import (
     ImportRefusal,
@@ -64,7 +64,9 @@ class MemoryImportApi(TenantAPIView):
         import_id = params.validated_data.get("import_id") or f"import-{uuid.uuid4()}"
         default_user_id = params.validated_data.get("user_id")
         if request.content_type.split(";")[0].strip().lower() in NDJSON_TYPES:
-            lines, more = self._ndjson_lines(request, default_user_id)
+            lines, more = import_stream_read(
+                request, default_user_id=default_user_id, max_lines=settings.IMPORT_MAX_LINES
+            )
         else:
             lines, more = self._json_lines(request, default_user_id)
         job = memory_import_start(
@@ -99,54 +101,3 @@ class MemoryImportApi(TenantAPIView):
             for number, record in enumerate(records, start=1)
         )
         return lines, []
-
-    def _ndjson_lines(
-        self, request: Request, default_user_id: str | None
-    ) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
-        """The body's lines, read as they are stored; ``more`` gets True when lines are left
-        past the limit (read lazily: its value is known once the lines are)."""
-        more: list[bool] = []
-
-        def lines() -> Iterator[ImportTurn | ImportRefusal]:
-            number = 0
-            for text in _body_lines(request):
-                if not text.strip():
-                    number += 1
-                    continue
-                if number >= settings.IMPORT_MAX_LINES:
-                    more.append(True)
-                    return
-                number += 1
-                if text is _TOO_LONG:
-                    yield ImportRefusal(
-                        line=number,
-                        errors={"line": [f"Longer than {settings.IMPORT_MAX_LINE_BYTES} bytes."]},
-                    )
-                    continue
-                try:
-                    decoded = text.decode()
-                except UnicodeDecodeError:
-                    yield ImportRefusal(line=number, errors={"line": ["Not UTF-8 text."]})
-                    continue
-                yield import_line_read(decoded, line=number, default_user_id=default_user_id)
-
-        return lines(), more
-
-
-_TOO_LONG = b"\x00too long"
-
-
-def _body_lines(request: Request) -> Iterator[bytes]:
-    """The body's lines as bytes, at most ``IMPORT_MAX_LINE_BYTES`` each held in memory: a
-    longer line is skipped to its end and given as ``_TOO_LONG``."""
-    limit = settings.IMPORT_MAX_LINE_BYTES
-    while True:
-        text = request.readline(limit + 1)
-        if not text:
-            return
-        if len(text) > limit and not text.endswith(b"\n"):
-            while text and not text.endswith(b"\n"):
-                text = request.readline(limit + 1)
-            yield _TOO_LONG
-            continue
-        yield text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC
 from typing import Any
 
@@ -119,6 +120,41 @@ def import_record_read(record: Any, *, line: int, default_user_id: str | None) -
         filter_tags=data.get("filter_tags") or {},
         message=message,
     )
+
+
+def import_stream_read(
+    stream: Any, *, default_user_id: str | None, max_lines: int | None
+) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
+    """The NDJSON lines of ``stream`` (anything with ``readline(size)`` giving bytes: a request,
+    a file), read one at a time as they are consumed, at most ``IMPORT_MAX_LINE_BYTES`` of a
+    line held in memory, numbered as the file's lines (blank ones skipped). With
+    ``max_lines``, reading stops there and the list returned gets True if a line was left."""
+    more: list[bool] = []
+    limit = settings.IMPORT_MAX_LINE_BYTES
+
+    def lines() -> Iterator[ImportTurn | ImportRefusal]:
+        number = 0
+        while text := stream.readline(limit + 1):
+            number += 1
+            too_long = len(text) > limit and not text.endswith(b"\n")
+            while text and not text.endswith(b"\n") and len(text) > limit:
+                text = stream.readline(limit + 1)  # the rest of the long line, dropped
+            if not too_long and not text.strip():
+                continue
+            if max_lines is not None and number > max_lines:
+                more.append(True)
+                return
+            if too_long:
+                yield ImportRefusal(line=number, errors={"line": [f"Longer than {limit} bytes."]})
+                continue
+            try:
+                decoded = text.decode()
+            except UnicodeDecodeError:
+                yield ImportRefusal(line=number, errors={"line": ["Not UTF-8 text."]})
+                continue
+            yield import_line_read(decoded, line=number, default_user_id=default_user_id)
+
+    return lines(), more
 
 
 class ImportJsonSerializer(serializers.Serializer):
