@@ -81,6 +81,8 @@ class MemoryImportApi(TenantAPIView):
             "lines_read": part.lines_read,
             "turns_stored": part.turns_stored,
             "turns_found": part.turns_found,
+            "memories_stored": part.memories_stored,
+            "memories_found": part.memories_found,
             "lines_refused": len(part.refused),
             "refused": [refusal.as_dict() for refusal in part.refused[:REFUSALS_LISTED]],
             "more": bool(more),

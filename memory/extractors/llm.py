@@ -41,8 +41,9 @@ def _read(field: Field, value: Any) -> Any:
     return _text(value, field.max_chars)
 
 
-def _llm_item_fields(memory_type: str, item: dict[str, Any]) -> dict[str, Any] | None:
-    """The storable fields of one proposed item, or None when it lacks what the type needs."""
+def proposed_fields(memory_type: str, item: dict[str, Any]) -> dict[str, Any] | None:
+    """The storable fields of one proposed item (an LLM's, an import line's), or None when it
+    lacks what the type needs."""
     fields = MEMORY_TYPES[memory_type].extracted_fields
     read = {field.name: _read(field, item.get(field.name)) for field in fields}
     return read if all(read[field.name] for field in fields if field.required) else None
@@ -69,7 +70,7 @@ def extract_with_llm(
         for item in items:
             if not isinstance(item, dict):
                 continue
-            fields = _llm_item_fields(memory_type, item)
+            fields = proposed_fields(memory_type, item)
             if fields is None:
                 logger.info(
                     "dropped an unusable %s proposal: %s", memory_type, json.dumps(item)[:200]

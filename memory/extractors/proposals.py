@@ -27,6 +27,10 @@ class Proposal:
     occurred_at: datetime | None = None
     filter_tags: dict[str, Any] = field(default_factory=dict)
     turn_tags: list[dict[str, Any]] | None = None
+    # An imported memory's id in its client's own system: what makes it the same memory when
+    # sent again, edited or not (``memory.services.records``); None: its type, fields and
+    # sources do.
+    client_memory_id: str | None = None
 
     @classmethod
     def of_turns(cls, memory_type: str, fields: dict[str, Any], turns: Sequence[Any]) -> Proposal:

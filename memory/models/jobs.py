@@ -125,6 +125,10 @@ class MemoryImport(models.Model):
     turns_found = models.PositiveBigIntegerField(
         default=0, help_text="turns stored before (by an earlier request or import), not again"
     )
+    memories_stored = models.PositiveBigIntegerField(default=0)
+    memories_found = models.PositiveBigIntegerField(
+        default=0, help_text="memories stored before (the same id, or type and fields), not again"
+    )
     lines_refused = models.PositiveBigIntegerField(default=0)
     refusals = models.JSONField(
         default=list,

@@ -1,12 +1,15 @@
-"""Bulk import of conversation turns (``POST /memory/import``, ``manage.py import_user`` on a
-file of turns): lines read one at a time, stored in batches through ``/memory/add``'s own write
-(``memory_add``: the same sessions, positions, images and extraction), each batch one
-transaction, the import's row (``MemoryImport``) updated as each commits.
+"""Bulk import (``POST /memory/import``, ``manage.py import_turns``): lines read one at a
+time, each a conversation turn or a ready memory. Turns are stored in batches through
+``/memory/add``'s own write (``memory_add``: the same sessions, positions, images and
+extraction); memories through extraction's (``memories_store``: redacted, indexed and embedded
+as extracted ones, so a search finds them once the batch commits). Each batch is one
+transaction, and the import's row (``MemoryImport``) is updated as each commits.
 
-Idempotent and resumable by the turns' own ids: every turn of an import carries its
-``client_message_id``, so a line sent again (a retried request, the file sent again after a
-cut, two imports of one file at once) is found stored and not stored twice. A line that cannot
-be stored is refused with its number and reason; the other lines are imported.
+Idempotent and resumable: every turn carries its ``client_message_id`` and a memory its
+``client_memory_id`` (or, without one, its type, fields and sources make it the same memory),
+so a line sent again (a retried request, the file sent again after a cut, two imports of one
+file at once) is found stored, not stored twice. A line that cannot be stored is refused with
+its number and reason; the other lines are imported.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
+from memory.extractors import Proposal, proposal_redacted
 from memory.models import MemoryImport
 from memory.services.ingest import memory_add
+from memory.services.records import Owner, memories_store
+from memory.types import MEMORY_TYPES
 from mirix_site.common.errors import DomainError
+from mirix_site.search.spaces import write_embedders
 from sessions.content import MessageInput
 
 # Consecutive turns of one session stored in one transaction.
@@ -55,6 +63,19 @@ class ImportTurn:
 
 
 @dataclass(frozen=True)
+class ImportMemory:
+    """One line's memory, checked: its line, whose it is, and what to store."""
+
+    line: int
+    user_id: str
+    proposal: Proposal
+
+    @property
+    def batch_key(self) -> tuple[Any, ...]:
+        return ("memory", self.user_id)
+
+
+@dataclass(frozen=True)
 class ImportRefusal:
     line: int
     errors: dict[str, list[str]]
@@ -71,6 +92,8 @@ class ImportPart:
     lines_read: int = 0
     turns_stored: int = 0
     turns_found: int = 0
+    memories_stored: int = 0
+    memories_found: int = 0
     refused: list[ImportRefusal] = field(default_factory=list)
 
 
@@ -102,7 +125,7 @@ def memory_import_lines(
     refused lines; the import's row is updated after every batch and left idle at the end,
     however the reading ends."""
     part = ImportPart(job=job)
-    pending: list[ImportTurn] = []
+    pending: list[ImportTurn | ImportMemory] = []
     try:
         for line in lines:
             part.lines_read += 1
@@ -125,7 +148,10 @@ def memory_import_lines(
     return part
 
 
-def _batch_store(tenant: Tenant, part: ImportPart, batch: list[ImportTurn]) -> None:
+def _batch_store(tenant: Tenant, part: ImportPart, batch: list[Any]) -> None:
+    if isinstance(batch[0], ImportMemory):
+        _memories_store(tenant, part, batch)
+        return
     first = batch[0]
     try:
         result = memory_add(
@@ -148,15 +174,25 @@ def _batch_store(tenant: Tenant, part: ImportPart, batch: list[ImportTurn]) -> N
 
 @transaction.atomic
 def _progress(
-    part: ImportPart, *, stored: int = 0, found: int = 0, refused: Sequence[ImportRefusal] = ()
+    part: ImportPart,
+    *,
+    stored: int = 0,
+    found: int = 0,
+    memories_stored: int = 0,
+    memories_found: int = 0,
+    refused: Sequence[ImportRefusal] = (),
 ) -> None:
     part.turns_stored += stored
     part.turns_found += found
+    part.memories_stored += memories_stored
+    part.memories_found += memories_found
     part.refused.extend(refused)
     job = MemoryImport.objects.select_for_update().get(pk=part.job.pk)
-    job.lines_read += stored + found + len(refused)
+    job.lines_read += stored + found + memories_stored + memories_found + len(refused)
     job.turns_stored += stored
     job.turns_found += found
+    job.memories_stored += memories_stored
+    job.memories_found += memories_found
     job.lines_refused += len(refused)
     room = REFUSALS_KEPT - len(job.refusals)
     if room > 0 and refused:
@@ -169,8 +205,28 @@ def _progress(
             "lines_read",
             "turns_stored",
             "turns_found",
+            "memories_stored",
+            "memories_found",
             "lines_refused",
             "refusals",
             "updated_at",
         ]
     )
+
+
+@transaction.atomic
+def _memories_store(tenant: Tenant, part: ImportPart, batch: list[ImportMemory]) -> None:
+    end_user, _ = end_user_create_or_get(tenant=tenant, user_id=batch[0].user_id, name=None)
+    owner = Owner(
+        organization_id=tenant.organization.pk,
+        client_id=tenant.client.pk,
+        end_user_id=end_user.pk,
+    )
+    counts = memories_store(
+        owner=owner,
+        proposals=[proposal_redacted(memory.proposal) for memory in batch],
+        embedders=write_embedders(),
+        enabled_types=set(MEMORY_TYPES),
+    )
+    stored = sum(counts.values())
+    _progress(part, memories_stored=stored, memories_found=len(batch) - stored)

@@ -44,11 +44,14 @@ class Owner:
 
 
 def _fingerprint(proposal: Proposal) -> str:
-    payload = json.dumps(
-        [proposal.memory_type, proposal.fields, sorted(proposal.source_message_ids)],
-        sort_keys=True,
-        default=str,
-    )
+    if proposal.client_memory_id is not None:
+        payload = json.dumps(["client", proposal.memory_type, proposal.client_memory_id])
+    else:
+        payload = json.dumps(
+            [proposal.memory_type, proposal.fields, sorted(proposal.source_message_ids)],
+            sort_keys=True,
+            default=str,
+        )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

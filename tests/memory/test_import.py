@@ -17,7 +17,13 @@ import pytest
 import requests
 from django.db import connection
 
-from memory.models import ExtractionJob, MemoryImport
+from memory.models import (
+    CoreMemoryBlock,
+    EpisodicMemory,
+    ExtractionJob,
+    MemoryImport,
+    SemanticMemory,
+)
 from sessions.models import Message, Session
 from tests import processes
 from tests.factories import TenantFixture, tenant_fixture
@@ -317,3 +323,71 @@ def test_the_eta_is_the_rate_so_far_against_the_lines_announced(org: TenantFixtu
     MemoryImport.objects.filter(pk=job.pk).update(expected_lines=10)
     job.refresh_from_db()
     assert job.eta_seconds is None
+
+
+def memory_line(memory_type: str, **fields: Any) -> dict[str, Any]:
+    return {"user_id": "ana", "memory_type": memory_type, **fields}
+
+
+def test_ready_memories_are_stored_found_by_search_and_not_stored_twice(
+    org: TenantFixture,
+) -> None:
+    lines = [
+        memory_line(
+            "semantic",
+            name="allergy",
+            summary="Ana is allergic to penicillin; write to ana@example.com",
+            client_memory_id="fact-1",
+        ),
+        memory_line(
+            "episodic",
+            summary="Ana moved to Lyon",
+            occurred_at="2023-05-02T09:00:00Z",
+            filter_tags={"project": "move"},
+        ),
+        memory_line("core", label="human", value="Name: Ana"),
+        line(0),
+    ]
+    first = send(org, ndjson(lines), import_id="mem").json()
+    assert (first["memories_stored"], first["memories_found"], first["turns_stored"]) == (3, 0, 1)
+    assert first["refused"] == []
+    fact = SemanticMemory.objects.get()
+    assert "<email>" in fact.summary and "ana@example.com" not in fact.summary
+    episode = EpisodicMemory.objects.get()
+    assert episode.occurred_at.isoformat() == "2023-05-02T09:00:00+00:00"
+    assert episode.filter_tags == {"project": "move"}
+    assert CoreMemoryBlock.objects.get(label="human").value == "Name: Ana"
+    # Searchable once the answer is back: indexed and embedded in the batch's transaction.
+    found = org.api.get(
+        "/memory/search",
+        {"user_id": "ana", "query": "penicillin allergy", "memory_type": "semantic"},
+    ).json()
+    assert [item["id"] for item in found["results"]] == [str(fact.pk)]
+    # Sent again, one of them edited under its own id: found, none stored twice.
+    lines[0] = {**lines[0], "summary": "Ana is allergic to penicillin and to aspirin"}
+    again = send(org, ndjson(lines), import_id="mem").json()
+    assert (again["memories_stored"], again["memories_found"], again["turns_found"]) == (0, 3, 1)
+    assert SemanticMemory.objects.count() == EpisodicMemory.objects.count() == 1
+    job = MemoryImport.objects.get(import_id="mem")
+    assert (job.memories_stored, job.memories_found) == (3, 3)
+
+
+def test_a_memory_line_lacking_what_its_type_needs_is_refused(org: TenantFixture) -> None:
+    answer = send(
+        org,
+        ndjson(
+            [
+                memory_line("semantic", summary="no name"),
+                memory_line("dream", summary="x"),
+                memory_line("resource", title="Design doc", client_memory_id=" bad"),
+                {k: v for k, v in memory_line("episodic", summary="x").items() if k != "user_id"},
+                memory_line("resource", title="Design doc", uri="https://example.com/d"),
+            ]
+        ),
+    ).json()
+    refused = {item["line"]: item["errors"] for item in answer["refused"]}
+    assert refused[1] == {"fields": ["A semantic memory needs name, summary."]}
+    assert "memory_type" in refused[2]
+    assert "client_memory_id" in refused[3]
+    assert "user_id" in refused[4]
+    assert answer["memories_stored"] == 1

@@ -8,7 +8,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from memory.agent_config import AGENT_COMPONENTS, COMPONENT_AGENT_TYPES
-from memory.extractors.llm import _llm_item_fields
+from memory.extractors.llm import proposed_fields
 from memory.extractors.prompt import EXTRACTION_SYSTEM
 from memory.extractors.schema import EXTRACTION_SCHEMA
 from memory.models.agents import MEMORY_COMPONENTS
@@ -54,7 +54,7 @@ def test_extraction_keeps_a_field_as_declared(memory_type: MemoryType, field: Fi
     item[field.name] = {"choice": "not one of them", "steps": ["y" * 3000] * 150}.get(
         field.kind, "z" * ((field.max_chars or 0) + 10)
     )
-    read = _llm_item_fields(memory_type.name, item)
+    read = proposed_fields(memory_type.name, item)
     if field.kind == "choice":
         if field.required and not field.default:
             assert read is None  # no valid value, no default: the item is dropped
@@ -74,10 +74,10 @@ def test_a_required_field_left_blank_drops_the_item(name: str) -> None:
         field.name: (field.choices[0] if field.kind == "choice" else "x")
         for field in memory_type.extracted_fields
     }
-    assert _llm_item_fields(name, full) is not None
+    assert proposed_fields(name, full) is not None
     for field in memory_type.extracted_fields:
         if field.required:
-            assert _llm_item_fields(name, full | {field.name: ""}) is None, field.name
+            assert proposed_fields(name, full | {field.name: ""}) is None, field.name
 
 
 def test_the_types_are_the_components_the_schema_and_the_prompt() -> None:
@@ -98,7 +98,7 @@ def test_a_list_or_an_object_where_a_word_was_asked_is_not_a_crash() -> None:
     """A model that answers ``["high"]`` for a sensitivity: the default, as for any other
     value outside the choices (it raised TypeError, failing the whole extraction job)."""
     vault = {"caption": "the door code", "secret_value": "4711"}
-    assert _llm_item_fields("knowledge_vault", vault | {"sensitivity": ["low"]}) == (
+    assert proposed_fields("knowledge_vault", vault | {"sensitivity": ["low"]}) == (
         vault | {"entry_type": "credential", "sensitivity": "high", "source": ""}
     )
-    assert _llm_item_fields("core", {"label": {"human": 1}, "value": "likes tea"}) is None
+    assert proposed_fields("core", {"label": {"human": 1}, "value": "likes tea"}) is None

@@ -15,7 +15,10 @@ from memory.api.serializers.memories import (
     SESSION_ID_PATTERN,
     FilterTagsField,
 )
-from memory.services.imports import ImportRefusal, ImportTurn
+from memory.extractors import Proposal
+from memory.extractors.llm import proposed_fields
+from memory.services.imports import ImportMemory, ImportRefusal, ImportTurn
+from memory.types import MEMORY_TYPES, TYPE_ALIASES, memory_type_resolve
 from mirix_site.api.fields import (
     BooleanField,
     FloatField,
@@ -84,10 +87,64 @@ def import_line_read(text: str, *, line: int, default_user_id: str | None) -> An
     return import_record_read(record, line=line, default_user_id=default_user_id)
 
 
+class ImportMemorySerializer(serializers.Serializer):
+    """A line's fields around its memory (the memory's own fields as its type names them)."""
+
+    user_id = UserIdField(required=False)
+    memory_type = TextChoiceField(choices=[*MEMORY_TYPES, *TYPE_ALIASES])
+    client_memory_id = PatternField(
+        CLIENT_MESSAGE_ID_PATTERN,
+        required=False,
+        max_length=255,
+        error_messages={
+            "invalid": "1 to 255 characters, without a control character or a space at either end."
+        },
+    )
+    filter_tags = FilterTagsField()
+    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+
+
+def _memory_read(record: dict[str, Any], *, line: int, default_user_id: str | None) -> Any:
+    head = ImportMemorySerializer(data=record)
+    if not head.is_valid():
+        return ImportRefusal(
+            line=line,
+            errors={name: [str(text) for text in texts] for name, texts in head.errors.items()},
+        )
+    data = head.validated_data
+    memory_type = memory_type_resolve(data["memory_type"])
+    fields = proposed_fields(memory_type.name, record)
+    if fields is None:
+        needed = [field.name for field in memory_type.extracted_fields if field.required]
+        return ImportRefusal(
+            line=line,
+            errors={"fields": [f"A {memory_type.name} memory needs {', '.join(needed)}."]},
+        )
+    user_id = data.get("user_id") or default_user_id
+    if user_id is None:
+        return ImportRefusal(
+            line=line, errors={"user_id": ["Required: on the line, or as the request's user_id."]}
+        )
+    tags = data.get("filter_tags") or {}
+    proposal = Proposal(
+        memory_type=memory_type.name,
+        fields=fields,
+        source_message_ids=[],
+        occurred_at=data.get("occurred_at"),
+        filter_tags=tags,
+        turn_tags=[tags],
+        client_memory_id=data.get("client_memory_id"),
+    )
+    return ImportMemory(line=line, user_id=user_id, proposal=proposal)
+
+
 def import_record_read(record: Any, *, line: int, default_user_id: str | None) -> Any:
-    """A line's decoded JSON as an ``ImportTurn``, or an ``ImportRefusal``."""
+    """A line's decoded JSON as an ``ImportTurn`` or an ``ImportMemory`` (a line naming a
+    ``memory_type``), or an ``ImportRefusal``."""
     if not isinstance(record, dict):
         return ImportRefusal(line=line, errors={"line": ["Not a JSON object."]})
+    if "memory_type" in record:
+        return _memory_read(record, line=line, default_user_id=default_user_id)
     fields = ImportTurnSerializer(data=record)
     errors: dict[str, list[str]] = {}
     if not fields.is_valid():
@@ -183,6 +240,8 @@ class ImportJobSerializer(serializers.Serializer):
     lines_read = IntegerField()
     turns_stored = IntegerField()
     turns_found = IntegerField()
+    memories_stored = IntegerField()
+    memories_found = IntegerField()
     lines_refused = IntegerField()
     eta_seconds = FloatField(
         allow_null=True,
@@ -198,6 +257,8 @@ class ImportOutputSerializer(serializers.Serializer):
     lines_read = IntegerField(help_text="this request's")
     turns_stored = IntegerField(help_text="this request's turns stored now")
     turns_found = IntegerField(help_text="this request's turns stored before: not again")
+    memories_stored = IntegerField(help_text="this request's memories stored now")
+    memories_found = IntegerField(help_text="this request's memories stored before: not again")
     lines_refused = IntegerField()
     refused = ImportRefusalSerializer(
         many=True, help_text="this request's refused lines (the first 100), each with why"
