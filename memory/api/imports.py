@@ -39,10 +39,13 @@ JSON body with the lines in a list. Each line is one turn: `role`, `content`, `c
 (required), and optionally `user_id` (else the request's), `session_id`, `session_tag`,
 `filter_tags`, `occurred_at`, `name`, `tool_calls`, `tool_call_id`, as `/memory/add` takes them.
 Consecutive turns of one session are stored together; chat turns are extracted into memories by
-the workers, as after `/memory/add`.
+the workers, as after `/memory/add`. A line naming a `memory_type` is a ready memory: its type's
+fields (as `/memory/{{type}}/{{id}}` shows them), `user_id`, `occurred_at`, `filter_tags` and
+optionally `client_memory_id`; it is indexed and embedded before the answer.
 
 A turn whose `client_message_id` the client stored before (an earlier request, a retry, the
-file sent again after a cut) is found, not stored again: an import is resumed by sending it
+file sent again after a cut) is found, not stored again, as is a memory stored before (the same
+`client_memory_id`, or without one the same type and fields): an import is resumed by sending it
 again under the same `import_id`. A line that cannot be stored is refused with its number and
 reason, and the others are imported. At most {settings.IMPORT_MAX_LINES:,} lines are read per
 request (`more` says lines were left: send them in another request naming the import).
