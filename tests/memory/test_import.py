@@ -222,10 +222,14 @@ def test_imports_are_the_clients_own(org: TenantFixture) -> None:
     assert Message.objects.count() == 2
 
 
-def test_two_imports_of_one_file_at_once_store_each_turn_once(transactional_db: None) -> None:
+def test_two_imports_of_one_file_at_once_store_each_line_once(transactional_db: None) -> None:
     owner = tenant_fixture("alice")
     assert send(owner, ndjson([line(999, session="warm")])).status_code == 200  # the user exists
-    body = ndjson([line(n, session=f"s{n % 3}") for n in range(60)])
+    facts = [
+        memory_line("semantic", name=f"fact {n}", summary=f"Ana likes colour number {n}")
+        for n in range(20)
+    ]
+    body = ndjson([line(n, session=f"s{n % 3}") for n in range(60)] + facts)
     answers: list[dict[str, Any]] = []
 
     def run() -> None:
@@ -241,6 +245,9 @@ def test_two_imports_of_one_file_at_once_store_each_turn_once(transactional_db: 
         thread.join(60)
     assert sum(answer["turns_stored"] for answer in answers) == 60
     assert sum(answer["turns_found"] for answer in answers) == 60
+    assert sum(answer["memories_stored"] for answer in answers) == 20
+    assert sum(answer["memories_found"] for answer in answers) == 20
+    assert SemanticMemory.objects.count() == 20
     assert Message.objects.exclude(session__session_id="warm").count() == 60
     for session in Session.objects.exclude(session_id="warm"):
         positions = sorted(session.messages.values_list("position", flat=True))
