@@ -31,6 +31,9 @@ MAX_NAME_CHARS = 255
 _ID_CHAR = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD]"
 _ID_EDGE = "[^\\u0000-\\u001F\\u007F-\\u009F\\uFFFD ]"
 CLIENT_MESSAGE_ID_PATTERN = f"^{_ID_EDGE}(?:{_ID_CHAR}{{0,{MAX_NAME_CHARS - 2}}}{_ID_EDGE})?$"
+CLIENT_ID_INVALID = (
+    f"1 to {MAX_NAME_CHARS} characters, without a control character or a space at either end."
+)
 MAX_TOOL_DEFINITIONS = 128
 MAX_TOOL_DESCRIPTION_CHARS = 4096
 _IMAGE_ID = re.compile(IMAGE_ID_PATTERN)
@@ -211,14 +214,7 @@ def client_message_id_check(value: Any, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str) or not re.fullmatch(CLIENT_MESSAGE_ID_PATTERN, value):
-        raise ValidationError(
-            {
-                where: [
-                    f"1 to {MAX_NAME_CHARS} characters, without a control character or a "
-                    "space at either end."
-                ]
-            }
-        )
+        raise ValidationError({where: [CLIENT_ID_INVALID]})
     return value
 
 

@@ -10,11 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from memory.api.serializers.memories import (
-    SESSION_ID_INVALID,
-    SESSION_ID_PATTERN,
-    FilterTagsField,
-)
+from memory.api.serializers.memories import FilterTagsField, TurnsPlaceSerializer
 from memory.extractors import Proposal
 from memory.extractors.llm import proposed_fields
 from memory.services.imports import ImportMemory, ImportRefusal, ImportTurn
@@ -31,7 +27,6 @@ from mirix_site.api.fields import (
 from mirix_site.api.parsers import JsonTooDeepError, json_text_load
 from sessions.api.serializers import MESSAGE_ROLES
 from sessions.content import CLIENT_MESSAGE_ID_PATTERN, message_normalize
-from sessions.models import Session
 
 # The turn's own fields on a line, checked by ``message_normalize``.
 _TURN_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "client_message_id")
@@ -59,21 +54,11 @@ class ImportParamsSerializer(serializers.Serializer):
     )
 
 
-class ImportTurnSerializer(serializers.Serializer):
+class ImportTurnSerializer(TurnsPlaceSerializer):
     """A line's fields around its turn (the turn itself as /memory/add's messages take one)."""
 
     user_id = UserIdField(required=False)
-    session_id = PatternField(
-        SESSION_ID_PATTERN,
-        required=False,
-        allow_null=True,
-        error_messages={"invalid": SESSION_ID_INVALID},
-    )
-    session_tag = TextChoiceField(
-        choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
-    )
     filter_tags = FilterTagsField()
-    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
 
 
 def import_line_read(text: str, *, line: int, default_user_id: str | None) -> Any:

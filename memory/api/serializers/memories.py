@@ -179,16 +179,10 @@ class ToolsField(serializers.JSONField):
         super().__init__(required=False, allow_null=True, **kwargs)
 
 
-class MemoryAddInputSerializer(serializers.Serializer):
-    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
-    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
-    do), and by both only if they are equal."""
+class TurnsPlaceSerializer(serializers.Serializer):
+    """Where turns go and when they were said: their session (none: the user's default
+    conversation), its tag, and their time (none: now)."""
 
-    user_id = UserIdField(required=False, allow_null=True)
-    meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
-    messages = serializers.ListField(
-        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
-    )
     session_id = PatternField(
         SESSION_ID_PATTERN,
         required=False,
@@ -198,9 +192,21 @@ class MemoryAddInputSerializer(serializers.Serializer):
     session_tag = TextChoiceField(
         choices=[tag.value for tag in Session.Tag], required=False, allow_null=True
     )
+    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
+
+
+class MemoryAddInputSerializer(TurnsPlaceSerializer):
+    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
+    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
+    do), and by both only if they are equal."""
+
+    user_id = UserIdField(required=False, allow_null=True)
+    meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
+    messages = serializers.ListField(
+        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+    )
     filter_tags = SessionFilterTagsField()
     tools = ToolsField()
-    occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
     # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
     chaining = BooleanField(required=False)
     verbose = BooleanField(required=False)
