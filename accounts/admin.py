@@ -28,7 +28,7 @@ from accounts.services import (
     organization_delete,
     removal_summary,
 )
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin
 from mirix_site.console.panels import list_url
 
 # --- An end user's page: each app shows what it holds about them -----------------------------
@@ -251,7 +251,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(EndUser)
-class EndUserAdmin(ServiceDeletionAdmin):
+class EndUserAdmin(BoundedCountAdmin, ServiceDeletionAdmin):
     """Deleting an end user is the operator's forget: every client's rows about them go."""
 
     list_display = ["user_id", "name", "organization", "created_by", "created_at"]

@@ -12,13 +12,13 @@ from images.models import ImageFetch, ImageObject
 from images.references import image_referrers
 from images.selectors import image_bytes
 from images.validation import image_thumbnail
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin
 
 THUMBNAIL_PIXELS = 96
 
 
 @admin.register(ImageObject)
-class ImageObjectAdmin(ReadOnlyAdmin):
+class ImageObjectAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     list_display = [
         "thumbnail",
         "sha256",
@@ -94,7 +94,7 @@ def _change_url(row: object) -> str:
 
 
 @admin.register(ImageFetch)
-class ImageFetchAdmin(ReadOnlyAdmin):
+class ImageFetchAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     list_display = [
         "__str__",
         "status",

@@ -35,7 +35,13 @@ from memory.selectors import extraction_backlog, memory_counts
 from memory.services.dreams import memory_restore
 from memory.services.records import memory_admin_delete, memory_admin_update
 from memory.types import MEMORY_TYPES
-from mirix_site.common.admin import ReadOnlyAdmin, StoredDateTime, StoredText, history_table
+from mirix_site.common.admin import (
+    BoundedCountAdmin,
+    ReadOnlyAdmin,
+    StoredDateTime,
+    StoredText,
+    history_table,
+)
 from mirix_site.console.charts import Bar, bar_chart, table
 from mirix_site.console.panels import Dashboard, Panel, dashboard_register, list_url
 from mirix_site.search.spaces import write_embedders
@@ -101,7 +107,7 @@ class SupersededFilter(admin.SimpleListFilter):
         return queryset
 
 
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(BoundedCountAdmin):
     """Curation of one memory type: operators may correct or delete; provenance, ownership and
     the derived search data stay read-only. Edits keep the search index and embeddings in step;
     a save that changes nothing writes nothing (no update, no log entry). A memory auto-dream
@@ -232,7 +238,7 @@ class KnowledgeVaultItemAdmin(MemoryAdmin):
 
 
 @admin.register(ExtractionJob)
-class ExtractionJobAdmin(ReadOnlyAdmin):
+class ExtractionJobAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """The durable record of each extraction batch: status, attempts, counts, last error."""
 
     list_display = [
@@ -322,7 +328,7 @@ class MemoryImportAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DreamRun)
-class DreamRunAdmin(ReadOnlyAdmin):
+class DreamRunAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Each auto-dream of a user's memories: who asked (a request, or the beat after new
     memories), its state and what it did per type."""
 

@@ -15,7 +15,7 @@ from accounts.admin import (
     user_rows_url,
 )
 from accounts.models import EndUser
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin
 from mirix_site.console.charts import Bar, bar_chart, table
 from mirix_site.console.panels import Dashboard, Panel, dashboard_register, list_url
 from sessions.models import Message, MessageImage, Session
@@ -64,7 +64,7 @@ class MessageImageInline(admin.TabularInline):
 
 
 @admin.register(Session)
-class SessionAdmin(ReadOnlyAdmin):
+class SessionAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     list_display = [
         "__str__",
         "end_user",
@@ -100,7 +100,7 @@ class SessionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyAdmin):
+class MessageAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     list_display = [
         "__str__",
         "role",

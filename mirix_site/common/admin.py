@@ -7,10 +7,42 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.core.paginator import Paginator
 from django.http import HttpRequest
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
+from mirix_site.common.counts import planner_estimate, table_count
 from mirix_site.common.history import history_of
+
+# The rows of a filtered admin list counted exactly; past them, the planner's estimate.
+LIST_COUNT_MAX = 10_000
+
+
+class BoundedCountPaginator(Paginator):
+    """An admin list's count that never scans a big table: the whole table by PostgreSQL's
+    estimate past ``EXACT_COUNT_MAX`` rows (``table_count``), a filtered list counted up to
+    ``LIST_COUNT_MAX`` rows and, past them, by the planner's estimate of the filter. Pages
+    are read by ``LIMIT``/``OFFSET`` as before."""
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        if not rows.query.has_filters():
+            return table_count(rows.model).value
+        counted = rows.order_by()[: LIST_COUNT_MAX + 1].count()
+        if counted <= LIST_COUNT_MAX:
+            return counted
+        return max(counted, planner_estimate(rows))
+
+
+class BoundedCountAdmin(admin.ModelAdmin):
+    """The admin of a table that grows with use (memories, turns, logs): its list's count is
+    bounded (``BoundedCountPaginator``) and the unfiltered total, which the list would count
+    again beside a filtered one, is not counted."""
+
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from django.db import connection, models
@@ -34,3 +35,9 @@ def table_count(model: type[models.Model]) -> TableCount:
     if estimate < EXACT_COUNT_MAX:  # -1: never analyzed yet
         return TableCount(model._default_manager.count(), estimated=False)
     return TableCount(int(estimate), estimated=True)
+
+
+def planner_estimate(queryset: models.QuerySet) -> int:
+    """The rows PostgreSQL's planner expects ``queryset`` to give (``EXPLAIN``, nothing run)."""
+    plan = json.loads(queryset.order_by().explain(format="json"))
+    return int(plan[0]["Plan"]["Plan Rows"])

@@ -17,7 +17,7 @@ from accounts.admin import (
     user_rows_url,
 )
 from accounts.models import EndUser
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin
 from mirix_site.console.charts import Series, daily_chart
 from mirix_site.console.panels import (
     DailySeries,
@@ -60,7 +60,7 @@ class LatencyFilter(admin.SimpleListFilter):
 
 
 @admin.register(RetrievalLog)
-class RetrievalLogAdmin(ReadOnlyAdmin):
+class RetrievalLogAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Every retrieval, for audit: who asked what, what came back, what the gate decided."""
 
     list_display = ["created_at", "endpoint", "query", "method", "end_user", "client", "latency_ms"]

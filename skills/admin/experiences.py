@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from accounts.tenancy import Tenant
-from mirix_site.common.admin import ReadOnlyAdmin, history_table
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin, history_table
 from mirix_site.common.errors import DomainError, NotFoundError
 from skills.models import (
     ActionGroupingCalibration,
@@ -55,7 +55,7 @@ class SupersedeForm(forms.Form):
 
 
 @admin.register(Experience)
-class ExperienceAdmin(ReadOnlyAdmin):
+class ExperienceAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Experiences as recorded, filtered by outcome, origin, user (from their page) or learning
     run (from its page). They change through the API; here an operator can mark one superseded
     by another of the same user and client (the API's supersede)."""
@@ -182,7 +182,7 @@ class ExperienceAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Recommendation)
-class RecommendationAdmin(ReadOnlyAdmin):
+class RecommendationAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Every recommendation made, with the evidence and confidence it was given with."""
 
     list_display = [
@@ -233,7 +233,7 @@ class MergeForm(forms.Form):
 
 
 @admin.register(ActionPhrase)
-class ActionPhraseAdmin(ReadOnlyAdmin):
+class ActionPhraseAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Which phrasings of an action recommend pools, and how near each was to its group's. An
     operator merges the groups of selected phrasings (an action on the list) or splits one
     phrasing out of its group (its page), each confirmed first and kept in its history."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
-from mirix_site.common.admin import ReadOnlyAdmin
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin
 from mirix_site.console.panels import list_url
 from skills.models import (
     Experience,
@@ -27,7 +27,7 @@ class LearningRunSessionInline(admin.TabularInline):
 
 
 @admin.register(LearningRun)
-class LearningRunAdmin(ReadOnlyAdmin):
+class LearningRunAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     """Learning runs as a record: their state, counts and error, and the sessions they learn
     from."""
 

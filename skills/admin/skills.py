@@ -24,7 +24,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 
-from mirix_site.common.admin import ReadOnlyAdmin, StoredText, history_table
+from mirix_site.common.admin import BoundedCountAdmin, ReadOnlyAdmin, StoredText, history_table
 from mirix_site.console.charts import Series, daily_chart
 from skills.content import SkillContent, content_diff_table
 from skills.lifecycle import DEPRECATABLE_STATUSES, OPERATOR_STATUSES, RESTORABLE_STATUSES
@@ -426,7 +426,7 @@ class SkillProposalAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SkillVersion)
-class SkillVersionAdmin(ReadOnlyAdmin):
+class SkillVersionAdmin(BoundedCountAdmin, ReadOnlyAdmin):
     list_display = ["skill", "number", "author", "operation", "run", "needs_review", "created_at"]
     list_filter = ["author", "operation", "needs_review"]
     search_fields = ["skill__name"]
