@@ -103,6 +103,21 @@ def tenant_rows_create(owner: TenantFixture) -> None:
     learning_run_create(owner, user_id="rows-user")
     # A dream run of the user (its core blocks have no repeated line: it changes nothing).
     owner.api.post("/memory/auto_dream?user_id=rows-user", {"mode": "core"}, format="json")
+    # A bulk import of one turn (its row records the import).
+    owner.api.post(
+        "/memory/import?import_id=rows-import",
+        {
+            "lines": [
+                {
+                    "user_id": "rows-user",
+                    "role": "user",
+                    "content": "imported",
+                    "client_message_id": "rows-1",
+                }
+            ]
+        },
+        format="json",
+    )
     from mirix_site.search.spaces import write_embedders
     from sessions.models import Session
     from skills.services.skills import skill_uses_record, skills_embed
