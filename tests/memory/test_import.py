@@ -398,3 +398,22 @@ def test_a_memory_line_lacking_what_its_type_needs_is_refused(org: TenantFixture
     assert "client_memory_id" in refused[3]
     assert "user_id" in refused[4]
     assert answer["memories_stored"] == 1
+
+
+def test_a_line_names_its_session_as_an_add_does(org: TenantFixture) -> None:
+    """In filter_tags.session_id (as MIRIX clients do) or session_id, equal if both; a task
+    turn needs one."""
+    answer = send(
+        org,
+        ndjson(
+            [
+                {**line(0), "session_id": None, "filter_tags": {"session_id": "tagged"}},
+                {**line(1), "session_id": None, "session_tag": "task"},
+                {**line(2), "filter_tags": {"session_id": "other"}},
+            ]
+        ),
+    ).json()
+    assert answer["turns_stored"] == 1
+    assert Message.objects.get().session.session_id == "tagged"
+    refused = {item["line"]: item["errors"] for item in answer["refused"]}
+    assert "session_id" in refused[2] and "filter_tags.session_id" in refused[3]

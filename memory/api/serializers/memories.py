@@ -194,27 +194,9 @@ class TurnsPlaceSerializer(serializers.Serializer):
     )
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
 
-
-class MemoryAddInputSerializer(TurnsPlaceSerializer):
-    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
-    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
-    do), and by both only if they are equal."""
-
-    user_id = UserIdField(required=False, allow_null=True)
-    meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
-    messages = serializers.ListField(
-        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
-    )
-    filter_tags = SessionFilterTagsField()
-    tools = ToolsField()
-    # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
-    chaining = BooleanField(required=False)
-    verbose = BooleanField(required=False)
-    use_cache = BooleanField(required=False)
-    async_add = BooleanField(required=False)
-    local_model_for_retrieval = TextField(required=False, allow_null=True)
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The session named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX
+        0.1.7 clients name it), by both only if they are equal; a task session needs one."""
         tags = attrs.get("filter_tags") or {}
         session_id = attrs.get("session_id")
         tagged = tags.get("session_id")
@@ -238,6 +220,30 @@ class MemoryAddInputSerializer(TurnsPlaceSerializer):
                     ]
                 }
             )
+        return {**attrs, "session_id": session_id}
+
+
+class MemoryAddInputSerializer(TurnsPlaceSerializer):
+    """Turns to store. A task session (``session_tag: task``) needs a session_id; the session
+    may be named by ``session_id`` or by ``filter_tags.session_id`` (as MIRIX 0.1.7 clients
+    do), and by both only if they are equal."""
+
+    user_id = UserIdField(required=False, allow_null=True)
+    meta_agent_id = TextField(required=False, allow_null=True, max_length=64)
+    messages = serializers.ListField(
+        child=MessageInputField(), min_length=1, max_length=MAX_MESSAGES_PER_ADD
+    )
+    filter_tags = SessionFilterTagsField()
+    tools = ToolsField()
+    # Sent by the MIRIX client; they mean nothing here and are accepted and ignored.
+    chaining = BooleanField(required=False)
+    verbose = BooleanField(required=False)
+    use_cache = BooleanField(required=False)
+    async_add = BooleanField(required=False)
+    local_model_for_retrieval = TextField(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
         messages = messages_check(attrs["messages"])
         try:
             tools = tools_normalize(attrs.get("tools"))
@@ -247,9 +253,9 @@ class MemoryAddInputSerializer(TurnsPlaceSerializer):
             "user_id": attrs.get("user_id") or "default",
             "meta_agent_id": attrs.get("meta_agent_id"),
             "messages": messages,
-            "session_id": session_id,
+            "session_id": attrs["session_id"],
             "session_tag": attrs.get("session_tag"),
-            "filter_tags": tags,
+            "filter_tags": attrs.get("filter_tags") or {},
             "tools": tools,
             "occurred_at": attrs.get("occurred_at"),
         }
