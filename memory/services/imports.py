@@ -34,6 +34,7 @@ from mirix_site.common.database import constraint_violated
 from mirix_site.common.errors import DomainError
 from mirix_site.search.spaces import write_embedders
 from sessions.content import MessageInput
+from sessions.services import MessageImageMissingError
 
 # Consecutive turns of one session stored in one transaction.
 IMPORT_BATCH = 200
@@ -122,27 +123,34 @@ def memory_import_start(
 
 
 def memory_import_lines(
-    *, tenant: Tenant, job: MemoryImport, lines: Iterable[ImportTurn | ImportRefusal]
+    *,
+    tenant: Tenant,
+    job: MemoryImport,
+    lines: Iterable[ImportTurn | ImportMemory | ImportRefusal],
 ) -> ImportPart:
-    """Store the turns of ``lines``, consecutive ones of one session together, and record the
-    refused lines; the import's row is updated after every batch and left idle at the end,
-    however the reading ends."""
+    """Store the turns and memories of ``lines``, consecutive ones of one session (or one
+    user's memories) together, and record the refused lines; the import's row is updated after
+    every batch and left idle at the end, however the reading ends."""
     part = ImportPart(job=job)
     pending: list[ImportTurn | ImportMemory] = []
+    refused: list[ImportRefusal] = []
     try:
         for line in lines:
             part.lines_read += 1
             if isinstance(line, ImportRefusal):
-                _progress(part, refused=[line])
+                refused.append(line)
+                if len(refused) >= IMPORT_BATCH:
+                    _progress(part, refused=refused)
+                    refused = []
                 continue
             if pending and (
                 pending[-1].batch_key != line.batch_key or len(pending) >= IMPORT_BATCH
             ):
-                _batch_store(tenant, part, pending)
-                pending = []
+                _batch_store(tenant, part, pending, refused)
+                pending, refused = [], []
             pending.append(line)
-        if pending:
-            _batch_store(tenant, part, pending)
+        if pending or refused:
+            _batch_store(tenant, part, pending, refused)
     finally:
         MemoryImport.objects.filter(pk=job.pk).update(
             state=MemoryImport.State.IDLE, updated_at=timezone.now()
@@ -151,10 +159,22 @@ def memory_import_lines(
     return part
 
 
-def _batch_store(tenant: Tenant, part: ImportPart, batch: list[Any]) -> None:
-    if isinstance(batch[0], ImportMemory):
-        _memories_store(tenant, part, batch)
-        return
+def _batch_store(
+    tenant: Tenant, part: ImportPart, batch: list[Any], refused: list[ImportRefusal]
+) -> None:
+    """Store one batch (all turns of one session, or all memories of one user) and record it
+    with the lines refused since the last batch."""
+    if not batch:
+        _progress(part, refused=refused)
+    elif isinstance(batch[0], ImportMemory):
+        _memories_store(tenant, part, batch, refused)
+    else:
+        _turns_store(tenant, part, batch, refused)
+
+
+def _turns_store(
+    tenant: Tenant, part: ImportPart, batch: list[ImportTurn], refused: list[ImportRefusal]
+) -> None:
     first = batch[0]
     try:
         result = memory_add(
@@ -168,11 +188,13 @@ def _batch_store(tenant: Tenant, part: ImportPart, batch: list[Any]) -> None:
             meta_agent_id=None,
         )
     except DomainError as exc:
-        # The session refuses them all (closed, of the other tag, an image it cannot show).
-        reason = {"session_id": [str(exc)]}
-        _progress(part, refused=[ImportRefusal(line=turn.line, errors=reason) for turn in batch])
+        # Refused whole: the session is closed or of the other tag, or an image is missing.
+        field_name = "content" if isinstance(exc, MessageImageMissingError) else "session_id"
+        reason = {field_name: [str(exc)]}
+        refused = [*refused, *(ImportRefusal(line=turn.line, errors=reason) for turn in batch)]
+        _progress(part, refused=refused)
         return
-    _progress(part, stored=result.stored, found=len(batch) - result.stored)
+    _progress(part, stored=result.stored, found=len(batch) - result.stored, refused=refused)
 
 
 @transaction.atomic
@@ -185,6 +207,7 @@ def _progress(
     memories_found: int = 0,
     refused: Sequence[ImportRefusal] = (),
 ) -> None:
+    refused = sorted(refused, key=lambda refusal: refusal.line)
     part.turns_stored += stored
     part.turns_found += found
     part.memories_stored += memories_stored
@@ -217,7 +240,9 @@ def _progress(
     )
 
 
-def _memories_store(tenant: Tenant, part: ImportPart, batch: list[ImportMemory]) -> None:
+def _memories_store(
+    tenant: Tenant, part: ImportPart, batch: list[ImportMemory], refused: list[ImportRefusal]
+) -> None:
     """Store the batch's memories in one transaction, run again when a concurrent import
     stored one of them first (its fingerprint: the next run finds it)."""
     for attempt in range(_STORE_ATTEMPTS):
@@ -229,7 +254,7 @@ def _memories_store(tenant: Tenant, part: ImportPart, batch: list[ImportMemory])
             constraint = constraint_violated(exc) or ""
             if not constraint.endswith("_fingerprint_unique") or attempt == _STORE_ATTEMPTS - 1:
                 raise
-    _progress(part, memories_stored=stored, memories_found=len(batch) - stored)
+    _progress(part, memories_stored=stored, memories_found=len(batch) - stored, refused=refused)
 
 
 def _memories_write(tenant: Tenant, batch: list[ImportMemory]) -> int:
