@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -17,13 +16,6 @@ from sessions.models import Message
 from tests.factories import TenantFixture
 
 LIST = "/admin/conversations/message/"
-
-
-@pytest.fixture
-def operator(client, db):
-    user = get_user_model().objects.create_superuser("operator", "op@example.com", "pw")
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -49,35 +41,35 @@ def _shown(page: str) -> int:
     return int(re.search(rf"(\d+) (?:{names})\b", page).group(1))
 
 
-def test_a_big_table_is_counted_by_its_estimate(operator, turns, monkeypatch) -> None:
+def test_a_big_table_is_counted_by_its_estimate(admin_client, turns, monkeypatch) -> None:
     monkeypatch.setattr(counts, "EXACT_COUNT_MAX", 5)
     with CaptureQueriesContext(connection) as queries:
-        page = operator.get(LIST)
+        page = admin_client.get(LIST)
     assert page.status_code == 200
     assert _counts(queries) == []  # the estimate only: pg_class, no scan
     assert _shown(page.content.decode()) == 12  # ANALYZE's count of a small table is exact
 
 
-def test_a_small_table_is_counted_exactly(operator, turns) -> None:
+def test_a_small_table_is_counted_exactly(admin_client, turns) -> None:
     with CaptureQueriesContext(connection) as queries:
-        page = operator.get(LIST)
+        page = admin_client.get(LIST)
     assert _shown(page.content.decode()) == Message.objects.count()
     assert len(_counts(queries)) == 1
 
 
 def test_a_filtered_list_counts_up_to_a_bound_and_never_the_whole_table_beside(
-    operator, turns, monkeypatch
+    admin_client, turns, monkeypatch
 ) -> None:
     user_pk = Message.objects.filter(end_user__user_id="ana").values_list("end_user", flat=True)[0]
     with CaptureQueriesContext(connection) as queries:
-        page = operator.get(LIST, {"end_user__id__exact": user_pk})
+        page = admin_client.get(LIST, {"end_user__id__exact": user_pk})
     assert _shown(page.content.decode()) == 6
     [count] = _counts(queries)  # the filtered count alone, not the table's total beside it
     assert "LIMIT 10001" in count
     # Past the bound, the planner's estimate (EXPLAIN: nothing counted further).
     monkeypatch.setattr(common_admin, "LIST_COUNT_MAX", 3)
     with CaptureQueriesContext(connection) as queries:
-        page = operator.get(LIST, {"end_user__id__exact": user_pk})
+        page = admin_client.get(LIST, {"end_user__id__exact": user_pk})
     assert page.status_code == 200
     assert any(query["sql"].startswith("EXPLAIN") for query in queries.captured_queries)
     assert "LIMIT 4" in _counts(queries)[0]

@@ -208,7 +208,8 @@ class ImportJsonSerializer(serializers.Serializer):
         max_length=settings.IMPORT_MAX_LINES,
         help_text="each a line as the NDJSON form sends it: a turn with its user_id, "
         "session_id, session_tag, filter_tags, occurred_at, role, content and "
-        "client_message_id (required)",
+        "client_message_id (required), or a memory naming its memory_type with its type's "
+        "fields, user_id, occurred_at, filter_tags and client_memory_id",
     )
 
 
