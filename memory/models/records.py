@@ -20,6 +20,9 @@ from mirix_site.search.models import Embedding
 # What "current" means for a memory: not superseded by another (auto-dream keeps the old one,
 # marked). Reads and searches show current memories unless asked for the superseded too.
 CURRENT = Q(superseded_by__isnull=True)
+# The end of each memory table's unique constraint on its fingerprint (one memory per owner
+# and content, or per owner and client_memory_id): a write that breaks it lost a race.
+FINGERPRINT_UNIQUE = "_fingerprint_unique"
 # What an auto-dream merge changes, kept in the history of every type it merges: the replaced
 # memories' ``superseded_by``, and the kept one's turns and their tags (it cites the turns of
 # those it replaced). Their values before the merge are what an operator's restore gives the
@@ -78,7 +81,8 @@ class ExtractedMemory(MemoryRecord):
         ]
         constraints = [
             models.UniqueConstraint(
-                fields=["end_user", "client", "fingerprint"], name="%(class)s_fingerprint_unique"
+                fields=["end_user", "client", "fingerprint"],
+                name=f"%(class)s{FINGERPRINT_UNIQUE}",
             ),
         ]
 

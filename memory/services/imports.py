@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -27,10 +27,11 @@ from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
 from memory.extractors import Proposal, proposal_redacted
 from memory.models import MemoryImport
+from memory.models.records import FINGERPRINT_UNIQUE
 from memory.services.ingest import memory_add
 from memory.services.records import Owner, memories_store
 from memory.types import MEMORY_TYPES
-from mirix_site.common.database import constraint_violated
+from mirix_site.common.database import atomic_run_again
 from mirix_site.common.errors import DomainError
 from mirix_site.search.spaces import write_embedders
 from sessions.content import MessageInput
@@ -38,8 +39,6 @@ from sessions.services import MessageImageMissingError
 
 # Consecutive turns of one session stored in one transaction.
 IMPORT_BATCH = 200
-# Runs of a batch of memories that lost a race with a concurrent import storing one of them.
-_STORE_ATTEMPTS = 3
 # Refused lines an import's row keeps (every one is counted; a request's answer lists its own).
 REFUSALS_KEPT = 1000
 
@@ -243,21 +242,14 @@ def _progress(
 def _memories_store(
     tenant: Tenant, part: ImportPart, batch: list[ImportMemory], refused: list[ImportRefusal]
 ) -> None:
-    """Store the batch's memories in one transaction, run again when a concurrent import
-    stored one of them first (its fingerprint: the next run finds it)."""
-    for attempt in range(_STORE_ATTEMPTS):
-        try:
-            with transaction.atomic():
-                stored = _memories_write(tenant, batch)
-            break
-        except IntegrityError as exc:
-            constraint = constraint_violated(exc) or ""
-            if not constraint.endswith("_fingerprint_unique") or attempt == _STORE_ATTEMPTS - 1:
-                raise
+    stored = _memories_write(tenant, batch)
     _progress(part, memories_stored=stored, memories_found=len(batch) - stored, refused=refused)
 
 
+# One of the batch's memories stored by a concurrent import first: run again, and find it.
+@atomic_run_again(lambda constraint: constraint.endswith(FINGERPRINT_UNIQUE))
 def _memories_write(tenant: Tenant, batch: list[ImportMemory]) -> int:
+    """Store the batch's memories in one transaction; returns how many were new."""
     end_user, _ = end_user_create_or_get(tenant=tenant, user_id=batch[0].user_id, name=None)
     owner = Owner(
         organization_id=tenant.organization.pk,

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import wraps
-from typing import Any, ParamSpec, TypeVar
-
-from django.db import IntegrityError, transaction
+from typing import Any
 
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
 from memory.models import MetaAgent
 from memory.services.extraction import extraction_job_ensure
-from mirix_site.common.database import constraint_violated
+from mirix_site.common.database import atomic_run_again
 from sessions.content import MessageInput
 from sessions.models import MESSAGE_CLIENT_ID_UNIQUE, Message, Session
 from sessions.services import messages_add
@@ -29,36 +25,8 @@ class IngestResult:
     stored: int  # turns written; the others were stored before (their client_message_id)
 
 
-# Times a call runs again after losing a race to store one of its turns' own ids: each loss
-# means another call stored that id, which the next run finds.
-_ADD_ATTEMPTS = 3
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _stored_once(function: Callable[P, R]) -> Callable[P, R]:
-    """``function`` in a transaction of its own, run again when a concurrent call stored one
-    of the turns' ``client_message_id`` first (the next run answers that turn with its row)."""
-
-    @wraps(function)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        for attempt in range(_ADD_ATTEMPTS):
-            try:
-                with transaction.atomic():
-                    return function(*args, **kwargs)
-            except IntegrityError as exc:
-                if (
-                    constraint_violated(exc) != MESSAGE_CLIENT_ID_UNIQUE
-                    or attempt == _ADD_ATTEMPTS - 1
-                ):
-                    raise
-        raise AssertionError("unreachable")
-
-    return run
-
-
-@_stored_once
+# A turn's own id stored by a concurrent call first: run again, and answer it with that row.
+@atomic_run_again(lambda constraint: constraint == MESSAGE_CLIENT_ID_UNIQUE)
 def memory_add(
     *,
     tenant: Tenant,

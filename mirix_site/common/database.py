@@ -7,7 +7,14 @@ Project-level because the API's error handler and the apps' Celery tasks ask the
 
 from __future__ import annotations
 
-from django.db import InterfaceError, OperationalError
+from collections.abc import Callable
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # SQLSTATEs of a server out of reach: class 08 (connection exception), the server shutting
 # down or not yet accepting connections (57P01 admin_shutdown, 57P02 crash_shutdown,
@@ -50,3 +57,28 @@ def constraint_violated(error: BaseException) -> str | None:
     """The name of the constraint an ``IntegrityError`` broke (PostgreSQL's diagnostics),
     or None when it names none."""
     return getattr(getattr(error.__cause__, "diag", None), "constraint_name", None)
+
+
+def atomic_run_again(
+    lost_race: Callable[[str], bool], *, attempts: int = 3
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A decorator for a write that checks what is stored before it inserts: the function runs
+    in a transaction of its own, and again (``attempts`` runs in all) when it fails on a unique
+    constraint ``lost_race`` accepts by name. Such a failure means a concurrent transaction
+    stored the same row first; the next run, in a new transaction, finds it."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        @wraps(function)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            for attempt in range(attempts):
+                try:
+                    with transaction.atomic():
+                        return function(*args, **kwargs)
+                except IntegrityError as exc:
+                    if attempt == attempts - 1 or not lost_race(constraint_violated(exc) or ""):
+                        raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
+
+        return run
+
+    return decorate
