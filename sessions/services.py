@@ -290,7 +290,7 @@ def _messages_stored_before(
     session_id: str | None, messages: list[MessageInput], known: dict[str, Message]
 ) -> AddedMessages:
     """Every turn was stored before (a retry): the stored rows, nothing written."""
-    rows = [known[message.client_message_id] for message in messages]
+    rows = _messages_in_order(messages, [], known)
     first = rows[0]
     return AddedMessages(
         session_pk=first.session_id,
