@@ -120,7 +120,6 @@ class MemoryImport(models.Model):
     expected_lines = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="as the client announced it: what the ETA is of"
     )
-    lines_read = models.PositiveBigIntegerField(default=0)
     turns_stored = models.PositiveBigIntegerField(default=0)
     turns_found = models.PositiveBigIntegerField(
         default=0, help_text="turns stored before (by an earlier request or import), not again"
@@ -146,6 +145,17 @@ class MemoryImport(models.Model):
 
     def __str__(self) -> str:
         return f"import {self.import_id} ({self.state})"
+
+    @property
+    def lines_read(self) -> int:
+        """Every line read ends as a turn or memory stored or found, or a refusal."""
+        return (
+            self.turns_stored
+            + self.turns_found
+            + self.memories_stored
+            + self.memories_found
+            + self.lines_refused
+        )
 
     @property
     def eta_seconds(self) -> float | None:

@@ -92,12 +92,16 @@ class ImportPart:
     """What one request (or one run of the command) did."""
 
     job: MemoryImport
-    lines_read: int = 0
     turns_stored: int = 0
     turns_found: int = 0
     memories_stored: int = 0
     memories_found: int = 0
     refused: list[ImportRefusal] = field(default_factory=list)
+
+    @property
+    def lines_read(self) -> int:
+        stored = self.turns_stored + self.memories_stored
+        return stored + self.turns_found + self.memories_found + len(self.refused)
 
 
 def memory_import_start(
@@ -135,7 +139,6 @@ def memory_import_lines(
     refused: list[ImportRefusal] = []
     try:
         for line in lines:
-            part.lines_read += 1
             if isinstance(line, ImportRefusal):
                 refused.append(line)
                 if len(refused) >= IMPORT_BATCH:
@@ -213,7 +216,6 @@ def _progress(
     part.memories_found += memories_found
     part.refused.extend(refused)
     job = MemoryImport.objects.select_for_update().get(pk=part.job.pk)
-    job.lines_read += stored + found + memories_stored + memories_found + len(refused)
     job.turns_stored += stored
     job.turns_found += found
     job.memories_stored += memories_stored
@@ -227,7 +229,6 @@ def _progress(
         ]
     job.save(
         update_fields=[
-            "lines_read",
             "turns_stored",
             "turns_found",
             "memories_stored",
