@@ -114,8 +114,9 @@ def _session_open(
     tools: dict[str, str],
     now: datetime,
 ) -> tuple[int, int, str] | None:
-    """Open the session holding the first ``count`` turns; None when a concurrent add opened
-    it first (the caller then reserves in theirs)."""
+    """Open the session holding the first ``count`` turns; None when the session exists
+    already: a concurrent add opened it first (the caller then reserves in it), or, named, it
+    is closed."""
     try:
         with transaction.atomic():
             session = Session.objects.create(
@@ -178,13 +179,9 @@ def messages_add(
     )
     reserved = reserve()
     if reserved is None:
-        if (
-            session_id is not None
-            and Session.objects.filter(
-                client=tenant.client, end_user=end_user, session_id=session_id
-            ).exists()
-        ):
-            raise SessionClosedError(session_id)  # it exists and is not open
+        # None open: open it. A named session that exists already (closed, or opened by a
+        # concurrent add that has committed since the reservation looked) refuses the insert,
+        # and the reservation is tried again: open, it takes the turns; closed, 409.
         reserved = _session_open(
             tenant=tenant,
             end_user=end_user,
@@ -199,7 +196,7 @@ def messages_add(
         if reserved is None:
             reserved = reserve()
         if reserved is None:
-            raise SessionClosedError(session_id)  # opened and closed again meanwhile
+            raise SessionClosedError(session_id)
     session_pk, first_position, session_tag = reserved
     if tag is not None and tag != session_tag:
         raise SessionTagMismatchError(session_id)
