@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -15,17 +15,13 @@ from rest_framework.response import Response
 
 from memory.api.serializers.imports import (
     ImportJsonSerializer,
+    ImportLine,
     ImportOutputSerializer,
     ImportParamsSerializer,
+    NdjsonLines,
     import_record_read,
-    import_stream_read,
 )
-from memory.services.imports import (
-    ImportRefusal,
-    ImportTurn,
-    memory_import_lines,
-    memory_import_start,
-)
+from memory.services.imports import memory_import_lines, memory_import_start
 from mirix_site.api.base import TenantAPIView
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
@@ -66,12 +62,16 @@ class MemoryImportApi(TenantAPIView):
         params.is_valid(raise_exception=True)
         import_id = params.validated_data.get("import_id") or f"import-{uuid.uuid4()}"
         default_user_id = params.validated_data.get("user_id")
-        if request.content_type.split(";")[0].strip().lower() in NDJSON_TYPES:
-            lines, more = import_stream_read(
+        media_type = request.content_type.split(";")[0].strip().lower()
+        lines: Iterable[ImportLine]
+        if media_type in NDJSON_TYPES:
+            lines = NdjsonLines(
                 request, default_user_id=default_user_id, max_lines=settings.IMPORT_MAX_LINES
             )
+        elif media_type == "application/json":
+            lines = self._json_lines(request, default_user_id)
         else:
-            lines, more = self._json_lines(request, default_user_id)
+            raise UnsupportedMediaType(request.content_type)
         job = memory_import_start(
             tenant=self.tenant,
             import_id=import_id,
@@ -88,21 +88,15 @@ class MemoryImportApi(TenantAPIView):
             "memories_found": part.memories_found,
             "lines_refused": len(part.refused),
             "refused": [refusal.as_dict() for refusal in part.refused[:REFUSALS_LISTED]],
-            "more": bool(more),
+            "more": isinstance(lines, NdjsonLines) and lines.more,
             "job": part.job,
         }
         return Response(ImportOutputSerializer(body).data, status=status.HTTP_200_OK)
 
-    def _json_lines(
-        self, request: Request, default_user_id: str | None
-    ) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
-        if request.content_type.split(";")[0].strip().lower() != "application/json":
-            raise UnsupportedMediaType(request.content_type)
+    def _json_lines(self, request: Request, default_user_id: str | None) -> Iterator[ImportLine]:
         body = ImportJsonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        records = body.validated_data["lines"]
-        lines = (
+        return (
             import_record_read(record, line=number, default_user_id=default_user_id)
-            for number, record in enumerate(records, start=1)
+            for number, record in enumerate(body.validated_data["lines"], start=1)
         )
-        return lines, []

@@ -26,10 +26,11 @@ from mirix_site.api.fields import (
 )
 from mirix_site.api.parsers import JsonTooDeepError, json_text_load
 from sessions.api.serializers import MESSAGE_ROLES
-from sessions.content import CLIENT_MESSAGE_ID_PATTERN, message_normalize
+from sessions.content import CLIENT_ID_INVALID, CLIENT_MESSAGE_ID_PATTERN, message_normalize
 
 # The turn's own fields on a line, checked by ``message_normalize``.
 _TURN_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "client_message_id")
+USER_ID_REQUIRED = "Required: on the line, or as the request's user_id."
 CLIENT_MESSAGE_ID_REQUIRED = (
     "Required: an import's turns carry their own id, so that a line sent again (a retry, the "
     "file sent again after a cut) is stored once."
@@ -41,6 +42,7 @@ class ImportParamsSerializer(serializers.Serializer):
         CLIENT_MESSAGE_ID_PATTERN,
         required=False,
         max_length=255,
+        error_messages={"invalid": CLIENT_ID_INVALID},
         help_text="the client's name for the import; a request naming it again continues it "
         "(default: a new id, in the answer)",
     )
@@ -61,8 +63,17 @@ class ImportTurnSerializer(TurnsPlaceSerializer):
     filter_tags = FilterTagsField()
 
 
-def import_line_read(text: str, *, line: int, default_user_id: str | None) -> Any:
-    """One NDJSON line as an ``ImportTurn``, or an ``ImportRefusal`` saying what is wrong."""
+ImportLine = ImportTurn | ImportMemory | ImportRefusal
+
+
+def _texts(errors: dict[str, Any]) -> dict[str, list[str]]:
+    """A serializer's errors as a refusal keeps them: field -> texts."""
+    return {name: [str(text) for text in texts] for name, texts in errors.items()}
+
+
+def import_line_read(text: str, *, line: int, default_user_id: str | None) -> ImportLine:
+    """One NDJSON line as an ``ImportTurn`` or ``ImportMemory``, or an ``ImportRefusal``
+    saying what is wrong."""
     try:
         record = json_text_load(text)
     except JsonTooDeepError as exc:
@@ -81,21 +92,16 @@ class ImportMemorySerializer(serializers.Serializer):
         CLIENT_MESSAGE_ID_PATTERN,
         required=False,
         max_length=255,
-        error_messages={
-            "invalid": "1 to 255 characters, without a control character or a space at either end."
-        },
+        error_messages={"invalid": CLIENT_ID_INVALID},
     )
     filter_tags = FilterTagsField()
     occurred_at = serializers.DateTimeField(required=False, allow_null=True, default_timezone=UTC)
 
 
-def _memory_read(record: dict[str, Any], *, line: int, default_user_id: str | None) -> Any:
+def _memory_read(record: dict[str, Any], *, line: int, default_user_id: str | None) -> ImportLine:
     head = ImportMemorySerializer(data=record)
     if not head.is_valid():
-        return ImportRefusal(
-            line=line,
-            errors={name: [str(text) for text in texts] for name, texts in head.errors.items()},
-        )
+        return ImportRefusal(line=line, errors=_texts(head.errors))
     data = head.validated_data
     memory_type = memory_type_resolve(data["memory_type"])
     fields = proposed_fields(memory_type.name, record)
@@ -107,9 +113,7 @@ def _memory_read(record: dict[str, Any], *, line: int, default_user_id: str | No
         )
     user_id = data.get("user_id") or default_user_id
     if user_id is None:
-        return ImportRefusal(
-            line=line, errors={"user_id": ["Required: on the line, or as the request's user_id."]}
-        )
+        return ImportRefusal(line=line, errors={"user_id": [USER_ID_REQUIRED]})
     tags = data.get("filter_tags") or {}
     proposal = Proposal(
         memory_type=memory_type.name,
@@ -123,7 +127,7 @@ def _memory_read(record: dict[str, Any], *, line: int, default_user_id: str | No
     return ImportMemory(line=line, user_id=user_id, proposal=proposal)
 
 
-def import_record_read(record: Any, *, line: int, default_user_id: str | None) -> Any:
+def import_record_read(record: Any, *, line: int, default_user_id: str | None) -> ImportLine:
     """A line's decoded JSON as an ``ImportTurn`` or an ``ImportMemory`` (a line naming a
     ``memory_type``), or an ``ImportRefusal``."""
     if not isinstance(record, dict):
@@ -133,9 +137,7 @@ def import_record_read(record: Any, *, line: int, default_user_id: str | None) -
     fields = ImportTurnSerializer(data=record)
     errors: dict[str, list[str]] = {}
     if not fields.is_valid():
-        errors.update(
-            {name: [str(text) for text in texts] for name, texts in fields.errors.items()}
-        )
+        errors.update(_texts(fields.errors))
     try:
         message = message_normalize(
             {name: record.get(name) for name in _TURN_FIELDS}, roles=MESSAGE_ROLES, where="turn"
@@ -150,7 +152,7 @@ def import_record_read(record: Any, *, line: int, default_user_id: str | None) -
     data = fields.validated_data if not errors else {}
     user_id = data.get("user_id") or default_user_id
     if not errors and user_id is None:
-        errors["user_id"] = ["Required: on the line, or as the request's user_id."]
+        errors["user_id"] = [USER_ID_REQUIRED]
     if errors or message is None:
         return ImportRefusal(line=line, errors=errors)
     message.occurred_at = data.get("occurred_at")
@@ -164,27 +166,30 @@ def import_record_read(record: Any, *, line: int, default_user_id: str | None) -
     )
 
 
-def import_stream_read(
-    stream: Any, *, default_user_id: str | None, max_lines: int | None
-) -> tuple[Iterator[ImportTurn | ImportRefusal], list[bool]]:
+class NdjsonLines:
     """The NDJSON lines of ``stream`` (anything with ``readline(size)`` giving bytes: a request,
-    a file), read one at a time as they are consumed, at most ``IMPORT_MAX_LINE_BYTES`` of a
+    a file), read one at a time as they are iterated, at most ``IMPORT_MAX_LINE_BYTES`` of a
     line held in memory, numbered as the file's lines (blank ones skipped). With
-    ``max_lines``, reading stops there and the list returned gets True if a line was left."""
-    more: list[bool] = []
-    limit = settings.IMPORT_MAX_LINE_BYTES
+    ``max_lines``, reading stops there, and ``more`` says whether a line was left."""
 
-    def lines() -> Iterator[ImportTurn | ImportRefusal]:
+    def __init__(self, stream: Any, *, default_user_id: str | None, max_lines: int | None) -> None:
+        self.stream = stream
+        self.default_user_id = default_user_id
+        self.max_lines = max_lines
+        self.more = False
+
+    def __iter__(self) -> Iterator[ImportLine]:
+        limit = settings.IMPORT_MAX_LINE_BYTES
         number = 0
-        while text := stream.readline(limit + 1):
+        while text := self.stream.readline(limit + 1):
             number += 1
             too_long = len(text) > limit and not text.endswith(b"\n")
             while text and not text.endswith(b"\n") and len(text) > limit:
-                text = stream.readline(limit + 1)  # the rest of the long line, dropped
+                text = self.stream.readline(limit + 1)  # the rest of the long line, dropped
             if not too_long and not text.strip():
                 continue
-            if max_lines is not None and number > max_lines:
-                more.append(True)
+            if self.max_lines is not None and number > self.max_lines:
+                self.more = True
                 return
             if too_long:
                 yield ImportRefusal(line=number, errors={"line": [f"Longer than {limit} bytes."]})
@@ -194,9 +199,7 @@ def import_stream_read(
             except UnicodeDecodeError:
                 yield ImportRefusal(line=number, errors={"line": ["Not UTF-8 text."]})
                 continue
-            yield import_line_read(decoded, line=number, default_user_id=default_user_id)
-
-    return lines(), more
+            yield import_line_read(decoded, line=number, default_user_id=self.default_user_id)
 
 
 class ImportJsonSerializer(serializers.Serializer):

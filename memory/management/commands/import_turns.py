@@ -1,20 +1,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.management.scopes import tenant_named
-from memory.api.serializers.imports import ImportParamsSerializer, import_stream_read
-from memory.services.imports import (
-    ImportRefusal,
-    ImportTurn,
-    memory_import_lines,
-    memory_import_start,
-)
+from memory.api.serializers.imports import ImportLine, ImportParamsSerializer, NdjsonLines
+from memory.services.imports import memory_import_lines, memory_import_start
 from mirix_site.common.history import OPERATOR, history_context
 
 # Lines between two progress lines on stderr.
@@ -68,9 +63,7 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {path}: {exc.strerror}.") from None
         try:
             expected = None if path == "-" else _line_count(stream)
-            lines, _ = import_stream_read(
-                stream, default_user_id=options["user_id"], max_lines=None
-            )
+            lines = NdjsonLines(stream, default_user_id=options["user_id"], max_lines=None)
             with history_context(OPERATOR, operator="import_turns"):
                 job = memory_import_start(
                     tenant=tenant, import_id=import_id, expected_lines=expected
@@ -90,13 +83,12 @@ class Command(BaseCommand):
             self.stderr.write(f"  ... and {len(part.refused) - REFUSALS_PRINTED:,} more lines")
         self.stdout.write(
             f"Import {import_id}: {part.lines_read:,} lines read, {part.turns_stored:,} turns "
-            f"stored, {part.turns_found:,} stored before (not again), {len(part.refused):,} "
+            f"stored, {part.turns_found:,} stored before (not again), {part.memories_stored:,} "
+            f"memories stored, {part.memories_found:,} stored before, {len(part.refused):,} "
             "lines refused."
         )
 
-    def _reported(
-        self, lines: Iterator[ImportTurn | ImportRefusal], expected: int | None
-    ) -> Iterator[ImportTurn | ImportRefusal]:
+    def _reported(self, lines: Iterable[ImportLine], expected: int | None) -> Iterator[ImportLine]:
         for count, line in enumerate(lines, start=1):
             if count % PROGRESS_EVERY == 0:
                 total = f" of {expected:,}" if expected else ""
