@@ -527,13 +527,13 @@ def memory_restore(*, memory_type: MemoryType, rows: Sequence[models.Model]) -> 
     for row in rows:
         if row.superseded_by_id is None:
             continue
+        changed = ["superseded_by", "updated_at"]
         if _merged(row):
             keepers.add(row.superseded_by_id)
-        row.superseded_by = None
-        changed = ["superseded_by", "updated_at"]
-        if getattr(row, "valid_until", None) is not None:
+        else:
             row.valid_until = None  # valid again, as it was before a later fact replaced it
             changed.append("valid_until")
+        row.superseded_by = None
         row.save(update_fields=changed)
         restored += 1
     rule = MERGE_RULES.get(memory_type.name)
