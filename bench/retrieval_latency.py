@@ -15,10 +15,11 @@ Two layouts of the same ``--scale`` memories (episodic, one embedding each):
 Data. Memory text is word salad drawn Zipf-like (exponent 1) from the 5,000 most frequent
 whole words of the all-MiniLM-L6-v2 tokenizer's vocabulary (listed by corpus frequency), 15-40
 words each, so BM25 sees stop words, common terms with long posting lists, and rare ones.
-Queries are 3-8 words drawn the same way (redrawn until PostgreSQL keeps a lexeme), all
-distinct, and drawn afresh each run (seeded by the run id) so that none of their embeddings is
-already in the server's Redis cache: ``embed`` is a real model run. Embeddings
-(``--embeddings``): ``model`` embeds every text with the local all-MiniLM-L6-v2 in this process
+Queries are 3-8 words drawn the same way (redrawn until the server would search one: a topic
+word by its reading, ``QuerySource``), all distinct, and drawn afresh each run (seeded by the
+run id) so that none of their embeddings is already in the server's Redis cache: ``embed`` is
+a real model run. Embeddings (``--embeddings``): ``model`` embeds every text with the local
+all-MiniLM-L6-v2 in this process
 (the realistic choice: real neighbourhoods for the HNSW graph; ~160 texts/s here with the
 server's one torch thread, so ~10 minutes at 100,000, kept in ``<data dir>/bench-cache`` for
 the next run);
@@ -158,8 +159,10 @@ EMBED_CHUNK_TEXTS = 2048
 
 
 class QuerySource:
-    """Distinct queries that keep at least one lexeme after PostgreSQL's text analysis (a query
-    of stop words only would skip the keyword lane)."""
+    """Distinct queries the server searches: with a topic word by its own reading
+    (``memory.query.recency.content_terms``). Words alone are not enough: a query of stop words,
+    time phrases or words asking only what is new ("me to time") is answered with the newest
+    memories, no lane run, which no exact scan ranks (1 query in 10-20 of a run drew one)."""
 
     def __init__(self, vocabulary: Vocabulary, seed: str) -> None:
         self.vocabulary = vocabulary
@@ -167,12 +170,12 @@ class QuerySource:
         self.seen: set[str] = set()
 
     def take(self, count: int) -> list[str]:
-        from mirix_site.search.bm25 import query_lexemes
+        from memory.query.recency import content_terms
 
         queries: list[str] = []
         while len(queries) < count:
             text = self.vocabulary.text(self.rng, QUERY_WORDS)
-            if text not in self.seen and query_lexemes(text):
+            if text not in self.seen and content_terms(text):
                 self.seen.add(text)
                 queries.append(text)
         return queries
