@@ -15,6 +15,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
@@ -31,13 +32,15 @@ _TABLES = {
     "documents": DocumentStats._meta.db_table,
 }
 
-_ADD_SQL = """
-WITH docs AS (
+# A document's analysis, the one rule for every writer: its body's ``to_tsvector`` with the
+# configured text-search configuration; a posting per lexeme, tf its number of positions, the
+# document's length all its positions. ``{source}`` is a relation (with its alias ``d``) of
+# documents: document_id, organization_id, client_id, end_user_id, body.
+_TERMS_CTES = """
+docs AS (
     SELECT d.document_id, d.organization_id, d.client_id, d.end_user_id,
            to_tsvector(%(config)s::regconfig, d.body) AS tsv
-      FROM jsonb_to_recordset(%(documents)s::jsonb)
-           AS d(document_id bigint, organization_id text, client_id text, end_user_id bigint,
-                body text)
+      FROM {source}
 ), lengths AS (
     SELECT docs.*, (SELECT coalesce(sum(array_length(t.positions, 1)), 0)
                       FROM unnest(docs.tsv) AS t) AS doc_length
@@ -46,12 +49,23 @@ WITH docs AS (
     SELECT l.document_id, l.organization_id, l.client_id, l.end_user_id, t.lexeme,
            array_length(t.positions, 1) AS tf, l.doc_length
       FROM lengths l, unnest(l.tsv) AS t
-), postings AS (
+)"""
+
+_POSTINGS_INSERT = """
     INSERT INTO {postings}
            (organization_id, client_id, end_user_id, kind, lexeme, document_id, tf, doc_length)
     SELECT organization_id, client_id, end_user_id, %(kind)s, lexeme, document_id, tf,
            doc_length
-      FROM terms
+      FROM terms"""
+
+# The documents as one JSON parameter, not an array per column: psycopg dumps arrays element by
+# element in Python (see mirix_site.common.rows.rows_insert).
+_JSON_DOCUMENTS = """jsonb_to_recordset(%(documents)s::jsonb)
+           AS d(document_id bigint, organization_id text, client_id text, end_user_id bigint,
+                body text)"""
+
+# What one write adds to the statistics, after its postings (``_ADD_SQL``).
+_STATISTICS_ADD = """
 ), term_stats AS (
     INSERT INTO {terms}
            (organization_id, client_id, end_user_id, kind, lexeme, doc_frequency, max_tf)
@@ -73,6 +87,43 @@ SELECT organization_id, client_id, end_user_id, %(kind)s, count(*), sum(doc_leng
 ON CONFLICT (end_user_id, client_id, kind) DO UPDATE
    SET doc_count = {documents}.doc_count + EXCLUDED.doc_count,
        total_length = {documents}.total_length + EXCLUDED.total_length
+""".format(**_TABLES)  # noqa: S608 (table names from the models)
+
+_ADD_SQL = (
+    "WITH "
+    + _TERMS_CTES.format(source=_JSON_DOCUMENTS)
+    + ", postings AS ("
+    + _POSTINGS_INSERT.format(**_TABLES)
+    + _STATISTICS_ADD
+)
+
+# Statistics counted from the postings, as the writes above keep them: per lexeme the documents
+# holding it and its largest tf; per owner the documents with a lexeme and their total length.
+# After the owners' old rows are deleted (one statement: a sibling DELETE's order is not known).
+_STATISTICS_DELETE = """
+WITH gone_terms AS (
+    DELETE FROM {terms} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+)
+DELETE FROM {documents} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+""".format(**_TABLES)  # noqa: S608 (table names from the models)
+
+_STATISTICS_COUNT = """
+WITH postings AS (
+    SELECT organization_id, client_id, end_user_id, lexeme, document_id, tf, doc_length
+      FROM {postings} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+), term_stats AS (
+    INSERT INTO {terms}
+           (organization_id, client_id, end_user_id, kind, lexeme, doc_frequency, max_tf)
+    SELECT organization_id, client_id, end_user_id, %(kind)s, lexeme, count(*), max(tf)
+      FROM postings
+     GROUP BY organization_id, client_id, end_user_id, lexeme
+)
+INSERT INTO {documents}
+       (organization_id, client_id, end_user_id, kind, doc_count, total_length)
+SELECT organization_id, client_id, end_user_id, %(kind)s, count(*), sum(doc_length)
+  FROM (SELECT DISTINCT organization_id, client_id, end_user_id, document_id, doc_length
+          FROM postings) AS documents
+ GROUP BY organization_id, client_id, end_user_id
 """.format(**_TABLES)  # noqa: S608 (table names from the models)
 
 _REMOVE_SQL = """
@@ -121,8 +172,6 @@ def _postings_add(documents: Sequence[Document]) -> None:
                 {
                     "config": settings.TEXT_SEARCH_CONFIG,
                     "kind": kind.code,
-                    # One JSON document, not an array per column: psycopg dumps arrays element
-                    # by element in Python (see mirix_site.common.rows.rows_insert).
                     "documents": json.dumps(
                         [
                             {
@@ -138,6 +187,26 @@ def _postings_add(documents: Sequence[Document]) -> None:
                     ),
                 },
             )
+
+
+def postings_insert(*, kind: SearchableKind, source: str, params: dict[str, Any]) -> None:
+    """The postings of documents a relation yields, without their statistics: a bulk load's
+    batches, whose statistics ``statistics_recount`` counts once at the end (a statistics row
+    is updated once, not once per batch). ``source``: the relation with its alias ``d``, of
+    columns document_id, organization_id, client_id, end_user_id, body (the kind's text);
+    ``params`` its parameters."""
+    sql = "WITH " + _TERMS_CTES.format(source=source) + _POSTINGS_INSERT.format(**_TABLES)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params | {"config": settings.TEXT_SEARCH_CONFIG, "kind": kind.code})
+
+
+def statistics_recount(*, kind: SearchableKind, end_user_ids: Sequence[int]) -> None:
+    """These users' BM25 statistics of the kind counted afresh from their postings, in one
+    pass: what ``postings_insert`` left to be counted."""
+    params = {"kind": kind.code, "users": list(end_user_ids)}
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(_STATISTICS_DELETE, params)
+        cursor.execute(_STATISTICS_COUNT, params)
 
 
 def _postings_remove(kind: SearchableKind, document_ids: Sequence[int]) -> None:

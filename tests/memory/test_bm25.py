@@ -199,3 +199,34 @@ def test_deleting_and_editing_keep_the_index_exact(org: TenantFixture) -> None:
     expected = python_bm25(documents, "tea")
     assert [int(r["id"]) for r in served] == [doc for doc, _ in expected]
     assert [r["bm25_score"] for r in served] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+def _statistics(user_pk: int) -> tuple[set[tuple], set[tuple]]:
+    from mirix_site.search.models import DocumentStats, TermStats
+
+    terms = TermStats.objects.filter(end_user_id=user_pk).values_list(
+        "organization_id", "client_id", "kind", "lexeme", "doc_frequency", "max_tf"
+    )
+    documents = DocumentStats.objects.filter(end_user_id=user_pk).values_list(
+        "organization_id", "client_id", "kind", "doc_count", "total_length"
+    )
+    return set(terms), set(documents)
+
+
+def test_statistics_counted_from_the_postings_are_those_each_write_kept(
+    org: TenantFixture,
+) -> None:
+    """A bulk load writes postings alone and counts the statistics once at its end
+    (bench.memories_load): the count must be what the writes' own upserts give."""
+    from mirix_site.search.index import statistics_recount
+
+    store(org, "sam", ["tea garden tea", "tea house", "coffee shop", "green tea leaves"])
+    store(org, "sam", ["tea tea tea ceremony", "the", "coffee beans and tea"])  # "the": no lexeme
+    store(org.another_client("sibling"), "sam", ["coffee coffee", "garden"])
+    user = end_user_get(tenant=org.tenant, user_id="sam")
+    kept = _statistics(user.pk)
+    assert len(kept[1]) == 2 and len(kept[0]) > 8  # both clients, many lexemes
+
+    statistics_recount(kind=SEMANTIC, end_user_ids=[user.pk])
+
+    assert _statistics(user.pk) == kept
