@@ -70,6 +70,22 @@ def _concurrently() -> str:
     return "" if connection.in_atomic_block else "CONCURRENTLY "
 
 
+# What pgvector holds in maintenance_work_mem per element of a graph being built, besides its
+# vector: the element and its neighbour lists (m = 16). Measured from pgvector's "graph no longer
+# fits" notice at 64 MB: 2,251 bytes per 384-dimension vector, 1,483 per halfvec, i.e. ~715 bytes
+# besides the vector (bench/RESULTS.md, 2026-12-07); rounded up.
+HNSW_ELEMENT_BYTES = 800
+
+
+def hnsw_build_memory_mb(rows: int, dimensions: int, *, own: bool) -> int:
+    """The maintenance_work_mem (MB) that keeps a build's graph of ``rows`` vectors in memory
+    (one that outgrows it is finished on disk, several times slower), at most
+    ``VECTOR_INDEX_BUILD_MEMORY_MB``."""
+    vector_bytes = (2 if vector_type(own=own) == "halfvec" else 4) * dimensions
+    needed_mb = math.ceil(rows * (vector_bytes + HNSW_ELEMENT_BYTES) / 2**20)
+    return max(64, min(needed_mb, settings.VECTOR_INDEX_BUILD_MEMORY_MB))
+
+
 def hnsw_index_create(
     kind: SearchableKind,
     model: str,
@@ -96,9 +112,7 @@ def hnsw_index_create(
         if not index_exists(name):
             cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
         if rows:
-            # The vector plus about 1 kB of neighbour lists (m = 16) per row.
-            needed_mb = math.ceil(rows * (4 * dimensions + 1024) / 1_000_000)
-            memory_mb = max(64, min(needed_mb, settings.VECTOR_INDEX_BUILD_MEMORY_MB))
+            memory_mb = hnsw_build_memory_mb(rows, dimensions, own=own)
             cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
         try:
             cursor.execute(

@@ -302,9 +302,16 @@ ROWS_MEMO_SECONDS = env_float("ROWS_MEMO_SECONDS", 1.0, minimum=0.0)
 # How often beat gives users with many embeddings an HNSW index of their own (and drops those
 # no longer needed); `manage.py vector_indexes` does it at once.
 VECTOR_INDEX_SYNC_SECONDS = env_float("VECTOR_INDEX_SYNC_SECONDS", 600.0, minimum=10.0)
-# The most memory (MB, PostgreSQL's maintenance_work_mem) one such build may take; a build
-# needs ~2.6 kB per 384-dimension vector to stay in memory (256 MB: 100,000 vectors).
-VECTOR_INDEX_BUILD_MEMORY_MB = env_int("VECTOR_INDEX_BUILD_MEMORY_MB", 512, minimum=64)
+# The most memory (MB, PostgreSQL's maintenance_work_mem) one index build may take: each is
+# given what its graph needs (mirix_site.search.vector_indexes.hnsw_build_memory_mb, ~1.6 GB for
+# a user's 1,000,000 vectors of 384 dimensions), at most this. Default: a quarter of this
+# machine's memory, where `make run` runs PostgreSQL; with a database elsewhere, set it for that
+# machine.
+VECTOR_INDEX_BUILD_MEMORY_MB = env_int(
+    "VECTOR_INDEX_BUILD_MEMORY_MB",
+    max(64, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4 // 2**20),
+    minimum=64,
+)
 
 # --- Pipelines -------------------------------------------------------------------------------
 # PostgreSQL text-search configuration (stemming, stop words) of memories' search vectors.
