@@ -89,8 +89,8 @@ from bench.memories_load import (
     Layout,
     Vocabulary,
     corpus_texts,
-    hnsw_dropped,
     hnsw_kept,
+    indexes_deferred,
     own_indexes_sync,
     rows_load,
     searched_kind,
@@ -489,7 +489,7 @@ def data_load(
     )
     users_create(tenant, run.layout)
     print(f"loading into user {run.layout.user_ids[0]}", flush=True)
-    with hnsw_kept(kind) if arguments.smoke else hnsw_dropped(kind):
+    with hnsw_kept(kind) if arguments.smoke else indexes_deferred(kind):
         rows_load(
             tenant=tenant,
             kind=kind,
@@ -693,7 +693,7 @@ def cleanup(run: Run, kind: SearchableKind, *, smoke: bool) -> None:
     if not run.layout.pks:
         return
     began = time.perf_counter()
-    with hnsw_kept(kind) if smoke else hnsw_dropped(kind):
+    with hnsw_kept(kind) if smoke else indexes_deferred(kind):
         users_delete(kind, run.layout.pks)
     if not smoke:
         tables_vacuum(kind)

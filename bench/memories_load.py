@@ -7,6 +7,7 @@ loading's choices and their costs."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -182,7 +183,8 @@ def users_delete(kind: SearchableKind, pks: Sequence[int]) -> None:
 
 _STAGE_SQL = (
     f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} "
-    "(id bigint, end_user_id bigint, body text, embedding vector) ON COMMIT DELETE ROWS"
+    "(id bigint, end_user_id bigint, body text, indexed text, embedding vector) "
+    "ON COMMIT DELETE ROWS"
 )
 
 
@@ -251,12 +253,14 @@ def rows_load(
     vectors: np.ndarray,
     model_name: str,
 ) -> None:
-    """The layout's memories, embeddings and BM25 postings, a transaction per batch."""
+    """The layout's memories, embeddings and BM25 postings, a transaction per batch, then the
+    users' BM25 statistics counted once from their postings (``statistics_recount``: a
+    statistics row written once, not once per batch)."""
     from django.db import connection, transaction
     from pgvector.psycopg.vector import register_vector_info
     from psycopg.types import TypeInfo
 
-    from mirix_site.search.index import documents_index
+    from mirix_site.search.index import postings_insert, statistics_recount
 
     owners = [pk for pk, size in zip(layout.pks, layout.sizes, strict=True) for _ in range(size)]
     tenant_ids = {"organization_id": tenant.organization.pk, "client_id": tenant.client.pk}
@@ -283,6 +287,11 @@ def rows_load(
     )
     memory_params |= tenant_ids
     embedding_params |= tenant_ids | {"model": model_name}
+    # What BM25 indexes of a memory holding only this text: the kind's own text of the row.
+    postings_source = (
+        "(SELECT s.id AS document_id, %(organization_id)s AS organization_id, "  # noqa: S608
+        f"%(client_id)s AS client_id, s.end_user_id, s.indexed AS body FROM {STAGE_TABLE} s) AS d"
+    )
     connection.ensure_connection()
     vector_type = TypeInfo.fetch(connection.connection, "vector")
     began = last_report = time.perf_counter()
@@ -299,34 +308,27 @@ def rows_load(
             # every later read of a vector through it would return pgvector's own type.
             register_vector_info(cursor.cursor, vector_type)
             with cursor.cursor.copy(
-                f"COPY {STAGE_TABLE} (id, end_user_id, body, embedding) FROM STDIN (FORMAT BINARY)"
+                f"COPY {STAGE_TABLE} (id, end_user_id, body, indexed, embedding) "
+                "FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["bigint", "bigint", "text", "vector"])
+                copy.set_types(["bigint", "bigint", "text", "text", "vector"])
                 for offset, memory_id in enumerate(ids):
                     row = start + offset
-                    copy.write_row((memory_id, owners[row], texts[row], vectors[row]))
+                    memory = kind.model(**{kind.text_fields[0]: texts[row]})
+                    copy.write_row(
+                        (memory_id, owners[row], texts[row], kind.text(memory), vectors[row])
+                    )
             cursor.execute(memories_sql, memory_params)
             cursor.execute(embeddings_sql, embedding_params)
-            documents_index(
-                documents=[
-                    (
-                        kind,
-                        kind.model(
-                            pk=memory_id,
-                            end_user_id=owners[start + offset],
-                            **tenant_ids,
-                            **{kind.text_fields[0]: texts[start + offset]},
-                        ),
-                    )
-                    for offset, memory_id in enumerate(ids)
-                ],
-                embedders=[],
-            )
+            postings_insert(kind=kind, source=postings_source, params=tenant_ids)
         if time.perf_counter() - last_report >= PROGRESS_EVERY_SECONDS:
             progress_print("loaded", stop, layout.rows, began)
             last_report = time.perf_counter()
     seconds = time.perf_counter() - began
     print(f"  loaded {layout.rows:,} memories in {seconds:.0f} s ({layout.rows / seconds:,.0f}/s)")
+    began = time.perf_counter()
+    statistics_recount(kind=kind, end_user_ids=layout.pks)
+    print(f"  BM25 statistics counted in {time.perf_counter() - began:.0f} s", flush=True)
 
 
 def shared_hnsw_index(kind: SearchableKind) -> tuple[str, str]:
@@ -368,39 +370,201 @@ def hnsw_kept(kind: SearchableKind) -> Iterator[None]:
     yield
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """An index or constraint of a loaded table, dropped for a big load and made again after."""
+
+    table: str
+    name: str
+    kind: str  # "unique", "foreign key", "index", "hnsw": the order they are made in
+    create: str  # the SQL that makes it again
+
+    def exists(self) -> bool:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            if self.kind in ("unique", "foreign key"):
+                cursor.execute(
+                    "SELECT 1 FROM pg_constraint WHERE conname = %s AND conrelid = %s::regclass",
+                    [self.name, self.table],
+                )
+            else:
+                cursor.execute("SELECT to_regclass(%s)", [self.name])
+                return cursor.fetchone()[0] is not None
+            return cursor.fetchone() is not None
+
+    def drop(self) -> str:
+        from django.db import connection
+
+        name = connection.ops.quote_name(self.name)
+        if self.kind in ("unique", "foreign key"):
+            table = connection.ops.quote_name(self.table)
+            return f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}"
+        return f"DROP INDEX IF EXISTS {name}"
+
+
+_MADE_IN_ORDER = ("unique", "foreign key", "index", "hnsw")
+
+
+def deferrable(kind: SearchableKind) -> list[Deferred]:
+    """Every constraint and index of the tables a load writes but their primary keys (kept: the
+    rows' ids come in order, and foreign keys reference them) and users' own HNSW indexes
+    (beat's sync keeps those), in the order they are made again: unique constraints, foreign
+    keys (re-adding one checks every row in one pass, where the load's rows would each be
+    checked at commit), the other indexes, the shared HNSW index last."""
+    from django.db import connection
+
+    from mirix_site.search.vectors import own_index_pattern
+
+    tables = [model._meta.db_table for model in loaded_models(kind)]
+    own = own_index_pattern(kind)
+    found: list[Deferred] = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid) "
+            "FROM pg_constraint WHERE conrelid = ANY(%s::regclass[]) AND contype IN ('u', 'f')",
+            [tables],
+        )
+        for table, name, type_, definition in cursor.fetchall():
+            found.append(
+                Deferred(
+                    table,
+                    name,
+                    "unique" if type_ == "u" else "foreign key",
+                    f"ALTER TABLE {connection.ops.quote_name(table)} ADD CONSTRAINT "
+                    f"{connection.ops.quote_name(name)} {definition}",
+                )
+            )
+        cursor.execute(
+            "SELECT t.relname, i.relname, am.amname, pg_get_indexdef(i.oid) "
+            "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "JOIN pg_class t ON t.oid = x.indrelid JOIN pg_am am ON am.oid = i.relam "
+            "WHERE x.indrelid = ANY(%s::regclass[]) AND NOT EXISTS (SELECT 1 FROM pg_constraint c "
+            "WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))",
+            [tables],
+        )
+        for table, name, method, definition in cursor.fetchall():
+            if not own.match(name) and method != "hnsw":
+                found.append(Deferred(table, name, "index", definition))
+    name, definition = shared_hnsw_index(kind)  # made from the model's, if missing
+    found.append(Deferred(kind.embedding_table, name, "hnsw", definition))
+    return sorted(found, key=lambda item: (_MADE_IN_ORDER.index(item.kind), item.table, item.name))
+
+
+def _deferred_make(items: Sequence[Deferred], kind: SearchableKind) -> None:
+    """Make again those of ``items`` that are missing, in order, with every core and the
+    memory each needs; the record of them goes once all exist."""
+    from django.db import connection
+
+    from mirix_site.search.vector_indexes import hnsw_build_memory_mb
+
+    workers = max(0, (os.cpu_count() or 1) - 1)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET max_parallel_maintenance_workers = {workers}")
+        for item in items:
+            if item.exists():
+                continue
+            if item.kind == "hnsw":
+                # The graph of every vector of the shared index's model in memory, at most
+                # VECTOR_INDEX_BUILD_MEMORY_MB (the server's own sizing of a build).
+                cursor.execute(f"SELECT count(*) FROM {quoted_table(kind.embedding_model)}")  # noqa: S608
+                vectors = cursor.fetchone()[0]
+                memory_mb = hnsw_build_memory_mb(vectors, _dimensions(item), own=False)
+                what = f"over {vectors:,} embeddings, {memory_mb:,} MB"
+            else:
+                memory_mb, what = 1024, ""
+            began = time.perf_counter()
+            cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
+            cursor.execute(item.create)
+            print(
+                f"  made {item.kind} {item.name} {what} in {time.perf_counter() - began:.1f} s",
+                flush=True,
+            )
+        cursor.execute("RESET maintenance_work_mem")
+        cursor.execute("RESET max_parallel_maintenance_workers")
+        cursor.execute(f"DROP TABLE IF EXISTS {DEFERRED_TABLE}")
+
+
+def _dimensions(item: Deferred) -> int:
+    """The dimension an HNSW index's expression casts to (``embedding::vector(384)``)."""
+    import re
+
+    found = re.search(r"::(?:half)?vec(?:tor)?\((\d+)\)", item.create)
+    if found is None:
+        raise BenchError(f"{item.name}: no dimension in {item.create}")
+    return int(found.group(1))
+
+
+# Where a load records what it dropped, in the database it dropped it from, until it is all
+# made again.
+DEFERRED_TABLE = "bench_deferred_indexes"
+
+
+def _deferred_recorded() -> list[Deferred]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [DEFERRED_TABLE])
+        if cursor.fetchone()[0] is None:
+            return []
+        cursor.execute(f"SELECT items FROM {DEFERRED_TABLE}")  # noqa: S608
+        return [Deferred(**item) for item in json.loads(cursor.fetchone()[0])]
+
+
+def _deferred_record(items: Sequence[Deferred]) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {DEFERRED_TABLE} (items text NOT NULL)")
+        cursor.execute(
+            f"INSERT INTO {DEFERRED_TABLE} VALUES (%s)",  # noqa: S608
+            [json.dumps([item.__dict__ for item in items])],
+        )
+
+
 @contextmanager
-def hnsw_dropped(kind: SearchableKind) -> Iterator[None]:
-    """Without the shared HNSW index while inside; rebuilt from its own definition on the way
-    out, with room to build the graph in memory and every core. Inside, the server's sync of
-    per-user indexes waits (its lock is held): beat would otherwise give a user who crossed
-    5,000 rows mid-load an index that every later row of the load is inserted into."""
+def indexes_deferred(kind: SearchableKind) -> Iterator[None]:
+    """The loaded tables without their constraints and indexes while inside (``deferrable``),
+    made again on the way out: a bulk load writes rows alone, and each index is built once
+    from sorted data, each foreign key checked in one pass. What was dropped is recorded in the
+    database first (``DEFERRED_TABLE``): a run killed inside leaves the record, and the next
+    run makes it all again before anything else. Inside, the server's sync of per-user indexes
+    waits (its lock is held): beat would otherwise give a user who crossed 5,000 rows mid-load
+    an index that every later row of the load is inserted into."""
     from django.db import connection
 
     from mirix_site.search.vector_indexes import SYNC_LOCK
 
+    left = _deferred_recorded()
+    if left:
+        print(f"  an interrupted run left {len(left)} indexes and constraints dropped: made again")
+        _deferred_make(left, kind)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [SYNC_LOCK])
-    name, definition = shared_hnsw_index(kind)
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP INDEX IF EXISTS {connection.ops.quote_name(name)}")
     try:
-        yield
-    finally:
-        vectors = kind.embedding_model.objects.count()
+        items = deferrable(kind)
+        _deferred_record(items)
+        began = time.perf_counter()
         with connection.cursor() as cursor:
-            # 2-3 kB of graph per 384-dimension vector (m = 16); a graph that outgrows
-            # maintenance_work_mem is finished on disk, many times slower.
-            memory_mb = max(1024, math.ceil(vectors * 3 / 1000))
-            workers = max(0, (os.cpu_count() or 1) - 1)
+            for item in reversed(items):  # foreign keys before the unique keys they may use
+                cursor.execute(item.drop())
+        print(
+            f"  dropped {len(items)} indexes and constraints of the loaded tables in "
+            f"{time.perf_counter() - began:.1f} s",
+            flush=True,
+        )
+        try:
+            yield
+        finally:
             began = time.perf_counter()
-            cursor.execute(f"SET maintenance_work_mem = '{memory_mb}MB'")
-            cursor.execute(f"SET max_parallel_maintenance_workers = {workers}")
-            cursor.execute(definition)
-            cursor.execute("RESET maintenance_work_mem")
-            cursor.execute("RESET max_parallel_maintenance_workers")
+            _deferred_make(items, kind)
+            print(
+                f"  indexes and constraints made again in {time.perf_counter() - began:.0f} s",
+                flush=True,
+            )
+    finally:
+        with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
-        seconds = time.perf_counter() - began
-        print(f"  HNSW index built over {vectors:,} embeddings in {seconds:.0f} s", flush=True)
 
 
 def own_indexes_sync() -> None:

@@ -123,8 +123,8 @@ from bench.memories_load import (
     Layout,
     Vocabulary,
     corpus_texts,
-    hnsw_dropped,
     hnsw_kept,
+    indexes_deferred,
     own_indexes_sync,
     progress_print,
     quoted_column,
@@ -144,7 +144,10 @@ if TYPE_CHECKING:
     from mirix_site.providers.embeddings import EmbeddingProvider
     from mirix_site.search.kinds import SearchableKind
 
-GOAL_SEARCH_P95_MS = 30.0
+# Search p95 goals by layout ([14/18]: a user of 1,000,000 within 30 ms, 10,000 users of 100
+# within 20) and what a client should wait at p95.
+GOAL_SEARCH_P95_MS = {"single": 30.0, "spread": 20.0}
+GOAL_CLIENT_P95_MS = 40.0
 LIMIT = 10
 # The hybrid search's lanes fetch limit x OVERFETCH (mirix_site.search.engine.OVERFETCH).
 LANE_FETCH = 40
@@ -224,6 +227,11 @@ def zipf_sizes(total: int, users: int) -> list[int]:
     while sum(sizes) > total:  # the minimum of 1 overshot: take it back from the largest
         sizes[sizes.index(max(sizes))] -= 1
     return sizes
+
+
+def even_sizes(total: int, users: int) -> list[int]:
+    """``total`` rows over ``users`` users as evenly as they go (10,000 users of 100)."""
+    return [total // users + (index < total % users) for index in range(users)]
 
 
 def gate_state(kind: SearchableKind, model: str) -> str:
@@ -327,8 +335,8 @@ class Measurement:
     search_ms: float = 0.0
     bm25_ms: float = 0.0  # the server's lanes, inside search (they overlap)
     vector_ms: float = 0.0
-    exact_vector_ms: float = 0.0
-    exact_bm25_ms: float = 0.0
+    exact_vector_ms: float | None = None  # None: not among the checked queries
+    exact_bm25_ms: float | None = None
     vector_recall: float | None = None
     bm25_recall: float | None = None
 
@@ -425,8 +433,10 @@ def measure(
     tenant: Tenant,
     kind: SearchableKind,
     embedder: EmbeddingProvider,
+    exact_queries: int = 0,
 ) -> None:
-    """Fills in ``plan``: the hybrid pass, the lane checks, then the exact scans."""
+    """Fills in ``plan``: the hybrid pass, the lane checks, then the exact scans (of
+    ``exact_queries`` of them, ``checked_sample``)."""
     from accounts.tenancy import Scope
     from mirix_site.search.vectors import vector_search
 
@@ -461,8 +471,9 @@ def measure(
     print(f"  {len(plan)} hybrid searches in {time.perf_counter() - began:.1f} s", flush=True)
 
     began = time.perf_counter()
+    checked = checked_sample(plan, exact_queries)
     lanes: list[tuple[list[int], list[int]]] = []
-    for item in plan:
+    for item in checked:
         user_id = layout.user_ids[item.user_index]
         # Each lane alone, as the exact scans rank: a query whose words name a time ("the of
         # april", about 1 in 200 of the vocabulary's) would otherwise be answered with the
@@ -479,7 +490,7 @@ def measure(
         )
 
     client_ids = tuple(sorted(tenant.readable_client_ids))
-    for item, (vector_found, bm25_found) in zip(plan, lanes, strict=True):
+    for item, (vector_found, bm25_found) in zip(checked, lanes, strict=True):
         scope = Scope(
             organization_id=tenant.organization.pk,
             client_ids=client_ids,
@@ -503,10 +514,20 @@ def measure(
         item.vector_recall = _recall(vector_found, nearest, higher_first=False)
         item.bm25_recall = _recall(bm25_found, best, higher_first=True)
     print(
-        f"  lane checks and exact scans in {time.perf_counter() - began:.1f} s"
+        f"  lane checks and exact scans of {len(checked)} queries in "
+        f"{time.perf_counter() - began:.1f} s"
         + (f" ({client.reconnects} reconnects)" if client.reconnects else ""),
         flush=True,
     )
+
+
+def checked_sample(plan: list[Measurement], count: int) -> list[Measurement]:
+    """``count`` of the plan's queries at even steps, so each size bucket gets its share
+    (all of them for 0 or a count that covers them)."""
+    if not count or count >= len(plan):
+        return plan
+    step = len(plan) / count
+    return [plan[int(number * step)] for number in range(count)]
 
 
 def size_buckets(exact_max: int) -> list[tuple[str, int, float]]:
@@ -556,7 +577,12 @@ class ReportRow:
     users: int
     rows: int
     items: list[Measurement]
+    layout: str
     whole_layout: bool = True  # False: one size bucket of the spread layout
+
+    @property
+    def goal_ms(self) -> float:
+        return GOAL_SEARCH_P95_MS[self.layout]
 
 
 def search_p95(row: ReportRow) -> float:
@@ -564,7 +590,7 @@ def search_p95(row: ReportRow) -> float:
 
 
 def _verdict(row: ReportRow) -> str:
-    return "met" if search_p95(row) <= GOAL_SEARCH_P95_MS else "NOT met"
+    return "met" if search_p95(row) <= row.goal_ms else "NOT met"
 
 
 def _pair(values: list[float]) -> str:
@@ -593,9 +619,12 @@ def _headings(columns: list[tuple[str, str]]) -> tuple[str, str]:
 
 
 def _pairs(items: list[Measurement], columns: list[tuple[str, str]]) -> str:
-    return "   ".join(
-        _pair([getattr(item, attribute) for item in items]) for _, attribute in columns
-    )
+    pairs = []
+    for _, attribute in columns:
+        values = [getattr(item, attribute) for item in items]
+        known = [value for value in values if value is not None]
+        pairs.append(_pair(known) if known else f"{'-':>15}")
+    return "   ".join(pairs)
 
 
 _TIME_NAMES, _TIME_P50S = _headings(TIMES)
@@ -604,8 +633,7 @@ HEADER = (
     f"{'recall@10':>11}   goal"
 )
 SUBHEADER = (
-    f"{'':<30} {'':>6} {'':>9} {'':>7}   {_TIME_P50S}   {'vec / bm25':>11}   "
-    f"search p95 <= {GOAL_SEARCH_P95_MS:.0f} ms"
+    f"{'':<30} {'':>6} {'':>9} {'':>7}   {_TIME_P50S}   {'vec / bm25':>11}   search p95 goal"
 )
 _LANE_NAMES, _LANE_P50S = _headings(LANE_TIMES)
 LANES_HEADER = (
@@ -634,14 +662,18 @@ def layout_rows(
     everyone = [item for _label, items in plan for item in items]
     path = "HNSW" if max(layout.sizes) > exact_max else "exact scan"
     if len(layout.user_ids) == 1:
-        return [ReportRow(f"{layout.name} ({path})", 1, layout.rows, everyone)]
-    rows = [ReportRow(layout.name, len(layout.user_ids), layout.rows, everyone)]
+        return [ReportRow(f"{layout.name} ({path})", 1, layout.rows, everyone, layout.name)]
+    rows = [ReportRow(layout.name, len(layout.user_ids), layout.rows, everyone, layout.name)]
     buckets = {label: (low, high) for label, low, high in size_buckets(exact_max)}
     for label, items in plan:
         low, high = buckets[label]
         sizes = [size for size in layout.sizes if low <= size <= high]
         path = "HNSW" if low > exact_max else "exact"
-        rows.append(ReportRow(f"  users of {label} ({path})", len(sizes), sum(sizes), items, False))
+        rows.append(
+            ReportRow(
+                f"  users of {label} ({path})", len(sizes), sum(sizes), items, layout.name, False
+            )
+        )
     return rows
 
 
@@ -671,7 +703,9 @@ def layouts_make(context: Context) -> list[Layout]:
         if name == "single":
             layouts.append(Layout("single", [f"lat-{run}-single-0"], [arguments.scale]))
         else:
-            sizes = zipf_sizes(arguments.scale, arguments.users)
+            sizes = (zipf_sizes if arguments.sizes == "zipf" else even_sizes)(
+                arguments.scale, arguments.users
+            )
             user_ids = [f"lat-{run}-spread-{index}" for index in range(arguments.users)]
             layouts.append(Layout("spread", user_ids, sizes))
     return layouts
@@ -724,7 +758,7 @@ def layout_run(
     try:
         probe(client, layout.user_ids[0])
         vectors = corpus_vectors(context)
-        with hnsw_kept(kind) if arguments.smoke else hnsw_dropped(kind):
+        with hnsw_kept(kind) if arguments.smoke else indexes_deferred(kind):
             if previous is not None and not arguments.keep:
                 began = time.perf_counter()
                 users_delete(kind, previous.pks)
@@ -753,6 +787,7 @@ def layout_run(
             tenant=context.tenant,
             kind=kind,
             embedder=context.embedder,
+            exact_queries=arguments.exact_queries,
         )
     finally:
         client.close()
@@ -766,7 +801,7 @@ def run_delete(kind: SearchableKind, pks: Sequence[int], run: str, *, smoke: boo
     began = time.perf_counter()
     vectors = kind.embedding_model.objects.filter(end_user_id__in=pks).count()
     if vectors > LOAD_BATCH_ROWS and not smoke:
-        with hnsw_dropped(kind):
+        with indexes_deferred(kind):
             users_delete(kind, pks)
         tables_vacuum(kind)
     else:
@@ -809,6 +844,19 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     database_arguments(parser, also="; the embedding cache")
     parser.add_argument("--scale", type=int, default=100_000, help="memories per layout")
     parser.add_argument("--users", type=int, default=1000, help="users of the spread layout")
+    parser.add_argument(
+        "--sizes",
+        choices=["zipf", "even"],
+        default="zipf",
+        help="the spread layout's users' sizes: Zipf-distributed, or all alike",
+    )
+    parser.add_argument(
+        "--exact-queries",
+        type=int,
+        default=0,
+        help="check the lanes against exact scans for this many of each layout's queries, "
+        "spread over its buckets (0: all); an exact scan of 1,000,000 rows takes seconds",
+    )
     parser.add_argument("--queries", type=int, default=300, help="measured queries per layout")
     parser.add_argument(
         "--warmup", type=int, default=200, help="unmeasured searches first, per layout"
@@ -911,14 +959,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{LANES_HEADER}")
         for row in rows:
             print(lanes_line(row))
-        verdicts = [
-            f"{row.label} {search_p95(row):.1f} ms {_verdict(row)}"
-            for row in rows
-            if row.whole_layout
-        ]
+        whole = [row for row in rows if row.whole_layout]
         print(
-            f"goal, search p95 <= {GOAL_SEARCH_P95_MS:.0f} ms at {arguments.scale:,} memories: "
-            + "; ".join(verdicts)
+            f"goal, search p95 at {arguments.scale:,} memories: "
+            + "; ".join(
+                f"{row.label} {search_p95(row):.1f} ms (<= {row.goal_ms:.0f}) {_verdict(row)}"
+                for row in whole
+            )
+        )
+        print(
+            f"client p95 (goal <= {GOAL_CLIENT_P95_MS:.0f} ms): "
+            + "; ".join(
+                f"{row.label} {percentile([item.client_ms for item in row.items], 0.95):.1f} ms"
+                for row in whole
+            )
         )
         if arguments.smoke:
             print(SMOKE_NOTE)

@@ -27,6 +27,7 @@ from bench import (
     faults,
     images,
     ingest,
+    memories_load,
     recommend_path,
     retrieval_latency,
     retrieval_quality,
@@ -39,6 +40,7 @@ from images.models import ImageObject
 from memory.models import EpisodicMemory, ExtractionJob
 from memory.types import MEMORY_TYPES
 from mirix_site.console.models import DailyFigure
+from mirix_site.search.kinds import SearchableKind
 from mirix_site.search.lanes import lanes_close
 from mirix_site.search.models import RetrievalLog
 from sessions.models import Message, Session
@@ -594,12 +596,78 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
         assert "1.000" in recalls
         assert recalls <= {"1.000", "-"}
     assert re.search(
-        r"goal, search p95 <= 30 ms at 200 memories: single \(exact scan\) [\d.]+ ms", out
+        r"^client p95 \(goal <= 40 ms\): single \(exact scan\) [\d.]+ ms; spread [\d.]+ ms$",
+        out,
+        re.MULTILINE,
+    )
+    assert re.search(
+        r"goal, search p95 at 200 memories: single \(exact scan\) [\d.]+ ms \(<= 30\) (NOT )?met; "
+        r"spread [\d.]+ ms \(<= 20\) (NOT )?met$",
+        out,
+        re.MULTILINE,
     )
     assert SMOKE_NOTE in out
 
     assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
+
+
+def _loaded_tables_schema() -> set[tuple]:
+    """Every index and constraint of the tables a bench load writes, as the database has them."""
+    tables = [model._meta.db_table for model in memories_load.loaded_models(_searched())]
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = ANY(%s)", [tables]
+        )
+        indexes = set(cursor.fetchall())
+        cursor.execute(
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), convalidated "
+            "FROM pg_constraint WHERE conrelid = ANY(%s::regclass[])",
+            [tables],
+        )
+        return indexes | set(cursor.fetchall())
+
+
+def _searched() -> SearchableKind:
+    return memories_load.searched_kind()
+
+
+def _recorded() -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [memories_load.DEFERRED_TABLE])
+        return cursor.fetchone()[0] is not None
+
+
+def test_a_big_load_drops_the_loaded_tables_indexes_and_makes_every_one_again(
+    transactional_db: None, capsys
+) -> None:
+    kind = _searched()
+    before = _loaded_tables_schema()
+    names = {item[0] for item in before if len(item) == 2}
+    assert {"episodicembedding_hnsw", "posting_user_term", "term_stats_unique"} <= names
+
+    with memories_load.indexes_deferred(kind):
+        inside = _loaded_tables_schema()
+        assert _recorded()
+    dropped = before - inside
+    assert not any(len(item) == 2 and "hnsw" in item[1] for item in inside)
+    assert any(len(item) == 4 and "FOREIGN KEY" in item[2] for item in dropped)
+    assert not any(len(item) == 2 and item[0].endswith("pkey") for item in dropped)
+    assert _loaded_tables_schema() == before
+    assert not _recorded()
+
+    # A run killed inside leaves its record: the next run makes what it names again first.
+    items = memories_load.deferrable(kind)
+    memories_load._deferred_record(items)
+    with connections["default"].cursor() as cursor:
+        for item in (items[0], items[-1]):  # a unique constraint, the shared HNSW index
+            cursor.execute(item.drop())
+    assert _loaded_tables_schema() != before
+    with memories_load.indexes_deferred(kind):
+        pass
+    assert "an interrupted run left" in capsys.readouterr().out
+    assert _loaded_tables_schema() == before
+    assert not _recorded()
 
 
 # --- The admin's dashboard -----------------------------------------------------------------------
