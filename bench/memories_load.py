@@ -1,9 +1,10 @@
 """Memories at scale, straight into the server's database: the word-salad corpus, synthetic
 vectors, and the loader of a layout's users with their episodic memories, embeddings and BM25
 postings (COPY into a staging table, one ``INSERT ... SELECT`` per table, columns read from the
-models), with the shared HNSW index dropped for a big load and rebuilt after it. What
-``bench.retrieval_latency`` searches and ``bench.dashboard`` counts; its docstring tells the
-loading's choices and their costs."""
+models; the statistics counted once at the end), with the loaded tables' constraints and
+indexes dropped for a big load and made again after it. What ``bench.retrieval_latency``
+searches and ``bench.dashboard`` counts; its docstring tells the loading's choices and their
+costs."""
 
 from __future__ import annotations
 

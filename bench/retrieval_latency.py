@@ -32,17 +32,20 @@ directory (its key's client), as end users ``lat-<run id>-single-0`` and
 ``lat-<run id>-spread-<n>``: memories and embeddings through COPY into a staging table and one
 ``INSERT ... SELECT`` each, whose tables and columns are read from the models (every column the
 bench has no value for gets what the model gives a new row: its default, ``now()`` for
-``auto_now``, NULL or ''; a required column with none stops the bench), the BM25 index through
-the server's own ``mirix_site.search.index.documents_index`` (text only), in batches of 2,000.
-The episodic kind's shared HNSW index (``episodicembedding_hnsw``) is dropped for the load and
-rebuilt from its own definition after it
-(a bulk build is several times faster than inserting into the graph), then the tables are
-vacuumed and analysed (steady state: visibility map set for BM25's index-only scans), and the
-server's ``vector_indexes_sync`` gives each user past 5,000 rows their own HNSW index, as beat
-would. The
-previous layout's rows are deleted before the next layout is loaded, and every user this run
-created is deleted at the end unless ``--keep`` (which also keeps the first layout's rows beside
-the second while it is measured; ``--delete-run RUN`` deletes them later).
+``auto_now``, NULL or ''; a required column with none stops the bench), and their BM25 postings
+from the staged text by the server's own analysis (``mirix_site.search.index.postings_insert``),
+in batches of 2,000; the users' BM25 statistics are counted once at the end
+(``statistics_recount``). Every constraint and index of the loaded tables but their primary keys
+(the shared HNSW index ``episodicembedding_hnsw`` among them) is dropped for the load and made
+again after it, as pg_restore does (``bench.memories_load.indexes_deferred``): each index built
+once from the whole table, each foreign key checked in one pass, where row by row the checks at
+commit alone took a third of the load, and a bulk HNSW build is several times faster than
+inserting into the graph. The tables are vacuumed and analysed (steady state: visibility map set
+for BM25's index-only scans), and the server's ``vector_indexes_sync`` gives each user past
+5,000 rows their own HNSW index, as beat would. The previous layout's rows are deleted before the
+next layout is loaded, and every user this run created is deleted at the end unless ``--keep``
+(which also keeps the first layout's rows beside the second while it is measured;
+``--delete-run RUN`` deletes them later).
 
 Measuring, per layout, one request at a time over one keep-alive connection (latency, not
 throughput), after ``--warmup`` (200) unmeasured searches on that connection: the HNSW index was
@@ -65,14 +68,16 @@ cache; with 10 warm-up searches the same code measured p50 31 to 65 ms from run 
 Goal: search p95 <= 30 ms at 100,000 memories in both layouts.
 
 Run against a live server with the rate limit raised, on a quiet machine. At 100,000 expect
-~20 minutes the first time (half of it embedding the corpus) and ~10 after: loading ran at
-~2,000 memories/s here, each layout's HNSW build and the searches take a few minutes more.
-``--scale 1000000`` (synthetic vectors) loads ten times as much per layout and builds a graph of
-1,000,000 vectors: likely over 30 minutes for both layouts; ``--layouts`` runs one of them.
+~20 minutes the first time (half of it embedding the corpus) and ~10 after. ``--scale 1000000``
+(synthetic vectors; ``--users 10000 --sizes even`` for 10,000 users of 100,
+``--exact-queries 30``: an exact scan of a user of 1,000,000 takes seconds) loads ten times as
+much per layout; bench/RESULTS.md has where its time goes (loading ~3,000 memories/s here, the
+HNSW graphs of 1,000,000 vectors most of the rest); ``--layouts`` runs one layout.
 
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_latency [--scale 100000] [--queries 300] [--users 1000]
-        [--layouts single,spread] [--embeddings auto|model|synthetic] [--keep]
+        [--layouts single,spread] [--sizes zipf|even] [--embeddings auto|model|synthetic]
+        [--exact-queries N] [--keep]
         [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY] [--smoke]
 
 The bench sets up Django with ``mirix_site.settings.local`` against ``--database-url`` (default:
