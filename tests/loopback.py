@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,71 @@ def openai_reply(answer: dict[str, Any]) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366},
     }
+
+
+# --- A loopback LLM that holds a worker in the middle of a job -----------------------------------
+
+_TURN = re.compile(r"^\[(\d+)\] \([^)]*\) [^:]+: (note .*)$", re.MULTILINE)
+
+
+def one_episode_per_note(request: RecordedRequest) -> dict[str, Any]:
+    """What a model would answer: an event for each turn that is a note, citing it."""
+    prompt = request.json["messages"][-1]["content"]
+    episodes = [
+        {"summary": text, "details": "", "actor": "user", "source_message_ids": [int(pk)]}
+        for pk, text in _TURN.findall(prompt)
+    ]
+    empty: dict[str, list[Any]] = {
+        kind: [] for kind in ("core", "semantic", "procedural", "resource", "knowledge_vault")
+    }
+    return {"episodic": episodes, **empty}
+
+
+class StallingLLM:
+    """An LLM that answers at once, except the call after ``stall()``: that one waits for
+    ``release()``, which holds the worker making it in the middle of its job (claimed, its turns
+    locked, its transaction open). ``stalled`` is set once that call has arrived. Workers
+    given ``environment_for(route)`` call it under their own route, and ``stall(route)`` holds
+    the next call of that route only (one worker of several)."""
+
+    def __init__(self, server: LoopbackServer) -> None:
+        self.server = server
+        self.stalled = threading.Event()
+        self._released = threading.Event()
+        self._armed: str | None = None  # the route whose next call stalls ("": any)
+        self._lock = threading.Lock()
+        server.respond(self._answer)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The worker's settings that send extraction here."""
+        return self.environment_for("")
+
+    def environment_for(self, route: str) -> dict[str, str]:
+        return {
+            "LLM_PROVIDER": "openai",
+            "LLM_MODEL": "loopback",
+            "LLM_API_BASE": f"{self.server.url}{'/' + route if route else ''}/v1",
+            "LLM_API_KEY": "sk-loopback",
+        }
+
+    def stall(self, route: str = "") -> None:
+        with self._lock:
+            self._armed = route
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _answer(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            armed = self._armed
+            stall = armed is not None and request.path.startswith(f"/{armed}/" if armed else "/")
+            if stall:
+                self._armed = None
+        if stall:
+            self.stalled.set()
+            self._released.wait(60)
+        return Reply(200, openai_reply(one_episode_per_note(request)))
 
 
 @pytest.fixture

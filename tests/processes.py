@@ -72,21 +72,23 @@ class Process:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def kill(self) -> None:
+        """SIGKILL to its whole process group, as a machine losing power would do to it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
     def stop(self) -> None:
         if self.alive():
             self.popen.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=STOP_TIMEOUT)
         # The group: a pool child whose parent is gone must not outlive the test.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        self.popen.wait()
+        self.kill()
 
 
-@contextlib.contextmanager
-def process_running(
-    name: str, command: list[str], env: dict[str, str], log: Path
-) -> Iterator[Process]:
+def process_start(name: str, command: list[str], env: dict[str, str], log: Path) -> Process:
+    """Started in a process group of its own, its output to ``log``; the caller stops it."""
     with log.open("wb") as output:
         popen = subprocess.Popen(  # noqa: S603 - our own programs
             command,
@@ -96,11 +98,28 @@ def process_running(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    process = Process(name, popen, log)
+    return Process(name, popen, log)
+
+
+@contextlib.contextmanager
+def process_running(
+    name: str, command: list[str], env: dict[str, str], log: Path
+) -> Iterator[Process]:
+    process = process_start(name, command, env, log)
     try:
         yield process
     finally:
         process.stop()
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> float:
+    """Polls ``condition``; returns the monotonic time it first held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+    return time.monotonic()
 
 
 def _wait_for(process: Process, ready: Callable[[], bool]) -> None:

@@ -10,15 +10,12 @@ recovery times they measure are listed at the end of the run and in bench/RESULT
 from __future__ import annotations
 
 import os
-import re
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -32,23 +29,14 @@ from mirix_site.search.lanes import lanes_close
 from sessions.models import Message
 from tests import processes
 from tests.factories import TenantFixture, chat_turns, tenant_fixture
-from tests.loopback import LoopbackServer, RecordedRequest, Reply, openai_reply
+from tests.loopback import LoopbackServer, StallingLLM
+from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RecoveryTime = Callable[[str, float], None]
 # How long PostgreSQL and Redis stay down: a few seconds, as a restart of either takes.
 OUTAGE_SECONDS = 3.0
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> float:
-    """Polls ``condition``; returns the monotonic time it first held."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
-    return time.monotonic()
 
 
 def add(owner: TenantFixture, user_id: str, text: str) -> None:
@@ -60,63 +48,6 @@ def add(owner: TenantFixture, user_id: str, text: str) -> None:
 
 def nothing_pending() -> bool:
     return not Message.objects.exclude(extraction=Message.Extraction.PROCESSED).exists()
-
-
-# --- A loopback LLM that holds a worker in the middle of a job -----------------------------------
-
-_TURN = re.compile(r"^\[(\d+)\] \([^)]*\) [^:]+: (note .*)$", re.MULTILINE)
-
-
-def _one_episode_per_note(request: RecordedRequest) -> dict[str, Any]:
-    """What a model would answer: an event for each turn that is a note, citing it."""
-    prompt = request.json["messages"][-1]["content"]
-    episodes = [
-        {"summary": text, "details": "", "actor": "user", "source_message_ids": [int(pk)]}
-        for pk, text in _TURN.findall(prompt)
-    ]
-    empty: dict[str, list[Any]] = {
-        kind: [] for kind in ("core", "semantic", "procedural", "resource", "knowledge_vault")
-    }
-    return {"episodic": episodes, **empty}
-
-
-class StallingLLM:
-    """An LLM that answers at once, except the call after ``stall()``: that one waits for
-    ``release()``, which holds the worker making it in the middle of its job (claimed, its turns
-    locked, its transaction open). ``stalled`` is set once that call has arrived."""
-
-    def __init__(self, server: LoopbackServer) -> None:
-        self.server = server
-        self.stalled = threading.Event()
-        self._released = threading.Event()
-        self._armed = False
-        self._lock = threading.Lock()
-        server.respond(self._answer)
-
-    @property
-    def environment(self) -> dict[str, str]:
-        """The worker's settings that send extraction here."""
-        return {
-            "LLM_PROVIDER": "openai",
-            "LLM_MODEL": "loopback",
-            "LLM_API_BASE": f"{self.server.url}/v1",
-            "LLM_API_KEY": "sk-loopback",
-        }
-
-    def stall(self) -> None:
-        with self._lock:
-            self._armed = True
-
-    def release(self) -> None:
-        self._released.set()
-
-    def _answer(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            stall, self._armed = self._armed, False
-        if stall:
-            self.stalled.set()
-            self._released.wait(60)
-        return Reply(200, openai_reply(_one_episode_per_note(request)))
 
 
 @pytest.fixture

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
 import mirix_site
+from mirix_site.beat import LockedScheduler
+from mirix_site.celery import app as celery_app
+from mirix_site.nodes import PROCESSES, node_name_read, node_processes_read
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -45,7 +52,38 @@ def test_health_reports_both_services(db: None) -> None:
         "database": "ok",
         "redis": "ok",
         "version": mirix_site.__version__,
+        # A web process started alone knows of no other process on its node.
+        "node": settings.NODE_NAME,
+        "processes": {"web": "running"},
     }
+
+
+@pytest.fixture
+def node_west(settings: Any) -> None:
+    """This process is node "west", which runs a web server, a worker and beat."""
+    settings.NODE_NAME = "west"
+    settings.NODE_PROCESSES = ["web", "worker", "beat"]
+
+
+def test_health_says_a_node_whose_worker_and_beat_are_not_running_has_them_down(
+    node_west: None, db: None
+) -> None:
+    body = APIClient().get("/health").json()
+    assert body["status"] == "ok"  # this web process serves requests all the same
+    assert body["node"] == "west"
+    assert body["processes"] == {"web": "running", "worker": "down", "beat": "down"}
+
+
+def test_health_says_the_node_s_worker_runs_and_its_beat_schedules(
+    node_west: None, worker: None
+) -> None:
+    beat = LockedScheduler(app=celery_app)
+    try:
+        beat.tick()
+        body = APIClient().get("/health").json()
+    finally:
+        beat.close()
+    assert body["processes"] == {"web": "running", "worker": "running", "beat": "active"}
 
 
 def _django_setup(settings_module: str, **environment: str) -> subprocess.CompletedProcess[str]:
@@ -79,6 +117,36 @@ def test_malformed_environment_stops_startup_naming_the_variable(variable: str, 
     assert "started" not in result.stdout
     assert variable in result.stderr
     assert "Traceback" in result.stderr  # ImproperlyConfigured, raised at import
+
+
+NODE_READERS = {
+    "NODE_NAME": lambda environ: node_name_read(environ=environ),
+    "NODE_PROCESSES": lambda environ: node_processes_read(default=PROCESSES, environ=environ),
+}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NODE_NAME", "north pole"),  # PostgreSQL's application_name and Celery's node names
+        ("NODE_NAME", "n" * 49),
+        ("NODE_PROCESSES", "web,cron"),
+        ("NODE_PROCESSES", ","),
+    ],
+)
+def test_a_malformed_node_setting_is_refused_naming_it(variable: str, value: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=variable):
+        NODE_READERS[variable]({variable: value})
+
+
+def test_a_node_is_named_after_its_machine_unless_named() -> None:
+    assert node_name_read(environ={}) == socket.gethostname()[:48]
+    assert node_name_read(environ={"NODE_NAME": "north-1.example"}) == "north-1.example"
+    assert node_processes_read(default=PROCESSES, environ={}) == list(PROCESSES)
+    assert node_processes_read(default=PROCESSES, environ={"NODE_PROCESSES": " web , beat"}) == [
+        "web",
+        "beat",
+    ]
 
 
 def test_local_settings_start_with_a_clean_environment() -> None:

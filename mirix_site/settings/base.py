@@ -9,7 +9,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 from phonenumbers import SUPPORTED_REGIONS
 
-# Safe before Django is set up: that module imports nothing of Django when imported.
+# Safe before Django is set up: these modules need no Django set up when imported.
+from mirix_site.nodes import node_name_read, node_processes_read
 from mirix_site.providers.embeddings import LOCAL_MODEL_NAME
 from mirix_site.settings.env import (
     env_basic_auth,
@@ -356,8 +357,10 @@ EXPERIENCE_EMBED_DRAINS = env_int("EXPERIENCE_EMBED_DRAINS", os.cpu_count() or 1
 LOCAL_MODEL_DIR = Path(env_str("LOCAL_MODEL_DIR", str(MIRIX_DATA_DIR / "models"))).resolve()
 # Failed extraction jobs a message survives before it is marked failed and left alone.
 EXTRACTION_MAX_ATTEMPTS = env_int("EXTRACTION_MAX_ATTEMPTS", 5, minimum=1)
-# Stored-but-unprocessed work older than this is queued again by the beat job.
+# Stored-but-unprocessed work older than this is queued again by the beat job, which runs
+# every EXTRACTION_RECOVERY_SECONDS: the longest a job a dead worker (or node) held waits.
 EXTRACTION_REQUEUE_AFTER = env_duration("EXTRACTION_REQUEUE_AFTER", "2m")
+EXTRACTION_RECOVERY_SECONDS = env_float("EXTRACTION_RECOVERY_SECONDS", 60.0, minimum=1.0)
 SESSION_IDLE_TIMEOUT = env_duration("SESSION_IDLE_TIMEOUT", "48h")
 # The country whose national phone formats ("(415) 555-2671") the sensitive-value detector
 # knows (sessions.sensitive); numbers written with their "+" country code are known anyway.
@@ -413,6 +416,17 @@ IMAGE_FETCH_TIMEOUT = env_duration("IMAGE_FETCH_TIMEOUT", "10s")
 # every image URL must lead to a globally routable address.
 IMAGE_FETCH_ALLOW_HOSTS = env_list("IMAGE_FETCH_ALLOW_HOSTS", [])
 
+# --- Nodes (mirix_site.nodes) ---------------------------------------------------------------
+# Which node this process belongs to (default: the host name), and what that node runs, for
+# GET /health. The launcher sets both for what it starts; a process started otherwise knows
+# only itself.
+NODE_NAME = node_name_read()
+NODE_PROCESSES = node_processes_read(default=("web",))
+# Seconds between a standby beat's tries at the lock (mirix_site.beat): how long periodic jobs
+# pause when the scheduling node's beat dies, beyond PostgreSQL's noticing (at once for a
+# process that died, ~25 s for a machine gone from the network: beat.KEEPALIVE).
+BEAT_LOCK_POLL_SECONDS = env_float("BEAT_LOCK_POLL_SECONDS", 5.0, minimum=0.1)
+
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
@@ -440,7 +454,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "interval_step": 0.2,
     "connect_retries_timeout": 1,
 }
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, scheduling only while it holds the beat lock: every
+# node may run beat, one schedules (mirix_site.beat).
+CELERY_BEAT_SCHEDULER = "mirix_site.beat:LockedScheduler"
+# Each job's last run is written as it is sent: a beat taking over reads it and sends nothing
+# the one before it had just sent (Celery's default writes every 3 minutes).
+CELERY_BEAT_SYNC_EVERY = 1
 CELERY_TASK_ROUTES = {
     "memory.tasks.extract_memories": {"queue": "ingest"},
     "memory.tasks.recover_extraction_jobs": {"queue": "maintenance"},
@@ -469,9 +488,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # skill learning). Every 5 minutes: closing a few minutes late costs nothing.
     "close-idle-sessions": {"task": "sessions.tasks.close_idle_sessions", "schedule": 300.0},
     # The safety net of ingestion: turns stored while the broker was down, jobs a dead worker
-    # held, jobs the broker lost. Every minute, acting on work older than
-    # EXTRACTION_REQUEUE_AFTER (2 minutes).
-    "recover-extraction-jobs": {"task": "memory.tasks.recover_extraction_jobs", "schedule": 60.0},
+    # held, jobs the broker lost. Every EXTRACTION_RECOVERY_SECONDS (a minute), acting on work
+    # older than EXTRACTION_REQUEUE_AFTER (2 minutes); a dead worker's jobs at once.
+    "recover-extraction-jobs": {
+        "task": "memory.tasks.recover_extraction_jobs",
+        "schedule": EXTRACTION_RECOVERY_SECONDS,
+    },
     # Users with AUTO_DREAM_AFTER_NEW_MEMORIES memories newer than their last dream get one
     # dream queued (and queued dreams the broker lost are sent again). Every 10 minutes: a
     # dream tidies, nothing waits for it; the count scans the memory tables.

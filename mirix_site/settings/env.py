@@ -102,11 +102,21 @@ def env_choice(name: str, default: str, choices: Sequence[str]) -> str:
     return value
 
 
-def env_list(name: str, default: Sequence[str]) -> list[str]:
-    value = _raw(name)
+def env_list(
+    name: str,
+    default: Sequence[str],
+    *,
+    choices: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Comma-separated items; with ``choices``, each must be one of them."""
+    value = _raw(name, environ)
     if value is None:
         return list(default)
-    return [item.strip() for item in value.split(",") if item.strip()]
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if choices is not None and (not items or any(item not in choices for item in items)):
+        raise _fail(name, value, "a comma-separated list of " + ", ".join(choices))
+    return items
 
 
 def env_duration(name: str, default: str) -> float:
