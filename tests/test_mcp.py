@@ -370,6 +370,50 @@ def test_a_key_revoked_while_serving_is_a_tool_error_naming_the_key(
         assert len(client.tools()) == len(READ_TOOLS | WRITE_TOOLS)  # still serving
 
 
+class AnswerLost(httpx2.AsyncBaseTransport):
+    """The network: the server gets each request; the first add's answer never comes back."""
+
+    def __init__(self) -> None:
+        self.network = httpx2.AsyncHTTPTransport()
+        self.adds = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.network.handle_async_request(request)
+        if request.url.path == "/memory/add":
+            self.adds += 1
+            if self.adds == 1:
+                await response.aclose()
+                raise httpx2.ReadTimeout("the answer was lost", request=request)
+        return response
+
+
+def test_an_add_whose_answer_was_lost_is_sent_again_and_stored_once(
+    web_url: str, org: TenantFixture
+) -> None:
+    from mirix_mcp import Api, Settings
+
+    from sessions.models import Message
+
+    network = AnswerLost()
+
+    async def add() -> Any:
+        api = Api(Settings(web_url, org.key, "sam"), transport=network)
+        try:
+            return await api.add(
+                {"messages": [{"role": "user", "content": "I moved to Lisbon in May"}]}
+            )
+        finally:
+            await api.close()
+
+    with start_blocking_portal() as portal:
+        answer = portal.call(add)
+
+    assert network.adds == 2  # the retry
+    [stored] = Message.objects.filter(end_user__user_id="sam", client=org.client)
+    assert answer["message_ids"] == [str(stored.pk)]  # as the first answer would have said
+    assert stored.client_message_id.startswith("mcp-")
+
+
 def test_a_bad_argument_is_answered_with_what_to_fix(
     web_url: str, org: TenantFixture, tmp_path: Path
 ) -> None:

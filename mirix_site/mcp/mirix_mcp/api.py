@@ -10,6 +10,7 @@ where each setting came from, so that an error names the thing to fix in either 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ DEFAULT_API_URL = "http://127.0.0.1:8531"  # where `make run` serves
 # A search embeds its query and may wait on the database; the connection itself is local or
 # near, so a refused or unreachable server is told quickly.
 TIMEOUT = httpx2.Timeout(60.0, connect=5.0)
+# Tries of an add whose answer was lost (``Api.add``): its turns carry their ids, so a retry
+# stores nothing twice.
+ADD_ATTEMPTS = 3
 
 
 class ConfigurationError(Exception):
@@ -208,6 +212,28 @@ class Api:
                 f"{response.status_code} with something other than JSON: is it the memory "
                 "server?"
             ) from error
+
+    async def add(
+        self, body: Mapping[str, Any], *, parameter_names: Mapping[str, str] | None = None
+    ) -> Any:
+        """``POST /memory/add`` of ``body``'s turns, each given a ``client_message_id`` of its
+        own, and sent again when the answer was lost (a timeout, a dropped connection): the
+        server stores a turn whose id it already holds once, and answers the retry as it did
+        the first, so a tool call never stores a turn twice (``ADD_ATTEMPTS``)."""
+        body = dict(body) | {
+            "messages": [
+                {"client_message_id": f"mcp-{uuid.uuid4().hex}"} | turn for turn in body["messages"]
+            ]
+        }
+        for _attempt in range(ADD_ATTEMPTS - 1):
+            try:
+                return await self.call(
+                    "POST", "/memory/add", body=body, parameter_names=parameter_names
+                )
+            except ApiError as error:
+                if not isinstance(error.__cause__, (httpx2.TimeoutException, httpx2.NetworkError)):
+                    raise
+        return await self.call("POST", "/memory/add", body=body, parameter_names=parameter_names)
 
     async def text(self, path: str) -> str | None:
         """A text answer (a SKILL.md); None when the API has no such thing (404)."""

@@ -426,10 +426,8 @@ def memory_tools(server: MCPServer, api: Callable[[], Api]) -> None:
     ) -> dict[str, Any]:
         """Keep something the user told you (a fact, a preference, a plan) for later
         conversations. Call it when the user says something worth remembering."""
-        answer = await api().call(
-            "POST",
-            "/memory/add",
-            body={"messages": [{"role": role, "content": text}]},
+        answer = await api().add(
+            {"messages": [{"role": role, "content": text}]},
             parameter_names={"messages.0.content": "text", "messages.0.role": "role"},
         )
         return {
@@ -448,10 +446,8 @@ def memory_tools(server: MCPServer, api: Callable[[], Api]) -> None:
     ) -> dict[str, Any]:
         """Keep a stretch of conversation (several turns at once) for later conversations.
         Call it at the end of a conversation, or instead of remember for many turns."""
-        answer = await api().call(
-            "POST",
-            "/memory/add",
-            body={"messages": [turn.model_dump() for turn in messages]},
+        answer = await api().add(
+            {"messages": [turn.model_dump() for turn in messages]},
         )
         return {
             "stored": True,
@@ -506,10 +502,8 @@ def task_tools(server: MCPServer, api: Callable[[], Api]) -> None:
             {"name": name, "description": description, "input_schema": {"type": "object"}}
             for name, description in (tools or {}).items()
         ]
-        await api().call(
-            "POST",
-            "/memory/add",
-            body={
+        await api().add(
+            {
                 "session_id": session_id,
                 "session_tag": "task",
                 "messages": [{"role": "user", "content": task}],
@@ -541,10 +535,8 @@ def task_tools(server: MCPServer, api: Callable[[], Api]) -> None:
         """Record one step of a task session: a tool call and its result (one call of this
         tool for both), or a message. Log failed calls too: the fix that followed is a lesson."""
         turns = step_turns(tool_call, tool_result, message)
-        answer = await api().call(
-            "POST",
-            "/memory/add",
-            body={"session_id": session_id, "session_tag": "task", "messages": turns},
+        answer = await api().add(
+            {"session_id": session_id, "session_tag": "task", "messages": turns},
         )
         return {"logged": len(turns), "message_ids": answer.get("message_ids", [])}
 
