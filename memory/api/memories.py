@@ -65,7 +65,7 @@ class MemoryAddApi(TenantAPIView):
             if result.extraction_queued
             else "Stored for skill learning",
             "status": "queued" if result.extraction_queued else "stored",
-            "agent_id": result.meta_agent.pk if result.meta_agent else None,
+            "agent_id": result.meta_agent_id,
             "message_count": len(result.messages),
             "session_id": result.session_id,
             "message_ids": [str(message.pk) for message in result.messages],
