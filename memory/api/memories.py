@@ -43,6 +43,9 @@ MEMORY_TYPE_IN_PATH = OpenApiParameter(
 
 
 class MemoryAddApi(TenantAPIView):
+    # An add inserts turns, a session, a job; it changes no tracked row (tests/test_history.py).
+    history = False
+
     @extend_schema(
         request=MemoryAddInputSerializer,
         responses={
