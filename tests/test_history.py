@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import override_settings
+from pghistory import runtime as pghistory_runtime
 
 from accounts.services import client_read_scopes_set
 from memory.models import EpisodicMemory
+from mirix_site.common.history import tracked_models
 from skills.models import Experience, LearningRun
 from skills.tasks import learning_run_task
-from tests.factories import TenantFixture, memories_create
+from tests.factories import TenantFixture, chat_turns, memories_create
 from tests.skills.sessions import CSV_TASKS, csv_session, session_send
 
 
@@ -110,3 +113,38 @@ def test_a_vault_items_secret_is_not_kept_in_its_history(org: TenantFixture) -> 
     from mirix_site.common.history import tracked_fields
 
     assert "secret_value_encrypted" not in tracked_fields(KnowledgeVaultItem)
+
+
+def test_an_add_changes_no_tracked_row_and_sets_no_history_context(org: TenantFixture) -> None:
+    """``/memory/add`` runs without a history context (``MemoryAddApi.history``): it must never
+    change a tracked row, whatever the user already has stored."""
+    memories_create(org, user_id="sam")
+    events = [model.history.rel.related_model for model in tracked_models()]
+    before = {event: event.objects.count() for event in events}
+    adds = [
+        {"messages": chat_turns("I moved to Lisbon.", "Noted.")},
+        {"session_id": "trip", "messages": chat_turns("We fly on Friday.", "Good.")},
+        {"session_id": "trip", "messages": chat_turns("Hotel booked.", "Great.")},
+        {
+            "session_id": "deploy",
+            "session_tag": "task",
+            "messages": [{"role": "user", "content": "deploy", "client_message_id": "t1"}],
+        },
+        {  # a retry of a turn stored before
+            "session_id": "deploy",
+            "messages": [{"role": "user", "content": "deploy", "client_message_id": "t1"}],
+        },
+    ]
+    in_context: list[bool] = []
+
+    def statement_seen(execute, sql, params, many, context):
+        # pghistory's context is active while its thread-local tracker holds a value.
+        in_context.append(hasattr(pghistory_runtime._tracker, "value"))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(statement_seen):
+        for body in adds:
+            response = org.api.post("/memory/add", {"user_id": "sam", **body}, format="json")
+            assert response.status_code == 202, response.content
+    assert {event: event.objects.count() for event in events} == before
+    assert in_context and not any(in_context)

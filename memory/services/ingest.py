@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
 from memory.models import MetaAgent
@@ -20,9 +22,21 @@ from sessions.services import messages_add
 class IngestResult:
     session_id: str | None
     messages: list[Message]
-    meta_agent: MetaAgent | None
+    meta_agent_id: str | None
     extraction_queued: bool
     stored: int  # turns written; the others were stored before (their client_message_id)
+
+
+# Every add asks only whether the client has a meta agent and its id: one lean statement (the
+# ORM's get of the whole row cost as much web CPU as the add's three writes; bench/RESULTS.md).
+_META_AGENT_ID_SQL = "SELECT id FROM memory_metaagent WHERE client_id = %s"
+
+
+def _meta_agent_id(client_id: str) -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_META_AGENT_ID_SQL, [client_id])
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 # A turn's own id stored by a concurrent call first: run again, and answer it with that row.
@@ -43,11 +57,8 @@ def memory_add(
     and, for chat turns, an extraction job is queued once it commits (the broker being down
     delays extraction, never the add). Raises ``MetaAgent.DoesNotExist`` for a meta agent the
     caller does not own, and the session errors of ``messages_add``."""
-    try:
-        meta_agent = MetaAgent.objects.get(client=tenant.client)
-    except MetaAgent.DoesNotExist:
-        meta_agent = None
-    if meta_agent_id is not None and (meta_agent is None or meta_agent.pk != meta_agent_id):
+    own_meta_agent_id = _meta_agent_id(tenant.client.pk)
+    if meta_agent_id is not None and meta_agent_id != own_meta_agent_id:
         raise MetaAgent.DoesNotExist(meta_agent_id)
     end_user, _ = end_user_create_or_get(tenant=tenant, user_id=user_id, name=None)
     added = messages_add(
@@ -65,7 +76,7 @@ def memory_add(
     return IngestResult(
         session_id=added.session_id,
         messages=added.messages,
-        meta_agent=meta_agent,
+        meta_agent_id=own_meta_agent_id,
         # Chat turns wait for extraction (a retry's too: stored the first time, not again).
         extraction_queued=added.tag == Session.Tag.CHAT,
         stored=added.stored,

@@ -34,9 +34,13 @@ class TenantAPIView(APIView):
     services; none of them queries a model directly.
 
     ``writes`` overrides the method-based guess of whether a request writes (for read-only keys).
+    ``history = False``: a write that changes no tracked row (it inserts, which keeps no
+    history, and updates only untracked tables; see ``mirix_site.common.history``) runs without
+    a history context, which would otherwise be set before each of its statements for nothing.
     """
 
     writes: bool | None = None
+    history: bool = True
     pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -50,7 +54,7 @@ class TenantAPIView(APIView):
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         """A write runs in a history context (its changes say who made them); a read, even
         over POST (``writes = False``), runs without one and pays nothing for it."""
-        if view_writes(self, request.method):
+        if self.history and view_writes(self, request.method):
             with history_context(API):
                 return super().dispatch(request, *args, **kwargs)
         return super().dispatch(request, *args, **kwargs)

@@ -158,26 +158,13 @@ def _column_value(field: Field, instance: Model, column_type: str, connection: A
     return value
 
 
-def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[ModelT]:
-    """Insert these new instances in one statement and set their primary keys, in order:
-    ``bulk_create`` without its cost on large batches. The rows travel as one JSON document,
-    each value read back by its column's type (``(row ->> n)::type``): ``bulk_create`` writes
-    one placeholder per value (over half of a batch record's time) and one array per column
-    spends much of it in psycopg's element-by-element array dumper (bench/RESULTS.md); the JSON
-    is written in C. Like ``bulk_create``: fields'
-    ``pre_save`` runs (``auto_now``), no ``save()``, no signals."""
-    if not instances:
-        return []
+@cache
+def _insert_layout(model: type[Model]) -> tuple[list[Field], list[str], str]:
+    """The fields ``rows_insert`` writes, their column types and its statement, worked out once
+    per model (every /memory/add inserts its turns with it)."""
     connection = connections[DEFAULT_DB_ALIAS]
     fields = [field for field in model._meta.concrete_fields if not field.primary_key]
     column_types = [field.db_type(connection) for field in fields]
-    rows = [
-        [
-            _column_value(field, instance, column_type, connection)
-            for field, column_type in zip(fields, column_types, strict=True)
-        ]
-        for instance in instances
-    ]
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     selects = ", ".join(
@@ -189,6 +176,28 @@ def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[Mod
         f"WITH ORDINALITY AS e(r, position) ORDER BY e.position "
         f"RETURNING {quote(model._meta.pk.column)}"
     )
+    return fields, column_types, sql
+
+
+def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[ModelT]:
+    """Insert these new instances in one statement and set their primary keys, in order:
+    ``bulk_create`` without its cost on large batches. The rows travel as one JSON document,
+    each value read back by its column's type (``(row ->> n)::type``): ``bulk_create`` writes
+    one placeholder per value (over half of a batch record's time) and one array per column
+    spends much of it in psycopg's element-by-element array dumper (bench/RESULTS.md); the JSON
+    is written in C. Like ``bulk_create``: fields'
+    ``pre_save`` runs (``auto_now``), no ``save()``, no signals."""
+    if not instances:
+        return []
+    connection = connections[DEFAULT_DB_ALIAS]
+    fields, column_types, sql = _insert_layout(model)
+    rows = [
+        [
+            _column_value(field, instance, column_type, connection)
+            for field, column_type in zip(fields, column_types, strict=True)
+        ]
+        for instance in instances
+    ]
     document = json.dumps(rows, default=_json_default, ensure_ascii=False, allow_nan=False)
     with connection.cursor() as cursor:
         cursor.execute(sql, [document])

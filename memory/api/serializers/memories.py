@@ -36,6 +36,7 @@ from mirix_site.api.fields import (
     UserIdField,
 )
 from mirix_site.api.schema import error_response
+from mirix_site.api.serializers import InputSerializer
 from sessions.api.serializers import MESSAGE_ROLES, MessageInputField
 from sessions.content import (
     MAX_NAME_CHARS,
@@ -179,7 +180,7 @@ class ToolsField(serializers.JSONField):
         super().__init__(required=False, allow_null=True, **kwargs)
 
 
-class TurnsPlaceSerializer(serializers.Serializer):
+class TurnsPlaceSerializer(InputSerializer):
     """Where turns go and when they were said: their session (none: the user's default
     conversation), its tag, and their time (none: now)."""
 
