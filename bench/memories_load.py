@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -488,8 +489,6 @@ def _deferred_make(items: Sequence[Deferred], kind: SearchableKind) -> None:
 
 def _dimensions(item: Deferred) -> int:
     """The dimension an HNSW index's expression casts to (``embedding::vector(384)``)."""
-    import re
-
     found = re.search(r"::(?:half)?vec(?:tor)?\((\d+)\)", item.create)
     if found is None:
         raise BenchError(f"{item.name}: no dimension in {item.create}")

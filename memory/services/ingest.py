@@ -29,7 +29,10 @@ class IngestResult:
 
 # Every add asks only whether the client has a meta agent and its id: one lean statement (the
 # ORM's get of the whole row cost as much web CPU as the add's three writes; bench/RESULTS.md).
-_META_AGENT_ID_SQL = "SELECT id FROM memory_metaagent WHERE client_id = %s"
+_META_AGENT_ID_SQL = (
+    f"SELECT {MetaAgent._meta.pk.column} FROM {MetaAgent._meta.db_table} "  # noqa: S608
+    f"WHERE {MetaAgent._meta.get_field('client').column} = %s"
+)
 
 
 def _meta_agent_id(client_id: str) -> str | None:
