@@ -927,17 +927,55 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
         flush=True,
     )
     rng = random.Random(f"{arguments.seed}:{run}:users")
+    began = time.perf_counter()
     rows: list[ReportRow] = []
     previous: Layout | None = None
     try:
         for layout in layouts_make(context):
-            rows.extend(layout_run(context, layout, previous, rng))
+            measured = layout_run(context, layout, previous, rng)
+            # Printed as each layout ends: a run stopped during the next keeps these figures.
+            print(f"\n[{layout.name}] done {time.perf_counter() - began:.0f} s into the run")
+            report_print(measured, scale=arguments.scale, smoke=arguments.smoke)
+            rows.extend(measured)
             previous = layout
     except OSError as error:
         raise BenchError(f"{arguments.base_url}: {error} (is the server running?)") from error
     finally:
         cleanup(context)
     return rows
+
+
+def report_print(rows: list[ReportRow], *, scale: int, smoke: bool) -> None:
+    """The tables of these rows, with the goals' verdicts."""
+    print(f"all times in ms\n{HEADER}\n{SUBHEADER}")
+    for row in rows:
+        print(report_line(row))
+    print(
+        "client: as the bench saw it; embed, search: the server's Server-Timing; exact "
+        "vector, exact BM25: the lanes' exact scans of the same user, timed here; recall@10: "
+        "the server's lanes against those scans"
+    )
+    print(f"\n{LANES_HEADER}")
+    for row in rows:
+        print(lanes_line(row))
+    whole = [row for row in rows if row.whole_layout]
+    print(
+        f"goal, search p95 at {scale:,} memories: "
+        + "; ".join(
+            f"{row.label} {search_p95(row):.1f} ms (<= {row.goal_ms:.0f}) {_verdict(row)}"
+            for row in whole
+        )
+    )
+    print(
+        f"client p95 (goal <= {GOAL_CLIENT_P95_MS:.0f} ms): "
+        + "; ".join(
+            f"{row.label} {percentile([item.client_ms for item in row.items], 0.95):.1f} ms"
+            for row in whole
+        ),
+        flush=True,
+    )
+    if smoke:
+        print(SMOKE_NOTE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -952,35 +990,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted (the bench's users were deleted)", file=sys.stderr)
         return 130
     if rows:
-        print(f"\nall times in ms; {time.perf_counter() - began:.0f} s in all")
-        print(f"{HEADER}\n{SUBHEADER}")
-        for row in rows:
-            print(report_line(row))
-        print(
-            "client: as the bench saw it; embed, search: the server's Server-Timing; exact "
-            "vector, exact BM25: the lanes' exact scans of the same user, timed here; recall@10: "
-            "the server's lanes against those scans"
-        )
-        print(f"\n{LANES_HEADER}")
-        for row in rows:
-            print(lanes_line(row))
-        whole = [row for row in rows if row.whole_layout]
-        print(
-            f"goal, search p95 at {arguments.scale:,} memories: "
-            + "; ".join(
-                f"{row.label} {search_p95(row):.1f} ms (<= {row.goal_ms:.0f}) {_verdict(row)}"
-                for row in whole
-            )
-        )
-        print(
-            f"client p95 (goal <= {GOAL_CLIENT_P95_MS:.0f} ms): "
-            + "; ".join(
-                f"{row.label} {percentile([item.client_ms for item in row.items], 0.95):.1f} ms"
-                for row in whole
-            )
-        )
-        if arguments.smoke:
-            print(SMOKE_NOTE)
+        print(f"\nall layouts; {time.perf_counter() - began:.0f} s in all")
+        report_print(rows, scale=arguments.scale, smoke=arguments.smoke)
     return 0
 
 

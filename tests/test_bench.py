@@ -617,6 +617,10 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
         re.MULTILINE,
     )
     assert SMOKE_NOTE in out
+    # Each layout's figures are printed when it ends: a run stopped in the next keeps them.
+    before_spread = out[: out.index("\n[spread] ")]
+    assert "[single] done" in before_spread
+    assert re.search(r"^single \(exact scan\) .*met$", before_spread, re.MULTILINE)
 
     assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
