@@ -88,10 +88,10 @@ from bench.common import (
 from bench.memories_load import (
     Layout,
     Vocabulary,
+    beat_builds,
     corpus_texts,
     hnsw_kept,
     indexes_deferred,
-    own_indexes_sync,
     rows_load,
     searched_kind,
     synthetic_vectors,
@@ -502,7 +502,7 @@ def data_load(
     if not arguments.smoke:
         tables_vacuum(kind)
         audit_tables_vacuum()
-    own_indexes_sync()  # beat's, done now rather than while the page is timed
+    beat_builds()  # beat's, done now rather than while the page is timed
 
 
 # --- The roll-up ---------------------------------------------------------------------------------
@@ -698,7 +698,7 @@ def cleanup(run: Run, kind: SearchableKind, *, smoke: bool) -> None:
     if not smoke:
         tables_vacuum(kind)
         audit_tables_vacuum()
-    own_indexes_sync()
+    beat_builds()
     DailyFigure.objects.all().delete()
     daily_figures_roll_up()
     print(

@@ -567,15 +567,24 @@ def indexes_deferred(kind: SearchableKind) -> Iterator[None]:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
 
 
-def own_indexes_sync() -> None:
-    """What beat does on the server: an HNSW index of their own for each user past the exact
-    scan's 5,000 rows (and none for users gone)."""
+def beat_builds() -> None:
+    """What beat builds on the server for large users, done now: an HNSW index of their own
+    for each user past the exact scan's 5,000 rows, posting segments for each owner past
+    ``BM25_SEGMENT_MIN_DOCUMENTS`` (and none for users gone)."""
+    from mirix_site.search.segments import segments_sync
     from mirix_site.search.vector_indexes import vector_indexes_sync
 
     began = time.perf_counter()
     outcome = vector_indexes_sync()
     print(
         f"  own HNSW indexes: {len(outcome.built)} built, {len(outcome.dropped)} dropped "
+        f"in {time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
+    began = time.perf_counter()
+    segments = segments_sync()
+    print(
+        f"  posting segments: {len(segments.built)} built, {len(segments.dropped)} dropped "
         f"in {time.perf_counter() - began:.0f} s",
         flush=True,
     )

@@ -127,10 +127,10 @@ from bench.memories_load import (
     LOAD_BATCH_ROWS,
     Layout,
     Vocabulary,
+    beat_builds,
     corpus_texts,
     hnsw_kept,
     indexes_deferred,
-    own_indexes_sync,
     progress_print,
     quoted_column,
     quoted_table,
@@ -781,7 +781,7 @@ def layout_run(
             )
             if not arguments.smoke:
                 tables_vacuum(kind)
-        own_indexes_sync()
+        beat_builds()
         everyone = [item for _label, items in plan for item in items]
         client.close()  # a fresh connection after the load's long pause, warmed up below
         measure(
@@ -811,7 +811,7 @@ def run_delete(kind: SearchableKind, pks: Sequence[int], run: str, *, smoke: boo
         tables_vacuum(kind)
     else:
         users_delete(kind, pks)
-    own_indexes_sync()
+    beat_builds()
     print(f"deleted {len(pks):,} users lat-{run}-* in {time.perf_counter() - began:.0f} s")
 
 

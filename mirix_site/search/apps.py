@@ -16,9 +16,24 @@ class SearchConfig(AppConfig):
     def ready(self) -> None:
         from accounts.portability import portable_skip
         from mirix_site.search import checks  # noqa: F401  (registers the engine's system checks)
-        from mirix_site.search.models import DocumentStats, Posting, RetrievalLog, TermStats
+        from mirix_site.search.models import (
+            DocumentStats,
+            Posting,
+            PostingSegment,
+            RetrievalLog,
+            SegmentChange,
+            SegmentCover,
+            TermStats,
+        )
 
-        for model in (Posting, TermStats, DocumentStats):
+        for model in (
+            Posting,
+            TermStats,
+            DocumentStats,
+            PostingSegment,
+            SegmentCover,
+            SegmentChange,
+        ):
             portable_skip(model, "The search index: an import indexes the rows again.")
         portable_skip(RetrievalLog, "An audit of this install's retrievals.")
 

@@ -15,6 +15,10 @@ them beats the most an unseen document could still gather, no unseen document ca
 top k: later (common) terms are then looked up only for the documents that can still make it,
 by id, instead of reading their whole posting lists. A document that is dropped can no longer
 reach the k-th score, so every document returned has its full score.
+
+A user with posting segments (``mirix_site.search.segments``: beat packs the postings of an
+owner of many documents) is scored from them instead, past the one statement's bound: every
+posting of the query's terms, read as arrays, for less than pruning reads of the index.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.tenancy import Scope
+from mirix_site.search import segments
 from mirix_site.search.kinds import SearchableKind
 from mirix_site.search.models import DocumentStats, Posting, TermStats
 
@@ -167,6 +172,19 @@ def bm25_search(
     if sum(term.df for term in terms) <= SINGLE_STATEMENT_POSTINGS:
         return _scored_in_one_statement(
             scope, kind, terms, average=average, limit=limit, allowed_ids=allowed_ids
+        )
+    found = segments.covers_in_scope(scope, kind)
+    if found.covers:
+        return segments.scored(
+            scope,
+            kind,
+            [segments.Term(term.lexeme, term.idf) for term in terms],
+            found,
+            average=average,
+            limit=limit,
+            allowed_ids=allowed_ids,
+            k1=K1,
+            b=B,
         )
     return _scored_term_by_term(
         scope, kind, terms, average=average, limit=limit, allowed_ids=allowed_ids

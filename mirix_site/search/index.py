@@ -23,13 +23,22 @@ from django.db import IntegrityError, connection, models, transaction
 from accounts.models import Client, EndUser
 from mirix_site.providers.embeddings import EmbeddingProvider
 from mirix_site.search.kinds import SearchableKind
-from mirix_site.search.models import DocumentStats, Posting, TermStats
+from mirix_site.search.models import (
+    DocumentStats,
+    Posting,
+    PostingSegment,
+    SegmentChange,
+    SegmentCover,
+    TermStats,
+)
 from mirix_site.search.vector_indexes import own_indexes_request
 
 _TABLES = {
     "postings": Posting._meta.db_table,
     "terms": TermStats._meta.db_table,
     "documents": DocumentStats._meta.db_table,
+    "covers": SegmentCover._meta.db_table,
+    "changes": SegmentChange._meta.db_table,
 }
 
 # A document's analysis, the one rule for every writer: its body's ``to_tsvector`` with the
@@ -57,6 +66,19 @@ _POSTINGS_INSERT = """
     SELECT organization_id, client_id, end_user_id, %(kind)s, lexeme, document_id, tf,
            doc_length
       FROM terms"""
+
+# Documents of an owner with posting segments (``mirix_site.search.segments``), at or below
+# their cover's line, whose postings a statement writes or removes: the segments' copy of them
+# no longer counts. ``{rows}`` yields client_id, end_user_id, document_id. One lookup of a
+# unique key per owner written; nothing else when no segment covers it.
+_CHANGES_MARK = """
+    INSERT INTO {changes} (organization_id, client_id, end_user_id, kind, document_id)
+    SELECT DISTINCT c.organization_id, r.client_id, r.end_user_id, c.kind, r.document_id
+      FROM {rows} AS r
+      JOIN {covers} c ON c.end_user_id = r.end_user_id AND c.client_id = r.client_id
+                     AND c.kind = %(kind)s
+     WHERE r.document_id <= c.through_document_id
+    ON CONFLICT DO NOTHING"""
 
 # The documents as one JSON parameter, not an array per column: psycopg dumps arrays element by
 # element in Python (see mirix_site.common.rows.rows_insert).
@@ -92,7 +114,9 @@ ON CONFLICT (end_user_id, client_id, kind) DO UPDATE
 _ADD_SQL = (
     "WITH "
     + _TERMS_CTES.format(source=_JSON_DOCUMENTS)
-    + ", postings AS ("
+    + ", changes AS ("
+    + _CHANGES_MARK.format(rows="docs", **_TABLES)
+    + "), postings AS ("
     + _POSTINGS_INSERT.format(**_TABLES)
     + _STATISTICS_ADD
 )
@@ -131,6 +155,7 @@ WITH gone AS (
     DELETE FROM {postings}
      WHERE kind = %(kind)s AND document_id = ANY(%(document_ids)s)
     RETURNING client_id, end_user_id, lexeme, document_id, doc_length
+), changes AS ({changes_mark}
 ), term_counts AS (
     SELECT client_id, end_user_id, lexeme, count(*) AS n
       FROM gone GROUP BY client_id, end_user_id, lexeme
@@ -152,7 +177,7 @@ UPDATE {documents} s
   FROM document_counts c
  WHERE s.end_user_id = c.end_user_id AND s.client_id = c.client_id
    AND s.kind = %(kind)s
-""".format(**_TABLES)  # noqa: S608 (table names from the models)
+""".format(changes_mark=_CHANGES_MARK.format(rows="gone", **_TABLES), **_TABLES)  # noqa: S608
 
 
 Document = tuple[SearchableKind, models.Model]
@@ -195,7 +220,14 @@ def postings_insert(*, kind: SearchableKind, source: str, params: dict[str, Any]
     is updated once, not once per batch). ``source``: the relation with its alias ``d``, of
     columns document_id, organization_id, client_id, end_user_id, body (the kind's text);
     ``params`` its parameters."""
-    sql = "WITH " + _TERMS_CTES.format(source=source) + _POSTINGS_INSERT.format(**_TABLES)
+    sql = (
+        "WITH "
+        + _TERMS_CTES.format(source=source)
+        + ", changes AS ("
+        + _CHANGES_MARK.format(rows="docs", **_TABLES)
+        + ")"
+        + _POSTINGS_INSERT.format(**_TABLES)
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params | {"config": settings.TEXT_SEARCH_CONFIG, "kind": kind.code})
 
@@ -349,6 +381,5 @@ def index_clear(*, kinds: Sequence[SearchableKind], end_user: EndUser, client: C
     """Take every row of these kinds that the client holds about the user out of the index,
     before deleting them all: their index rows go whole, not posting by posting."""
     owned = {"end_user": end_user, "client": client, "kind__in": [kind.code for kind in kinds]}
-    Posting.objects.filter(**owned).delete()
-    TermStats.objects.filter(**owned).delete()
-    DocumentStats.objects.filter(**owned).delete()
+    for model in (Posting, TermStats, DocumentStats, PostingSegment, SegmentCover, SegmentChange):
+        model.objects.filter(**owned).delete()

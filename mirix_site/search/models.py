@@ -110,6 +110,78 @@ class DocumentStats(IndexOwned):
         return f"{self.doc_count} documents"
 
 
+class PostingSegment(IndexOwned):
+    """One lexeme's postings of one large owner (user, client, kind), packed as its cover was
+    built: document ids (8 bytes), tfs and document lengths (4 bytes each), big-endian, in
+    document order. BM25 reads a common term's 100,000 postings of such an owner as three
+    arrays of one row instead of 100,000 index tuples (``mirix_site.search.segments``). Only a
+    build writes these; what changed since is read from the postings."""
+
+    kind = models.PositiveSmallIntegerField()
+    lexeme = models.TextField()
+    document_ids = models.BinaryField()
+    tfs = models.BinaryField()
+    lengths = models.BinaryField()
+
+    class Meta:
+        db_table = "memory_postingsegment"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "kind", "lexeme"], name="posting_segment_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["client"], name="posting_segment_client")]
+
+    def __str__(self) -> str:
+        return f"{self.lexeme}: segment"
+
+
+class SegmentCover(IndexOwned):
+    """What one owner's posting segments hold: every document up to ``through_document_id``
+    as of the build, but those in ``SegmentChange``. Until ``ready`` (a build under way)
+    searches read the postings alone."""
+
+    kind = models.PositiveSmallIntegerField()
+    through_document_id = models.BigIntegerField()
+    documents = models.IntegerField(default=0)  # documents the segments hold
+    ready = models.BooleanField(default=False)
+    built_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_segmentcover"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "kind"], name="segment_cover_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["client"], name="segment_cover_client")]
+
+    def __str__(self) -> str:
+        return f"segments through {self.through_document_id}"
+
+
+class SegmentChange(IndexOwned):
+    """A document of a covered owner, at or below the cover's line, whose postings were
+    removed or written since the build: the segments' copy of it is ignored and its postings
+    (if any) read from the index. Written by the index writer's statements themselves."""
+
+    kind = models.PositiveSmallIntegerField()
+    document_id = models.BigIntegerField()
+
+    class Meta:
+        db_table = "memory_segmentchange"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["end_user", "client", "kind", "document_id"],
+                name="segment_change_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["client"], name="segment_change_client")]
+
+    def __str__(self) -> str:
+        return f"document {self.document_id} changed"
+
+
 class Embedding(Owned):
     """One embedding of one chunk of a searchable row's text, by one named model. Each kind
     has a table of these, with one foreign key to its rows (``SearchableKind.embedding_key``).

@@ -303,6 +303,11 @@ ROWS_MEMO_SECONDS = env_float("ROWS_MEMO_SECONDS", 1.0, minimum=0.0)
 # How often beat gives users with many embeddings an HNSW index of their own (and drops those
 # no longer needed); `manage.py vector_indexes` does it at once.
 VECTOR_INDEX_SYNC_SECONDS = env_float("VECTOR_INDEX_SYNC_SECONDS", 600.0, minimum=10.0)
+# An owner (user, client, kind) of at least this many documents gets posting segments: BM25
+# reads its common terms' postings as packed arrays (mirix_site.search.segments). Beat builds
+# them every BM25_SEGMENT_SYNC_SECONDS; `manage.py posting_segments` does it at once.
+BM25_SEGMENT_MIN_DOCUMENTS = env_int("BM25_SEGMENT_MIN_DOCUMENTS", 20_000, minimum=1)
+BM25_SEGMENT_SYNC_SECONDS = env_float("BM25_SEGMENT_SYNC_SECONDS", 600.0, minimum=10.0)
 # The most memory (MB, PostgreSQL's maintenance_work_mem) one index build may take: each is
 # given what its graph needs (mirix_site.search.vector_indexes.hnsw_build_memory_mb, ~1.6 GB for
 # a user's 1,000,000 vectors of 384 dimensions), at most this. Default: a quarter of this
@@ -467,6 +472,7 @@ CELERY_TASK_ROUTES = {
     "memory.tasks.queue_due_dreams": {"queue": "maintenance"},
     "mirix_site.search.tasks.purge_retrieval_logs": {"queue": "maintenance"},
     "mirix_site.search.tasks.sync_vector_indexes": {"queue": "maintenance"},
+    "mirix_site.search.tasks.sync_posting_segments": {"queue": "maintenance"},
     "sessions.tasks.close_idle_sessions": {"queue": "maintenance"},
     "skills.tasks.experiences_embed_drain_task": {"queue": "ingest"},
     "skills.tasks.embed_pending_experiences": {"queue": "maintenance"},
@@ -510,6 +516,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "sync-vector-indexes": {
         "task": "mirix_site.search.tasks.sync_vector_indexes",
         "schedule": VECTOR_INDEX_SYNC_SECONDS,
+    },
+    # Users with many memories: their postings packed for BM25
+    # (mirix_site.search.segments); until built, their searches read the postings' index.
+    "sync-posting-segments": {
+        "task": "mirix_site.search.tasks.sync_posting_segments",
+        "schedule": BM25_SEGMENT_SYNC_SECONDS,
     },
     # Experiences whose embedding job the broker lost (recorded while Redis was down). Every
     # 2 minutes, acting on those older than EXTRACTION_REQUEUE_AFTER: until then BM25 finds
