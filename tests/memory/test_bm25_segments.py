@@ -5,8 +5,11 @@ after the adds, edits and deletions made since the segments were built."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import pytest
+from django.db import connection, transaction
 
 from accounts.selectors import end_user_get
 from accounts.services import client_read_scopes_set
@@ -16,8 +19,8 @@ from mirix_site.search import bm25, segments
 from mirix_site.search.bm25 import bm25_search
 from mirix_site.search.index import index_clear
 from mirix_site.search.models import PostingSegment, SegmentChange, SegmentCover
-from mirix_site.search.segments import segments_sync
-from tests.factories import TenantFixture
+from mirix_site.search.segments import segments_build, segments_sync
+from tests.factories import TenantFixture, tenant_fixture
 from tests.memory.test_bm25 import SEMANTIC, WORDS, memory_texts, python_bm25, store
 
 
@@ -149,3 +152,52 @@ def test_clearing_a_users_index_drops_their_segments_and_a_shrunk_owner_loses_th
     outcome = segments_sync()
     assert outcome.dropped == [f"semantic {other.pk}/{org.client.pk}"]
     assert not PostingSegment.objects.filter(end_user=other).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_build_waits_for_postings_written_before_its_line_and_misses_none(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory whose transaction began before the build drew its line, below that line,
+    committed while the build runs: neither above the line nor listed as changed, so only
+    the build's wait for the writers puts it in the segments."""
+    settings.BM25_SEGMENT_MIN_DOCUMENTS = 100
+    monkeypatch.setattr(bm25, "SINGLE_STATEMENT_POSTINGS", 0)
+    owner = tenant_fixture("alice")
+    store(owner, "big", texts(random.Random(11), 150))
+    written, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                store(owner, "big", ["zebra zebra quokka"])
+                written.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert written.wait(30)
+    # A later row of the owner, committed first, puts the line above the zebra (not indexed:
+    # its postings would wait on the statistics rows the writer holds).
+    user = end_user_get(tenant=owner.tenant, user_id="big")
+    later = SemanticMemory.objects.filter(end_user=user).earliest("pk")
+    later.pk, later.name, later.fingerprint = None, "a later row", "later"
+    later.save()
+    threading.Timer(1.0, release.set).start()
+    began = time.monotonic()
+    cover = segments_build(SEMANTIC, owner.organization.pk, owner.client.pk, user.pk)
+    assert time.monotonic() - began >= 0.9  # it waited for the writer
+    thread.join(30)
+
+    zebra = SemanticMemory.objects.get(end_user=user, summary="zebra zebra quokka")
+    assert zebra.pk < cover.through_document_id and cover.ready
+    assert not SegmentChange.objects.filter(end_user=user).exists()
+    served = bm25_search(
+        scope=Scope(owner.organization.pk, (owner.client.pk,), user.pk),
+        kind=SEMANTIC,
+        query="zebra",
+        limit=10,
+    )
+    assert [doc for doc, _ in served] == [zebra.pk]
