@@ -119,19 +119,22 @@ def _session_open(
     """Open the session holding the first ``count`` turns; None when the session exists
     already: a concurrent add opened it first (the caller then reserves in it), or, named, it
     is closed."""
+    session = Session(
+        organization=tenant.organization,
+        client=tenant.client,
+        end_user=end_user,
+        session_id=session_id,
+        tag=tag,
+        message_count=count,
+        filter_tags=filter_tags,
+        tools=tools,
+        last_activity_at=now,
+    )
     try:
         with transaction.atomic():
-            session = Session.objects.create(
-                organization=tenant.organization,
-                client=tenant.client,
-                end_user=end_user,
-                session_id=session_id,
-                tag=tag,
-                message_count=count,
-                filter_tags=filter_tags,
-                tools=tools,
-                last_activity_at=now,
-            )
+            # One prepared statement (the ORM's insert, built anew each time, was a twentieth
+            # of an add's web CPU in a run opening a session every 13 adds: bench/RESULTS.md).
+            rows_insert(model=Session, instances=[session])
     except IntegrityError:
         return None
     return session.pk, 0, tag

@@ -355,6 +355,17 @@ def test_repeated_adds_run_their_statements_prepared(org: TenantFixture) -> None
     assert ExtractionJob.objects.count() == 1
 
 
+def test_opening_sessions_runs_prepared(org: TenantFixture) -> None:
+    for number in range(6):
+        assert add(org, session_id=f"s{number}", filter_tags={"n": number}).status_code == 202
+    assert 'INSERT INTO "conversations_session"' in " ".join(_prepared_statements())
+    opened = Session.objects.order_by("session_id")
+    assert [(s.session_id, s.filter_tags, s.message_count) for s in opened] == [
+        (f"s{number}", {"n": number}, 2) for number in range(6)
+    ]
+    assert all(s.status == Session.Status.OPEN and s.created_at for s in opened)
+
+
 def test_adds_work_with_prepared_statements_off(transactional_db: None, org: TenantFixture) -> None:
     # DB_PREPARED_STATEMENTS=false (a pooler that cannot carry them): nothing is prepared.
     connection.close()
