@@ -54,7 +54,13 @@ class DatabaseWrapper(base.DatabaseWrapper):
         statement run often on this connection a prepared one (after ``prepare_threshold``
         runs; ``DB_PREPARED_STATEMENTS``). PostgreSQL then parses and plans it once, not on
         every run: for the few constant statements every ``/memory/add`` runs (bench/RESULTS.md).
-        Django's own cursors bind parameters into the text, which no server can prepare."""
+        Django's own cursors bind parameters into the text, which no server can prepare.
+
+        Under an execute wrapper (the history context prefixes each statement with its
+        ``set_config``) a statement becomes two, which a prepared statement cannot hold: there
+        the plain cursor. ``/memory/add`` runs without one."""
+        if self.execute_wrappers:
+            return self.cursor()
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
