@@ -41,7 +41,7 @@ from accounts.portability import (
     record_load,
 )
 from accounts.tenancy import Tenant
-from mirix_site.common.database import constraint_violated
+from mirix_site.common.database import constraint_violated, prepared_cursor
 from mirix_site.common.errors import DomainError
 from mirix_site.common.rows import instance_build, model_columns
 
@@ -255,7 +255,7 @@ def end_users_hold(*, end_user_ids: Iterable[int]) -> set[int]:
 def _end_user_held(*, tenant: Tenant, user_id: str) -> EndUser | None:
     # Every add runs this: the row built from a plain cursor (a raw queryset's column
     # mapping was half of this lookup's web CPU).
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(model_columns(model=EndUser))} FROM accounts_enduser"  # noqa: S608
             " WHERE organization_id = %s AND user_id = %s FOR KEY SHARE",

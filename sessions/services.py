@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -18,6 +18,7 @@ from accounts.models import EndUser
 from accounts.tenancy import Tenant
 from images.models import ImageFetch, ImageObject
 from images.services import image_fetch_publish, image_store, images_hold, images_release
+from mirix_site.common.database import prepared_cursor
 from mirix_site.common.errors import ConflictError, InvalidInputError, NotFoundError
 from mirix_site.common.rows import rows_insert
 from sessions.content import MessageInput
@@ -89,7 +90,7 @@ def _positions_reserve(
 ) -> tuple[int, int, str] | None:
     """(session pk, first free position, tag) of the open session, or None if there is none;
     the tools declared join the session's."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             _RESERVE_DEFAULT if session_id is None else _RESERVE_NAMED,
             {
@@ -118,19 +119,22 @@ def _session_open(
     """Open the session holding the first ``count`` turns; None when the session exists
     already: a concurrent add opened it first (the caller then reserves in it), or, named, it
     is closed."""
+    session = Session(
+        organization=tenant.organization,
+        client=tenant.client,
+        end_user=end_user,
+        session_id=session_id,
+        tag=tag,
+        message_count=count,
+        filter_tags=filter_tags,
+        tools=tools,
+        last_activity_at=now,
+    )
     try:
         with transaction.atomic():
-            session = Session.objects.create(
-                organization=tenant.organization,
-                client=tenant.client,
-                end_user=end_user,
-                session_id=session_id,
-                tag=tag,
-                message_count=count,
-                filter_tags=filter_tags,
-                tools=tools,
-                last_activity_at=now,
-            )
+            # One prepared statement (the ORM's insert, built anew each time, was a twentieth
+            # of an add's web CPU in a run opening a session every 13 adds: bench/RESULTS.md).
+            rows_insert(model=Session, instances=[session])
     except IntegrityError:
         return None
     return session.pk, 0, tag

@@ -41,7 +41,7 @@ from memory.models import ExtractionJob, MetaAgent
 from memory.models.agents import MEMORY_COMPONENTS
 from memory.services.records import Owner, StoreRequest, memories_store_many
 from memory.tags import same_scope
-from mirix_site.common.database import database_unreachable
+from mirix_site.common.database import database_unreachable, prepared_cursor
 from mirix_site.common.publish import task_labels, task_publish
 from mirix_site.providers.embeddings import embedding_provider_from_settings
 from mirix_site.providers.llm import LLMProvider, llm_provider_from_settings
@@ -98,7 +98,7 @@ RETURNING id, (SELECT user_id FROM accounts_enduser WHERE id = %(end_user_id)s)
 def extraction_job_ensure(*, organization_id: str, client_id: str, end_user_id: int) -> bool:
     """Make sure a queued job will pick up the user's pending messages; publish it after the
     commit if it is new (then True). Call inside the transaction that stored the messages."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             _JOB_ENSURE_SQL,
             {

@@ -6,13 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
 from accounts.services import end_user_create_or_get
 from accounts.tenancy import Tenant
 from memory.models import MetaAgent
 from memory.services.extraction import extraction_job_ensure
-from mirix_site.common.database import atomic_run_again
+from mirix_site.common.database import atomic_run_again, prepared_cursor
 from sessions.content import MessageInput
 from sessions.models import MESSAGE_CLIENT_ID_UNIQUE, Message, Session
 from sessions.services import messages_add
@@ -36,7 +34,7 @@ _META_AGENT_ID_SQL = (
 
 
 def _meta_agent_id(client_id: str) -> str | None:
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_META_AGENT_ID_SQL, [client_id])
         row = cursor.fetchone()
     return row[0] if row else None

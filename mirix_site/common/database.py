@@ -11,7 +11,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import ParamSpec, TypeVar
 
-from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -82,3 +83,9 @@ def atomic_run_again(
         return run
 
     return decorate
+
+
+def prepared_cursor() -> CursorWrapper:
+    """A cursor of the default connection for a constant statement run on every request of a
+    hot path: PostgreSQL plans it once per connection (``mirix_site.postgresql``)."""
+    return connection.prepared_cursor()  # type: ignore[attr-defined]  # our backend's

@@ -21,6 +21,8 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Field, JSONField, Model
 from django.db.models.expressions import Col
 
+from mirix_site.common.database import prepared_cursor
+
 ModelT = TypeVar("ModelT", bound=Model)
 
 
@@ -199,7 +201,7 @@ def rows_insert(*, model: type[ModelT], instances: Sequence[ModelT]) -> list[Mod
         for instance in instances
     ]
     document = json.dumps(rows, default=_json_default, ensure_ascii=False, allow_nan=False)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [document])
         keys = [row[0] for row in cursor.fetchall()]
     for instance, key in zip(instances, keys, strict=True):

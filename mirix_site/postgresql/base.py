@@ -1,5 +1,5 @@
 """Django's PostgreSQL backend, with its per-request health check skipped on a connection that
-worked moments ago.
+worked moments ago, and a cursor for statements PostgreSQL should plan once per connection.
 
 ``CONN_HEALTH_CHECKS`` makes the first query of every request (and of every search lane run in
 the lane pool) a ``SELECT 1`` round trip first: 16 % of a single experience record's time in
@@ -18,6 +18,8 @@ import math
 import time
 
 from django.db.backends.postgresql import base
+from django.db.backends.utils import CursorWrapper
+from psycopg.pq import Format
 
 RECENT_USE_SECONDS = 5.0
 
@@ -45,3 +47,26 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def connect(self) -> None:
         super().connect()
         self.last_worked = -math.inf
+
+    def prepared_cursor(self) -> CursorWrapper:
+        """A cursor (Django's wrapper: errors, query logging and execute wrappers as usual)
+        whose parameters travel apart from the statement, so that the driver can make a
+        statement run often on this connection a prepared one (after ``prepare_threshold``
+        runs; ``DB_PREPARED_STATEMENTS``). PostgreSQL then parses and plans it once, not on
+        every run: for the few constant statements every ``/memory/add`` runs (bench/RESULTS.md).
+        Django's own cursors bind parameters into the text, which no server can prepare.
+
+        Under an execute wrapper (the history context prefixes each statement with its
+        ``set_config``) a statement becomes two, which a prepared statement cannot hold: there
+        the plain cursor. ``/memory/add`` runs without one."""
+        if self.execute_wrappers:
+            return self.cursor()
+        self.close_if_health_check_failed()
+        self.ensure_connection()
+        with self.wrap_database_errors:
+            cursor = base.ServerBindingCursor(self.connection)
+            # As create_cursor: the connection's time zone for timestamptz values read back.
+            tz_loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
+            if self.timezone != tz_loader.timezone:
+                base.register_tzloader(self.timezone, cursor)
+            return self._prepare_cursor(cursor)

@@ -166,6 +166,12 @@ DATABASES = {
     )
 }
 DATABASES["default"]["OPTIONS"]["options"] = f"-c synchronous_commit={DB_SYNCHRONOUS_COMMIT}"
+# Statements run through ``prepared_cursor`` become prepared ones after this many runs on a
+# connection (psycopg's default), saving their parse and plan (bench/RESULTS.md). Off for a
+# pooler in transaction mode that cannot carry them (PgBouncer before 1.21): Django's own
+# statements are never prepared either way.
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
+DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5 if DB_PREPARED_STATEMENTS else None
 
 CACHES = {
     "default": {

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 
 from accounts.models import EndUser
 from memory.models import ExtractionJob
@@ -323,3 +324,60 @@ def test_another_clients_meta_agent_is_not_found(org: TenantFixture) -> None:
 def test_the_end_user_is_created_on_first_add(org: TenantFixture) -> None:
     add(org, user_id="brand-new")
     assert org.api.get("/users/brand-new").status_code == 200
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_repeated_adds_run_their_statements_prepared(org: TenantFixture) -> None:
+    # Parsed and planned once per connection, not on every add (bench/RESULTS.md). psycopg
+    # prepares a statement on its sixth run: the sixth add to the same session.
+    for number in range(6):
+        assert (
+            add(org, session_id="s", messages=turns(f"q{number}", f"a{number}")).status_code == 202
+        )
+    prepared = " ".join(_prepared_statements())
+    for statement in (
+        "UPDATE conversations_session",  # the session's positions
+        'INSERT INTO "conversations_message"',  # the turns
+        "FROM accounts_enduser",  # the end user
+        "INSERT INTO memory_extractionjob",  # the job
+    ):
+        assert statement in prepared
+    # Still the same adds: twelve turns in order in one session, one queued job.
+    assert list(Message.objects.order_by("position").values_list("text", flat=True)) == [
+        text for number in range(6) for text in (f"q{number}", f"a{number}")
+    ]
+    assert Session.objects.get().message_count == 12
+    assert ExtractionJob.objects.count() == 1
+
+
+def test_opening_sessions_runs_prepared(org: TenantFixture) -> None:
+    for number in range(6):
+        assert add(org, session_id=f"s{number}", filter_tags={"n": number}).status_code == 202
+    assert 'INSERT INTO "conversations_session"' in " ".join(_prepared_statements())
+    opened = Session.objects.order_by("session_id")
+    assert [(s.session_id, s.filter_tags, s.message_count) for s in opened] == [
+        (f"s{number}", {"n": number}, 2) for number in range(6)
+    ]
+    assert all(s.status == Session.Status.OPEN and s.created_at for s in opened)
+
+
+def test_adds_work_with_prepared_statements_off(transactional_db: None, org: TenantFixture) -> None:
+    # DB_PREPARED_STATEMENTS=false (a pooler that cannot carry them): nothing is prepared.
+    connection.close()
+    options = connection.settings_dict["OPTIONS"]
+    saved = options["prepare_threshold"]
+    options["prepare_threshold"] = None
+    try:
+        for number in range(6):
+            response = add(org, session_id="s", messages=turns(f"q{number}", f"a{number}"))
+            assert response.status_code == 202
+        assert _prepared_statements() == []
+    finally:
+        options["prepare_threshold"] = saved
+        connection.close()
+    assert Message.objects.count() == 12
