@@ -578,14 +578,16 @@ def beat_builds() -> None:
     outcome = vector_indexes_sync()
     print(
         f"  own HNSW indexes: {len(outcome.built)} built, {len(outcome.dropped)} dropped "
-        f"in {time.perf_counter() - began:.0f} s",
+        f"in {time.perf_counter() - began:.0f} s"
+        + (" (skipped: another sync held the lock)" if outcome.skipped else ""),
         flush=True,
     )
     began = time.perf_counter()
     segments = segments_sync()
     print(
         f"  posting segments: {len(segments.built)} built, {len(segments.dropped)} dropped "
-        f"in {time.perf_counter() - began:.0f} s",
+        f"in {time.perf_counter() - began:.0f} s"
+        + (" (skipped: another sync held the lock)" if segments.skipped else ""),
         flush=True,
     )
 

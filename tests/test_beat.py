@@ -123,3 +123,15 @@ def test_a_beat_whose_database_connection_died_while_it_stood_by_takes_over_all_
     assert set(settings.CELERY_BEAT_SCHEDULE) <= set(
         PeriodicTask.objects.values_list("name", flat=True)
     )
+
+
+def test_the_projects_advisory_locks_have_keys_of_their_own() -> None:
+    """Two locks on one key exclude each other for nothing: the posting segments' sync once
+    took beat's, and built nothing while a beat ran."""
+    from mirix_site import beat, launcher
+    from mirix_site.common import locks
+    from mirix_site.search import segments, vector_indexes
+
+    assert len(set(locks.KEYS.values())) == len(locks.KEYS)
+    used = [beat.BEAT_LOCK, launcher.PREPARE_LOCK, vector_indexes.SYNC_LOCK, segments.SYNC_LOCK]
+    assert sorted(used) == sorted(locks.KEYS.values())

@@ -35,6 +35,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from accounts.tenancy import Scope
+from mirix_site.common import locks
 from mirix_site.search.kinds import SearchableKind, kinds
 from mirix_site.search.models import (
     DocumentStats,
@@ -52,9 +53,9 @@ _COVERS = SegmentCover._meta.db_table
 _CHANGES = SegmentChange._meta.db_table
 _DOCUMENTS = DocumentStats._meta.db_table
 
-# Any constant works: it keeps two syncs (two beat runs, or beat and the command) from building
-# the same owner's segments side by side.
-SYNC_LOCK = 7_304_212
+# Keeps two syncs (two beat runs, or beat and the command) from building the same owner's
+# segments side by side (its key: mirix_site.common.locks).
+SYNC_LOCK = locks.POSTING_SEGMENTS_SYNC
 # A build waits at most this long for the transactions already writing postings to end.
 WRITERS_WAIT_SECONDS = 300.0
 # Beat builds an owner's segments again once the documents they lack (written or changed

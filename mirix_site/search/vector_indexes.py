@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connection
 from kombu.exceptions import OperationalError
 
+from mirix_site.common import locks
 from mirix_site.common.redis import redis_client
 from mirix_site.search import vectors
 from mirix_site.search.kinds import SearchableKind, kinds
@@ -45,9 +46,9 @@ from mirix_site.search.vectors import (
 
 logger = logging.getLogger(__name__)
 
-# Any constant works: it only keeps two syncs (two beat runs, or beat and the command) from
-# building the same index side by side.
-SYNC_LOCK = 7_304_211
+# Keeps two syncs (two beat runs, or beat and the command) from building the same index side by
+# side (its key: mirix_site.common.locks).
+SYNC_LOCK = locks.VECTOR_INDEX_SYNC
 # A write that takes users past the line queues one sync, then no other for this long (the
 # sync builds every index due, and a later write finds any user it missed).
 REQUEST_DEBOUNCE_SECONDS = 60
