@@ -173,6 +173,21 @@ def tenant_rows_create(owner: TenantFixture) -> None:
             client_ids=[sibling.client.pk],
         ),
     )
+    # Posting segments of the user's episodic memories, as beat builds them for a large owner,
+    # and an edit since (listed by the index writer).
+    from memory.types import MEMORY_TYPES
+    from mirix_site.search.models import SegmentChange
+    from mirix_site.search.segments import segments_build
+
+    episodic = MEMORY_TYPES["episodic"]
+    segments_build(episodic.kind, owner.organization.pk, owner.client.pk, skill.end_user.pk)
+    row = episodic.model.objects.filter(client=owner.client, end_user=skill.end_user).first()
+    owner.api.patch(
+        f"/memory/episodic/{row.pk}",
+        {episodic.editable_fields[0]: "edited after the segments were built"},
+        format="json",
+    )
+    assert SegmentChange.objects.filter(client=owner.client).exists()
 
 
 def _rows_changed(owner: TenantFixture) -> None:
