@@ -252,12 +252,10 @@ def segments_sync(*, progress: Callable[[str], None] | None = None) -> SegmentsS
     that has none or whose segments lack more than ``REBUILD_FRACTION`` of what they hold; drop
     those of owners now below half the line. A second sync started meanwhile returns at once."""
     outcome = SegmentsSync()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [SYNC_LOCK])
-        if not cursor.fetchone()[0]:
+    with locks.held_if_free(SYNC_LOCK) as taken:
+        if not taken:
             outcome.skipped = True
             return outcome
-    try:
         line = settings.BM25_SEGMENT_MIN_DOCUMENTS
         for kind in kinds():
             owners = {
@@ -282,9 +280,6 @@ def segments_sync(*, progress: Callable[[str], None] | None = None) -> SegmentsS
                     progress(f"building segments of {kind.name} {key[0]}/{key[1]}")
                 segments_build(kind, owner["organization_id"], key[1], key[0])
                 outcome.built.append(f"{kind.name} {key[0]}/{key[1]}")
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
     if outcome.built or outcome.dropped:
         logger.info("posting segments: built %s, dropped %s", outcome.built, outcome.dropped)
     return outcome

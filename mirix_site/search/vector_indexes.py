@@ -166,12 +166,10 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
     HNSW index of their own; drop the own indexes of users now at or below half that, or gone.
     A second sync started meanwhile returns at once."""
     outcome = VectorIndexSync()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [SYNC_LOCK])
-        if not cursor.fetchone()[0]:
+    with locks.held_if_free(SYNC_LOCK) as taken:
+        if not taken:
             outcome.skipped = True
             return outcome
-    try:
         for kind in kinds():
             owners = _owners_counted(kind)
             kept = {own_index_name(kind, model, user) for model, user in owners}
@@ -187,9 +185,6 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                     progress(f"building {name}: {kind.name}, {model}, {rows:,} embeddings")
                 hnsw_index_create(kind, model, dimensions, end_user_id=user, rows=rows)
                 outcome.built.append(name)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [SYNC_LOCK])
     if outcome.dropped:
         vectors.own_index_seen_forget()  # this process's searches stop taking them now
     if outcome.built or outcome.dropped:

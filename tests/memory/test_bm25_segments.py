@@ -18,7 +18,7 @@ from memory.models import SemanticMemory
 from mirix_site.search import bm25, segments
 from mirix_site.search.bm25 import bm25_search
 from mirix_site.search.index import index_clear
-from mirix_site.search.models import PostingSegment, SegmentChange, SegmentCover
+from mirix_site.search.models import Posting, PostingSegment, SegmentChange, SegmentCover
 from mirix_site.search.segments import segments_build, segments_sync
 from tests.factories import TenantFixture, tenant_fixture
 from tests.memory.test_bm25 import SEMANTIC, WORDS, memory_texts, python_bm25, store
@@ -71,8 +71,11 @@ def test_segments_score_as_okapi_bm25(org: TenantFixture, segmented: list[int], 
     cover = SegmentCover.objects.get(end_user=user)
     assert cover.ready and cover.documents == 300
     assert cover.through_document_id == SemanticMemory.objects.filter(end_user=user).latest("pk").pk
-    lexemes = {lexeme for text in memory_texts(org, "big").values() for lexeme in text.split()}
-    assert PostingSegment.objects.filter(end_user=user).count() >= len(lexemes) // 2
+    # One row per lexeme of the owner's postings, holding every posting.
+    postings = Posting.objects.filter(end_user=user, kind=SEMANTIC.code)
+    segments = PostingSegment.objects.filter(end_user=user)
+    assert segments.count() == postings.values("lexeme").distinct().count()
+    assert sum(len(row.document_ids) for row in segments) == 8 * postings.count()
 
     assert_exact(
         Scope(org.organization.pk, (org.client.pk,), user.pk), memory_texts(org, "big"), generator
