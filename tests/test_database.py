@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 from django.db import DatabaseError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.pq import Format
 
-from mirix_site.common.database import database_unreachable
+from mirix_site.common.database import database_unreachable, prepared_cursor
 from mirix_site.postgresql.base import RECENT_USE_SECONDS
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +121,26 @@ def test_a_connection_that_just_answered_skips_the_health_check(
     assert database_unreachable(raised.value)
     assert own_connection.connection is None
     _request(own_connection)
+
+
+def test_a_binary_prepared_cursor_reads_what_a_plain_cursor_reads() -> None:
+    # The posting segments travel in binary (mirix_site.search.segments); a cursor under an
+    # execute wrapper falls back to the plain one, in text: the values must not differ.
+    statement = (
+        "SELECT %(bytes)s::bytea, %(text)s::text, %(number)s::bigint, NULL::bytea, "
+        "%(texts)s::text[], 0.25::float8"
+    )
+    params = {"bytes": b"\x00\xff\x10" * 1000, "text": "été", "number": 2**40, "texts": ["a"]}
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        expected = cursor.fetchone()
+    assert bytes(expected[0]) == params["bytes"]
+    with prepared_cursor(binary=True) as cursor:
+        assert cursor.cursor.format == Format.BINARY
+        cursor.execute(statement, params)
+        assert tuple(cursor.fetchone()) == tuple(expected)
+    wrapped = connection.execute_wrapper(lambda execute, *args: execute(*args))
+    with wrapped, prepared_cursor(binary=True) as cursor:
+        assert cursor.cursor.format == Format.TEXT
+        cursor.execute(statement, params)
+        assert tuple(cursor.fetchone()) == tuple(expected)

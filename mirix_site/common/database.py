@@ -85,7 +85,8 @@ def atomic_run_again(
     return decorate
 
 
-def prepared_cursor() -> CursorWrapper:
+def prepared_cursor(*, binary: bool = False) -> CursorWrapper:
     """A cursor of the default connection for a constant statement run on every request of a
-    hot path: PostgreSQL plans it once per connection (``mirix_site.postgresql``)."""
-    return connection.prepared_cursor()  # type: ignore[attr-defined]  # our backend's
+    hot path: PostgreSQL plans it once per connection (``mirix_site.postgresql``); ``binary``:
+    its results travel in binary format (large bytea values)."""
+    return connection.prepared_cursor(binary=binary)  # type: ignore[attr-defined]  # our backend's

@@ -48,7 +48,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         super().connect()
         self.last_worked = -math.inf
 
-    def prepared_cursor(self) -> CursorWrapper:
+    def prepared_cursor(self, *, binary: bool = False) -> CursorWrapper:
         """A cursor (Django's wrapper: errors, query logging and execute wrappers as usual)
         whose parameters travel apart from the statement, so that the driver can make a
         statement run often on this connection a prepared one (after ``prepare_threshold``
@@ -58,13 +58,20 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
         Under an execute wrapper (the history context prefixes each statement with its
         ``set_config``) a statement becomes two, which a prepared statement cannot hold: there
-        the plain cursor. ``/memory/add`` runs without one."""
+        the plain cursor. ``/memory/add`` runs without one.
+
+        ``binary``: results travel in PostgreSQL's binary format, loaded to the same Python
+        values. A large bytea travels as its bytes, not as hex text decoded here: the posting
+        segments a search reads (``mirix_site.search.segments``; bench/RESULTS.md). The plain
+        cursor of the fallback reads the same values as text."""
         if self.execute_wrappers:
             return self.cursor()
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
             cursor = base.ServerBindingCursor(self.connection)
+            if binary:
+                cursor.format = Format.BINARY
             # As create_cursor: the connection's time zone for timestamptz values read back.
             tz_loader = self.connection.adapters.get_loader(base.TIMESTAMPTZ_OID, Format.TEXT)
             if self.timezone != tz_loader.timezone:
