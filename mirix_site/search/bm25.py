@@ -17,8 +17,9 @@ by id, instead of reading their whole posting lists. A document that is dropped 
 reach the k-th score, so every document returned has its full score.
 
 A user with posting segments (``mirix_site.search.segments``: beat packs the postings of an
-owner of many documents) is scored from them instead, past the one statement's bound: every
-posting of the query's terms, read as arrays, for less than pruning reads of the index.
+owner of many documents) is scored from them instead, whatever its terms' postings: every
+posting of the query's terms, read as arrays, for less than pruning or the one statement read
+of the index.
 """
 
 from __future__ import annotations
@@ -169,11 +170,9 @@ def bm25_search(
         terms.append(TermInfo(lexeme, df, weight, bound))
     terms.sort(key=lambda term: term.bound, reverse=True)
 
-    if sum(term.df for term in terms) <= SINGLE_STATEMENT_POSTINGS:
-        return _scored_in_one_statement(
-            scope, kind, terms, average=average, limit=limit, allowed_ids=allowed_ids
-        )
-    found = segments.covers_in_scope(scope, kind)
+    # Segments whatever the terms' postings: numpy scores the 10,000 of the one statement's
+    # bound in a fraction of its time (bench/RESULTS.md, 2026-12-07 (4)).
+    found = segments.covers_in_scope(scope, kind, documents=documents)
     if found.covers:
         return segments.scored(
             scope,
@@ -185,6 +184,10 @@ def bm25_search(
             allowed_ids=allowed_ids,
             k1=K1,
             b=B,
+        )
+    if sum(term.df for term in terms) <= SINGLE_STATEMENT_POSTINGS:
+        return _scored_in_one_statement(
+            scope, kind, terms, average=average, limit=limit, allowed_ids=allowed_ids
         )
     return _scored_term_by_term(
         scope, kind, terms, average=average, limit=limit, allowed_ids=allowed_ids

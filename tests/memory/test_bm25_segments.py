@@ -15,7 +15,7 @@ from accounts.selectors import end_user_get
 from accounts.services import client_read_scopes_set
 from accounts.tenancy import Scope
 from memory.models import SemanticMemory
-from mirix_site.search import bm25, segments
+from mirix_site.search import segments
 from mirix_site.search.bm25 import bm25_search
 from mirix_site.search.index import index_clear
 from mirix_site.search.models import Posting, PostingSegment, SegmentChange, SegmentCover
@@ -26,10 +26,9 @@ from tests.memory.test_bm25 import SEMANTIC, WORDS, memory_texts, python_bm25, s
 
 @pytest.fixture
 def segmented(settings, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Segments for owners of 100 documents; BM25 past its one statement for every query; the
-    number of searches the segments served."""
+    """Segments for owners of 100 documents; the number of searches the segments served (each
+    of a covered user's, however few postings its terms have)."""
     settings.BM25_SEGMENT_MIN_DOCUMENTS = 100
-    monkeypatch.setattr(bm25, "SINGLE_STATEMENT_POSTINGS", 0)
     served = [0]
     scored = segments.scored
 
@@ -61,7 +60,9 @@ def assert_exact(scope: Scope, documents: dict[int, str], generator: random.Rand
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_segments_score_as_okapi_bm25(org: TenantFixture, segmented: list[int], seed: int) -> None:
+def test_segments_score_as_okapi_bm25(
+    org: TenantFixture, segmented: list[int], seed: int, django_assert_num_queries
+) -> None:
     generator = random.Random(seed)
     store(org, "big", texts(generator, 300))
     store(org, "small", texts(generator, 40))  # below the line: no segments
@@ -82,6 +83,17 @@ def test_segments_score_as_okapi_bm25(org: TenantFixture, segmented: list[int], 
     )
     assert segmented[0] == 12
     assert segments_sync().built == []  # nothing changed: nothing to build again
+
+    # A user of fewer documents than an owner keeps segments from: no look for them.
+    small = end_user_get(tenant=org.tenant, user_id="small")
+    with django_assert_num_queries(2):  # the statistics, then the postings in one statement
+        found = bm25_search(
+            scope=Scope(org.organization.pk, (org.client.pk,), small.pk),
+            kind=SEMANTIC,
+            query=" ".join(WORDS[:4]),
+            limit=10,
+        )
+    assert found and segmented[0] == 12
 
 
 def test_segments_stay_exact_after_adds_edits_and_deletions(
@@ -159,13 +171,12 @@ def test_clearing_a_users_index_drops_their_segments_and_a_shrunk_owner_loses_th
 
 @pytest.mark.django_db(transaction=True)
 def test_a_build_waits_for_postings_written_before_its_line_and_misses_none(
-    settings, monkeypatch: pytest.MonkeyPatch
+    settings,
 ) -> None:
     """A memory whose transaction began before the build drew its line, below that line,
     committed while the build runs: neither above the line nor listed as changed, so only
     the build's wait for the writers puts it in the segments."""
     settings.BM25_SEGMENT_MIN_DOCUMENTS = 100
-    monkeypatch.setattr(bm25, "SINGLE_STATEMENT_POSTINGS", 0)
     owner = tenant_fixture("alice")
     store(owner, "big", texts(random.Random(11), 150))
     written, release = threading.Event(), threading.Event()
