@@ -19,6 +19,7 @@ from django.db import connections
 from accounts.models import EndUser
 from bench import (
     auth,
+    bm25_lane,
     dashboard,
     embedding_runtime,
     experience_quality,
@@ -44,7 +45,7 @@ from memory.types import MEMORY_TYPES
 from mirix_site.console.models import DailyFigure
 from mirix_site.search.kinds import SearchableKind
 from mirix_site.search.lanes import lanes_close
-from mirix_site.search.models import RetrievalLog
+from mirix_site.search.models import RetrievalLog, SegmentCover
 from sessions.models import Message, Session
 from skills.models import LearningRun, Recommendation, Skill
 from tests import processes
@@ -624,6 +625,31 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
 
     assert not EndUser.objects.filter(user_id__startswith="lat-").exists()
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
+
+
+def test_bm25_lane_builds_a_kept_users_segments_and_times_both_paths_alike(
+    smoke_argv, org: TenantFixture, tmp_path, capsys, settings
+) -> None:
+    argv = [*smoke_argv, "--data-dir", str(tmp_path), "--layouts", "single", "--keep"]
+    assert retrieval_latency.main(argv) == 0
+    [user] = EndUser.objects.filter(user_id__startswith="lat-").values_list("user_id", flat=True)
+    capsys.readouterr()
+
+    lane_argv = ["--api-key", org.key, "--smoke", "--data-dir", str(tmp_path)]
+    # The smoke user's 200 memories are under the shipped line: the bench says so.
+    assert bm25_lane.main([*lane_argv, "--user", user]) == 1
+    assert "fewer than an owner keeps segments with" in capsys.readouterr().err
+
+    settings.BM25_SEGMENT_MIN_DOCUMENTS = 100
+    assert bm25_lane.main([*lane_argv, "--user", user]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(r"^built the segments of 200 documents \(client \S+\) in [\d.]+ s$", out, re.M)
+    assert SegmentCover.objects.get(end_user__user_id=user).ready
+    rows = re.findall(r"^every query +(\w+) +n +(\d+) +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out, re.M)
+    assert rows == [("segments", "8"), ("postings", "8")]
+    assert "rankings differing: 0 of 8" in out
+    assert SMOKE_NOTE in out
 
 
 def _loaded_tables_schema() -> set[tuple]:

@@ -66,7 +66,7 @@ _IDS = np.dtype(">i8")
 _COUNTS = np.dtype(">i4")
 
 
-def _kept_from() -> int:
+def kept_from() -> int:
     """The fewest documents an owner keeps its segments with: half those it gets them from."""
     return settings.BM25_SEGMENT_MIN_DOCUMENTS // 2
 
@@ -90,7 +90,7 @@ def covers_in_scope(scope: Scope, kind: SearchableKind, *, documents: int) -> Co
     """Only for a scope of one user: an organization-wide search reads the postings. A scope
     of fewer ``documents`` (of the kind) than the smallest owner that keeps its segments has
     none, and is answered without a statement."""
-    if scope.end_user_id is None or documents < _kept_from():
+    if scope.end_user_id is None or documents < kept_from():
         return Covers((), ())
     where, params = scope.where("d.")
     params["kind"] = kind.code
@@ -282,7 +282,7 @@ def segments_sync(*, progress: Callable[[str], None] | None = None) -> SegmentsS
             }
             for key in sorted(covers):
                 owner = owners.get(key)
-                if owner is None or owner["doc_count"] < _kept_from():
+                if owner is None or owner["doc_count"] < kept_from():
                     _segments_drop(kind, *key)
                     outcome.dropped.append(f"{kind.name} {key[0]}/{key[1]}")
             for key, owner in sorted(owners.items()):
