@@ -45,7 +45,9 @@ for BM25's index-only scans), and the server's ``vector_indexes_sync`` gives eac
 5,000 rows their own HNSW index, as beat would. The previous layout's rows are deleted before the
 next layout is loaded, and every user this run created is deleted at the end unless ``--keep``
 (which also keeps the first layout's rows beside the second while it is measured;
-``--delete-run RUN`` deletes them later).
+``--delete-run RUN`` deletes them later). ``--again RUN`` measures a kept run's layouts once more
+as they are, nothing loaded or deleted: the same data searched by another commit's server, or
+after a change of settings, without the load and builds of a new run.
 
 Measuring, per layout, one request at a time over one keep-alive connection (latency, not
 throughput), after ``--warmup`` (200) unmeasured searches on that connection: the HNSW index was
@@ -77,7 +79,7 @@ HNSW graphs of 1,000,000 vectors most of the rest); ``--layouts`` runs one layou
     API_RATE_LIMIT=10000000/min make run
     .venv/bin/python -m bench.retrieval_latency [--scale 100000] [--queries 300] [--users 1000]
         [--layouts single,spread] [--sizes zipf|even] [--embeddings auto|model|synthetic]
-        [--exact-queries N] [--keep]
+        [--exact-queries N] [--keep] [--again RUN]
         [--base-url URL] [--data-dir DIR] [--database-url URL] [--api-key KEY] [--smoke]
 
 The bench sets up Django with ``mirix_site.settings.local`` against ``--database-url`` (default:
@@ -716,6 +718,40 @@ def layouts_make(context: Context) -> list[Layout]:
     return layouts
 
 
+def kept_layouts(tenant: Tenant, kind: SearchableKind, run: str, names: list[str]) -> list[Layout]:
+    """The layouts of ``names`` a ``--keep`` run left, their users in order and each one's
+    memories counted as they are now."""
+    from django.db.models import Count
+
+    from accounts.models import EndUser
+
+    layouts = []
+    for name in names:
+        prefix = f"lat-{run}-{name}-"
+        users = sorted(
+            EndUser.objects.filter(
+                organization=tenant.organization, user_id__startswith=prefix
+            ).values_list("user_id", "pk"),
+            key=lambda user: int(user[0].removeprefix(prefix)),
+        )
+        if not users:
+            continue
+        counts = dict(
+            kind.model.objects.filter(end_user_id__in=[pk for _user_id, pk in users])
+            .values_list("end_user_id")
+            .annotate(rows=Count("pk"))
+        )
+        layouts.append(
+            Layout(
+                name,
+                [user_id for user_id, _pk in users],
+                [counts.get(pk, 0) for _user_id, pk in users],
+                pks=[pk for _user_id, pk in users],
+            )
+        )
+    return layouts
+
+
 def corpus_vectors(context: Context) -> np.ndarray:
     arguments = context.arguments
     if context.vectors is None:
@@ -757,31 +793,14 @@ def layout_run(
         Measurement(rng.randrange(len(layout.user_ids)), query)
         for query in context.queries.take(arguments.warmup)
     ]
-    users_create(context.tenant, layout)
-    context.created.append(layout)
+    if not arguments.again:
+        users_create(context.tenant, layout)
+        context.created.append(layout)
     client = KeepAliveClient(arguments.base_url, context.api_key, timeout=60)
     try:
         probe(client, layout.user_ids[0])
-        vectors = corpus_vectors(context)
-        with hnsw_kept(kind) if arguments.smoke else indexes_deferred(kind):
-            if previous is not None and not arguments.keep:
-                began = time.perf_counter()
-                users_delete(kind, previous.pks)
-                context.created.remove(previous)
-                print(
-                    f"  deleted the {previous.name} layout in {time.perf_counter() - began:.0f} s"
-                )
-            rows_load(
-                tenant=context.tenant,
-                kind=kind,
-                layout=layout,
-                texts=context.texts,
-                vectors=vectors,
-                model_name=context.embedder.model_name,
-            )
-            if not arguments.smoke:
-                tables_vacuum(kind)
-        beat_builds()
+        if not arguments.again:
+            layout_load(context, layout, previous)
         everyone = [item for _label, items in plan for item in items]
         client.close()  # a fresh connection after the load's long pause, warmed up below
         measure(
@@ -797,6 +816,30 @@ def layout_run(
     finally:
         client.close()
     return layout_rows(layout, plan, EXACT_SCAN_MAX_ROWS)
+
+
+def layout_load(context: Context, layout: Layout, previous: Layout | None) -> None:
+    """The layout's rows loaded (the previous layout's deleted first unless kept), then the
+    indexes beat would build."""
+    arguments, kind = context.arguments, context.kind
+    vectors = corpus_vectors(context)
+    with hnsw_kept(kind) if arguments.smoke else indexes_deferred(kind):
+        if previous is not None and not arguments.keep:
+            began = time.perf_counter()
+            users_delete(kind, previous.pks)
+            context.created.remove(previous)
+            print(f"  deleted the {previous.name} layout in {time.perf_counter() - began:.0f} s")
+        rows_load(
+            tenant=context.tenant,
+            kind=kind,
+            layout=layout,
+            texts=context.texts,
+            vectors=vectors,
+            model_name=context.embedder.model_name,
+        )
+        if not arguments.smoke:
+            tables_vacuum(kind)
+    beat_builds()
 
 
 def run_delete(kind: SearchableKind, pks: Sequence[int], run: str, *, smoke: bool) -> None:
@@ -884,6 +927,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--delete-run", metavar="RUN", help="only delete the users a --keep run left, and exit"
     )
+    parser.add_argument(
+        "--again",
+        metavar="RUN",
+        help="measure the layouts a --keep run left as they are (nothing loaded or deleted)",
+    )
     arguments = arguments_parse(parser, argv, smoke=SMOKE)
     if not arguments.layouts or set(arguments.layouts) - {"single", "spread"}:
         parser.error("--layouts takes single and/or spread")
@@ -907,6 +955,13 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     if arguments.delete_run:
         kept_delete(tenant, kind, arguments.delete_run)
         return []
+    layouts: list[Layout] | None = None
+    if arguments.again:
+        layouts = kept_layouts(tenant, kind, arguments.again, arguments.layouts)
+        if not layouts:
+            raise BenchError(f"no users lat-{arguments.again}-* of layouts {arguments.layouts}")
+        arguments.scale = max(layout.rows for layout in layouts)
+        arguments.layouts = [layout.name for layout in layouts]
     run = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     vocabulary = Vocabulary.load()
     context = Context(
@@ -916,12 +971,18 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
         tenant=tenant,
         kind=kind,
         embedder=embedder,
-        texts=corpus_texts(vocabulary, scale=arguments.scale, seed=arguments.seed),
+        texts=(
+            []
+            if arguments.again
+            else corpus_texts(vocabulary, scale=arguments.scale, seed=arguments.seed)
+        ),
         queries=QuerySource(vocabulary, f"{arguments.seed}:{run}"),
     )
     print(
         f"run {run}: {arguments.scale:,} memories, layouts {', '.join(arguments.layouts)}, "
-        f"{arguments.queries} queries each, server {arguments.base_url}, database "
+        f"{arguments.queries} queries each"
+        + (f" (kept run {arguments.again}, not loaded)" if arguments.again else "")
+        + f", server {arguments.base_url}, database "
         f"{database}, organization {tenant.organization.pk}\n"
         f"similarity gate: {gate_state(kind, embedder.model_name)}",
         flush=True,
@@ -931,7 +992,7 @@ def bench(arguments: argparse.Namespace) -> list[ReportRow]:
     rows: list[ReportRow] = []
     previous: Layout | None = None
     try:
-        for layout in layouts_make(context):
+        for layout in layouts if layouts is not None else layouts_make(context):
             measured = layout_run(context, layout, previous, rng)
             # Printed as each layout ends: a run stopped during the next keeps these figures.
             print(f"\n[{layout.name}] done {time.perf_counter() - began:.0f} s into the run")

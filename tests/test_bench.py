@@ -627,13 +627,28 @@ def test_retrieval_latency_measures_both_layouts_and_deletes_its_users(
     assert not MEMORY_TYPES["episodic"].model.objects.exists()
 
 
-def test_bm25_lane_builds_a_kept_users_segments_and_times_both_paths_alike(
+def test_a_kept_run_is_measured_again_and_its_bm25_lane_from_segments_and_postings(
     smoke_argv, org: TenantFixture, tmp_path, capsys, settings
 ) -> None:
     argv = [*smoke_argv, "--data-dir", str(tmp_path), "--layouts", "single", "--keep"]
     assert retrieval_latency.main(argv) == 0
     [user] = EndUser.objects.filter(user_id__startswith="lat-").values_list("user_id", flat=True)
+    episodic = MEMORY_TYPES["episodic"].model.objects
+    assert episodic.count() == 200
     capsys.readouterr()
+
+    # Measured again as they are: nothing loaded, nothing deleted.
+    run = user.removeprefix("lat-").removesuffix("-single-0")
+    assert retrieval_latency.main([*smoke_argv, "--data-dir", str(tmp_path), "--again", run]) == 0
+    out = capsys.readouterr().out
+    assert f"(kept run {run}, not loaded)" in out
+    assert "loaded" not in out.replace("not loaded", "")
+    assert re.search(r"^single \(exact scan\) .*met$", out, re.MULTILINE)
+    assert re.search(r"goal, search p95 at 200 memories: single", out)
+    assert list(
+        EndUser.objects.filter(user_id__startswith="lat-").values_list("user_id", flat=True)
+    ) == [user]
+    assert episodic.count() == 200
 
     lane_argv = ["--api-key", org.key, "--smoke", "--data-dir", str(tmp_path)]
     # The smoke user's 200 memories are under the shipped line: the bench says so.
