@@ -87,6 +87,32 @@ def corpus_texts(vocabulary: Vocabulary, *, scale: int, seed: int) -> list[str]:
     return [vocabulary.text(rng, MEMORY_WORDS) for _ in range(scale)]
 
 
+QUERY_WORDS = (3, 8)
+
+
+class QuerySource:
+    """Distinct queries the server searches: with a topic word by its own reading
+    (``memory.query.recency.content_terms``). Words alone are not enough: a query of stop words,
+    time phrases or words asking only what is new ("me to time") is answered with the newest
+    memories, no lane run, which no exact scan ranks (1 query in 10-20 of a run drew one)."""
+
+    def __init__(self, vocabulary: Vocabulary, seed: str) -> None:
+        self.vocabulary = vocabulary
+        self.rng = random.Random(seed)
+        self.seen: set[str] = set()
+
+    def take(self, count: int) -> list[str]:
+        from memory.query.recency import content_terms
+
+        queries: list[str] = []
+        while len(queries) < count:
+            text = self.vocabulary.text(self.rng, QUERY_WORDS)
+            if text not in self.seen and content_terms(text):
+                self.seen.add(text)
+                queries.append(text)
+        return queries
+
+
 # --- Embeddings -----------------------------------------------------------------------------------
 
 

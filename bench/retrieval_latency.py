@@ -128,6 +128,7 @@ from bench.common import (
 from bench.memories_load import (
     LOAD_BATCH_ROWS,
     Layout,
+    QuerySource,
     Vocabulary,
     beat_builds,
     corpus_texts,
@@ -161,34 +162,7 @@ LANE_FETCH = 40
 MODEL_EMBEDDINGS_MAX_SCALE = 200_000
 SMOKE = {"scale": 200, "users": 8, "queries": 8, "warmup": 2}
 
-QUERY_WORDS = (3, 8)
 EMBED_CHUNK_TEXTS = 2048
-
-
-# --- Text -----------------------------------------------------------------------------------------
-
-
-class QuerySource:
-    """Distinct queries the server searches: with a topic word by its own reading
-    (``memory.query.recency.content_terms``). Words alone are not enough: a query of stop words,
-    time phrases or words asking only what is new ("me to time") is answered with the newest
-    memories, no lane run, which no exact scan ranks (1 query in 10-20 of a run drew one)."""
-
-    def __init__(self, vocabulary: Vocabulary, seed: str) -> None:
-        self.vocabulary = vocabulary
-        self.rng = random.Random(seed)
-        self.seen: set[str] = set()
-
-    def take(self, count: int) -> list[str]:
-        from memory.query.recency import content_terms
-
-        queries: list[str] = []
-        while len(queries) < count:
-            text = self.vocabulary.text(self.rng, QUERY_WORDS)
-            if text not in self.seen and content_terms(text):
-                self.seen.add(text)
-                queries.append(text)
-        return queries
 
 
 # --- Embeddings -----------------------------------------------------------------------------------
