@@ -31,11 +31,11 @@ from bench.common import (
     BenchError,
     api_key_read,
     arguments_parse,
-    command_line,
     database_arguments,
     django_setup,
     load_average,
     percentile,
+    run_start,
     tenant_from_key,
 )
 from bench.memories_load import QuerySource, Vocabulary, searched_kind
@@ -214,10 +214,7 @@ def report(figures: Figures) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _arguments(argv)
-    print(f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    shown = command_line("bench.bm25_lane", sys.argv[1:] if argv is None else argv)
-    print(f"command: {shown}")
-    print(f"load average at start (1/5/15 min): {load_average()}")
+    run_start("bench.bm25_lane", argv)
     try:
         figures = bench(arguments)
     except BenchError as error:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
@@ -80,6 +81,26 @@ def command_line(module: str, argv: Sequence[str]) -> str:
             shown.append(argument)
         hide_next = argument == "--api-key"
     return shlex.join([Path(sys.executable).name, "-m", module, *shown])
+
+
+@dataclass(frozen=True)
+class RunStart:
+    at: datetime
+    command: str
+    load: str  # the load average when it started
+
+
+def run_start(module: str, argv: Sequence[str] | None) -> RunStart:
+    """What a run prints first, for RESULTS.md's what ran beside: the date, the command (its
+    key hidden) and the load average."""
+    start = RunStart(
+        datetime.now(UTC),
+        command_line(module, sys.argv[1:] if argv is None else argv),
+        load_average(),
+    )
+    print(f"date {start.at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {start.command}")
+    print(f"load average at start (1/5/15 min): {start.load}", flush=True)
+    return start
 
 
 # --- Options -------------------------------------------------------------------------------------

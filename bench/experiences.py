@@ -119,7 +119,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -135,11 +134,11 @@ from bench.common import (
     RequestFactory,
     api_key_read,
     arguments_parse,
-    command_line,
     load_average,
     local_model_path,
     percentile,
     run_load,
+    run_start,
     server_arguments,
     verdict,
 )
@@ -1017,11 +1016,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--mimir-child"]:
         return mimir_child(Path(argv[1]))
     arguments = _arguments(argv)
-    started_at = datetime.now(UTC)
-    load_at_start = load_average()
-    command = command_line("bench.experiences", argv)
-    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
-    print(f"load average at start (1/5/15 min): {load_at_start}", flush=True)
+    start = run_start("bench.experiences", argv)
+    started_at, load_at_start, command = start.at, start.load, start.command
     run = f"{started_at:%Y%m%d-%H%M%S}"
     data = data_generate(
         experiences=arguments.experiences,

@@ -43,11 +43,11 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
-    command_line,
     database_arguments,
     django_setup,
     load_average,
     percentile,
+    run_start,
     server_arguments,
     tenant_from_key,
 )
@@ -180,10 +180,7 @@ def report(figures: dict[str, float]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _arguments(argv)
-    print(f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    shown = command_line("bench.recommend_path", sys.argv[1:] if argv is None else argv)
-    print(f"command: {shown}")
-    print(f"load average at start (1/5/15 min): {load_average()}")
+    run_start("bench.recommend_path", argv)
     try:
         figures = bench(arguments)
     except BenchError as error:

@@ -41,7 +41,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -50,8 +49,8 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
-    command_line,
     load_average,
+    run_start,
     server_arguments,
 )
 from bench.skills_common import (
@@ -623,10 +622,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     arguments = _arguments(argv)
-    started_at = datetime.now(UTC)
-    command = command_line("bench.skill_families", argv)
-    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
-    print(f"load average at start (1/5/15 min): {load_average()}", flush=True)
+    start = run_start("bench.skill_families", argv)
+    started_at, command = start.at, start.command
     user_id = f"skillfamilies-{started_at:%Y%m%d-%H%M%S-%f}"
     families = FAMILIES[: arguments.families]
     planned = families_plan(

@@ -88,10 +88,10 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
-    command_line,
     load_average,
     local_model_path,
     percentile,
+    run_start,
     server_arguments,
     verdict,
 )
@@ -765,10 +765,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     arguments = _arguments(argv)
-    started_at = datetime.now(UTC)
-    command = command_line("bench.skill_learning", argv)
-    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
-    print(f"load average at start (1/5/15 min): {load_average()}", flush=True)
+    start = run_start("bench.skill_learning", argv)
+    started_at, command = start.at, start.command
     run = started_at.strftime("%Y%m%d-%H%M%S-%f")
     try:
         dataset = dataset_load(arguments.data_dir)

@@ -43,7 +43,6 @@ import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -53,8 +52,8 @@ from bench.common import (
     KeepAliveClient,
     api_key_read,
     arguments_parse,
-    command_line,
     load_average,
+    run_start,
     server_arguments,
 )
 from bench.skills_common import (
@@ -310,10 +309,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     arguments = _arguments(argv)
-    started_at = datetime.now(UTC)
-    command = command_line("bench.task_families", argv)
-    print(f"date {started_at:%Y-%m-%d %H:%M:%S} UTC\ncommand: {command}")
-    print(f"load average at start (1/5/15 min): {load_average()}", flush=True)
+    start = run_start("bench.task_families", argv)
+    started_at, command = start.at, start.command
     lanes = LANES if arguments.lanes else LANES[:1]
     try:
         source = arguments.data or data_fetch(arguments.cache_dir)
