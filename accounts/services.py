@@ -241,7 +241,7 @@ def tenant_create(
 # a deletion waits for a write in flight and then deletes its rows too, and a write that comes
 # second waits for the deletion and then finds the user gone. Without it the write's rows
 # would reference a deleted user, and one of the two transactions fails at commit.
-_END_USERS_HOLD_SQL = "SELECT id FROM accounts_enduser WHERE id = ANY(%s) FOR KEY SHARE"
+_END_USERS_HOLD_SQL = "SELECT id FROM accounts_enduser WHERE id = ANY(%s::bigint[]) FOR KEY SHARE"
 
 
 def end_users_hold(*, end_user_ids: Iterable[int]) -> set[int]:

@@ -126,5 +126,5 @@ class Scope:
         else:
             owner = f"{alias}organization_id = %(organization_id)s"
             params = {"organization_id": self.organization_id}
-        clients = f"{alias}client_id = ANY(%(client_ids)s)"
+        clients = f"{alias}client_id = ANY(%(client_ids)s::text[])"
         return f"{owner} AND {clients}", params | {"client_ids": list(self.client_ids)}

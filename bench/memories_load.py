@@ -203,7 +203,7 @@ def users_delete(kind: SearchableKind, pks: Sequence[int]) -> None:
         for model in loaded_models(kind):
             owner = quoted_column(model, "end_user")
             cursor.execute(
-                f"DELETE FROM {quoted_table(model)} WHERE {owner} = ANY(%s)",  # noqa: S608
+                f"DELETE FROM {quoted_table(model)} WHERE {owner} = ANY(%s::bigint[])",  # noqa: S608
                 [list(pks)],
             )
         EndUser.objects.filter(pk__in=pks).delete()

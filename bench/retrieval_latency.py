@@ -382,7 +382,7 @@ def exact_bm25(
         cursor.execute(
             f"SELECT {term_lexeme}, sum({quoted_column(TermStats, 'doc_frequency')}) "  # noqa: S608
             f"FROM {quoted_table(TermStats)} WHERE {of_kind(TermStats)} "
-            f"AND {term_lexeme} = ANY(%(lexemes)s) GROUP BY {term_lexeme}",
+            f"AND {term_lexeme} = ANY(%(lexemes)s::text[]) GROUP BY {term_lexeme}",
             parameters,
         )
         frequencies = dict(cursor.fetchall())
@@ -390,7 +390,7 @@ def exact_bm25(
             f"SELECT {posting_lexeme}, {quoted_column(Posting, 'document_id')}, "  # noqa: S608
             f"{quoted_column(Posting, 'tf')}, {quoted_column(Posting, 'doc_length')} "
             f"FROM {quoted_table(Posting)} WHERE {of_kind(Posting)} "
-            f"AND {posting_lexeme} = ANY(%(lexemes)s)",
+            f"AND {posting_lexeme} = ANY(%(lexemes)s::text[])",
             parameters,
         )
         postings = cursor.fetchall()

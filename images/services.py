@@ -92,7 +92,7 @@ def images_hold(*, organization: Organization, sha256s: Iterable[str]) -> dict[s
         return {}
     # FOR KEY SHARE, which a foreign key check takes too, conflicts with deletion only.
     rows = ImageObject.objects.raw(
-        "SELECT * FROM images_imageobject WHERE organization_id = %s AND sha256 = ANY(%s)"
+        "SELECT * FROM images_imageobject WHERE organization_id = %s AND sha256 = ANY(%s::text[])"
         " FOR KEY SHARE",
         [organization.pk, wanted],
     )

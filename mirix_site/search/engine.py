@@ -196,7 +196,7 @@ def _rows_by_id(
         cursor.execute(
             f"SELECT {columns}, u.user_id "  # noqa: S608
             f"FROM {kind.table} m JOIN {EndUser._meta.db_table} u "
-            f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s) AND {where}",
+            f"ON u.id = m.end_user_id WHERE m.id = ANY(%(ids)s::bigint[]) AND {where}",
             params | {"ids": ids},
         )
         fetched = cursor.fetchall()
@@ -224,7 +224,7 @@ def _field_matches(kind: SearchableKind, field_name: str, query: str, ids: list[
     column = kind.column(field_name)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id FROM {table} WHERE id = ANY(%(ids)s) AND "  # noqa: S608
+            f"SELECT id FROM {table} WHERE id = ANY(%(ids)s::bigint[]) AND "  # noqa: S608
             f"to_tsvector(%(config)s::regconfig, coalesce({column}::text, '')) "
             f"@@ to_tsquery('simple', %(query)s)",
             {"ids": ids, "config": settings.TEXT_SEARCH_CONFIG, "query": tsquery},

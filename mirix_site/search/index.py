@@ -126,15 +126,15 @@ _ADD_SQL = (
 # After the owners' old rows are deleted (one statement: a sibling DELETE's order is not known).
 _STATISTICS_DELETE = """
 WITH gone_terms AS (
-    DELETE FROM {terms} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+    DELETE FROM {terms} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s::bigint[])
 )
-DELETE FROM {documents} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+DELETE FROM {documents} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s::bigint[])
 """.format(**_TABLES)  # noqa: S608 (table names from the models)
 
 _STATISTICS_COUNT = """
 WITH postings AS (
     SELECT organization_id, client_id, end_user_id, lexeme, document_id, tf, doc_length
-      FROM {postings} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s)
+      FROM {postings} WHERE kind = %(kind)s AND end_user_id = ANY(%(users)s::bigint[])
 ), term_stats AS (
     INSERT INTO {terms}
            (organization_id, client_id, end_user_id, kind, lexeme, doc_frequency, max_tf)
@@ -153,7 +153,7 @@ SELECT organization_id, client_id, end_user_id, %(kind)s, count(*), sum(doc_leng
 _REMOVE_SQL = """
 WITH gone AS (
     DELETE FROM {postings}
-     WHERE kind = %(kind)s AND document_id = ANY(%(document_ids)s)
+     WHERE kind = %(kind)s AND document_id = ANY(%(document_ids)s::bigint[])
     RETURNING client_id, end_user_id, lexeme, document_id, doc_length
 ), changes AS ({changes_mark}
 ), term_counts AS (

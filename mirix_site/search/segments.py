@@ -387,7 +387,7 @@ def _writers_wait() -> None:
         while writers:
             cursor.execute(
                 "SELECT coalesce(array_agg(virtualxid), '{}') FROM pg_locks "
-                "WHERE locktype = 'virtualxid' AND virtualxid = ANY(%s)",
+                "WHERE locktype = 'virtualxid' AND virtualxid = ANY(%s::text[])",
                 [writers],
             )
             writers = cursor.fetchone()[0]

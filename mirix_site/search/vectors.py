@@ -170,7 +170,7 @@ def vector_search(
     params |= {"query": _vector_literal(vector), "model": model, "limit": limit}
     restriction = ""
     if allowed_ids is not None:
-        restriction = f"AND {key} = ANY(%(allowed)s)"
+        restriction = f"AND {key} = ANY(%(allowed)s::bigint[])"
         params["allowed"] = list(allowed_ids)
     if exact or (allowed_ids is not None and len(allowed_ids) <= EXACT_SCAN_MAX_ROWS):
         path = "exact"
@@ -243,7 +243,8 @@ def distances_of(
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {key}, min({_cosine_distance(dimensions)}) "  # noqa: S608
-            f"FROM {table} WHERE {key} = ANY(%(ids)s) AND model = %(model)s GROUP BY {key}",
+            f"FROM {table} WHERE {key} = ANY(%(ids)s::bigint[]) AND model = %(model)s "
+            f"GROUP BY {key}",
             {"query": _vector_literal(vector), "ids": list(document_ids), "model": model},
         )
         return dict(cursor.fetchall())
