@@ -214,6 +214,29 @@ class Embedding(Owned):
         return f"{self.model} chunk {self.chunk_index}"
 
 
+class SharedGraphHolder(models.Model):
+    """The user who holds most of one model's embeddings of one kind (more than
+    ``vector_indexes.OWN_INDEX_MAX_SHARE``): the shared HNSW graph, walked for them, skips few
+    other rows, so they get no graph of their own and the vector lane walks the shared one as
+    it walks an own index (``mirix_site.search.vectors``). Written by the sync of vector
+    indexes, which counts every owner; at most one a kind and model."""
+
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
+    kind = models.PositiveSmallIntegerField()
+    model = models.CharField(max_length=100)
+    share = models.FloatField()  # of the model's embeddings of the kind, when counted
+    counted_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "model"], name="shared_graph_holder_unique")
+        ]
+        indexes = [models.Index(fields=["end_user", "kind", "model"], name="shared_graph_user")]
+
+    def __str__(self) -> str:
+        return f"{self.model}: user {self.end_user_id} holds {self.share:.0%}"
+
+
 class GateCalibration(models.Model):
     """The similarity gate's thresholds for one embedding model, for every kind (``kind``
     blank) or for one kind, as measured by ``manage.py calibrate_gate`` on related and

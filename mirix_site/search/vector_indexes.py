@@ -10,6 +10,14 @@ half-precision vectors, an expression the shared index does not have, and the
 vector lane orders by that expression when the index exists; over the same expression the
 planner, free to choose, took the shared index for a user owning half of it.
 
+A user who holds nearly all of a model's embeddings of a kind (more than
+``OWN_INDEX_MAX_SHARE``: a one-user deployment, or one user far above the rest) gets none: the
+shared graph walked for them skips few other rows, and a second graph of the same rows would
+double the build (383 s at 1,000,000 here) and every write's graph insertions. The sync records
+them (``SharedGraphHolder``) and the lane walks the shared graph for them as it walks an own
+index; at a share of 1.0 the two walks measured alike (bench/RESULTS.md, 2026-12-07 (5)). Once
+others' rows bring their share to the line, the next sync builds their own.
+
 ``vector_indexes_sync`` builds the indexes the tables call for and drops those no longer needed
 (a user whose rows fell to half the line, or who is gone). Beat runs it every
 ``VECTOR_INDEX_SYNC_SECONDS``; ``manage.py vector_indexes`` runs it on demand (after a bulk
@@ -35,6 +43,7 @@ from mirix_site.common import locks
 from mirix_site.common.redis import redis_client
 from mirix_site.search import vectors
 from mirix_site.search.kinds import SearchableKind, kinds
+from mirix_site.search.models import SharedGraphHolder
 from mirix_site.search.vectors import (
     VALID_INDEX_SQL,
     indexed_expression,
@@ -56,6 +65,10 @@ REQUEST_MARKER = "mirix:vector-index-sync-requested"
 # The beat job that runs the sync (``tasks.sync_vector_indexes``), queued by its name: the task
 # module imports this one.
 SYNC_TASK = "mirix_site.search.tasks.sync_vector_indexes"
+# Above this share of a model's embeddings of a kind a user gets no own index: the shared graph
+# walked for them discards at most a tenth of what it visits (the iterative scan goes on until
+# enough of theirs pass).
+OWN_INDEX_MAX_SHARE = 0.9
 
 
 def index_exists(name: str) -> bool:
@@ -133,24 +146,57 @@ class VectorIndexSync:
     skipped: bool = False  # another sync held the lock
 
 
-def _owners_counted(kind: SearchableKind) -> dict[tuple[str, int], tuple[int, int]]:
-    """(model, end user) -> (embeddings, dimensions) for every owner above half the line."""
+@dataclass(frozen=True)
+class Owner:
+    """One user's embeddings of one kind and model, as the sync counted them."""
+
+    rows: int
+    dimensions: int
+    share: float  # of the model's embeddings of the kind
+
+    @property
+    def holds_the_graph(self) -> bool:
+        return self.share > OWN_INDEX_MAX_SHARE
+
+
+def _owners_counted(kind: SearchableKind) -> dict[tuple[str, int], Owner]:
+    """(model, end user) -> their count for every owner above half the line."""
     table = kind.embedding_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT model, end_user_id, count(*) FROM {table} "  # noqa: S608
-            "GROUP BY model, end_user_id HAVING count(*) > %s",
+            "SELECT model, end_user_id, rows, rows::float8 / total FROM (SELECT model, "  # noqa: S608
+            "end_user_id, count(*) AS rows, sum(count(*)) OVER (PARTITION BY model) AS total "
+            f"FROM {table} GROUP BY model, end_user_id) AS owners WHERE rows > %s",
             [vectors.EXACT_SCAN_MAX_ROWS // 2],
         )
         counted = cursor.fetchall()
         dimensions: dict[str, int] = {}
-        for model in {model for model, _, _ in counted}:
+        for model in {model for model, *_ in counted}:
             cursor.execute(
                 f"SELECT vector_dims(embedding) FROM {table} WHERE model = %s LIMIT 1",  # noqa: S608
                 [model],
             )
             dimensions[model] = cursor.fetchone()[0]
-    return {(model, user): (rows, dimensions[model]) for model, user, rows in counted}
+    return {
+        (model, user): Owner(rows, dimensions[model], share) for model, user, rows, share in counted
+    }
+
+
+def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) -> None:
+    """The kind's graph holders as counted: users past the line holding most of a model's
+    embeddings, without an index of their own (one built before stays theirs)."""
+    holders = {
+        model: (user, owner.share)
+        for (model, user), owner in owners.items()
+        if owner.holds_the_graph
+        and owner.rows > vectors.EXACT_SCAN_MAX_ROWS
+        and not index_exists(own_index_name(kind, model, user))
+    }
+    SharedGraphHolder.objects.filter(kind=kind.code).exclude(model__in=list(holders)).delete()
+    for model, (user, share) in holders.items():
+        SharedGraphHolder.objects.update_or_create(
+            kind=kind.code, model=model, defaults={"end_user_id": user, "share": share}
+        )
 
 
 def _own_indexes(kind: SearchableKind) -> set[str]:
@@ -163,8 +209,9 @@ def _own_indexes(kind: SearchableKind) -> set[str]:
 
 def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> VectorIndexSync:
     """Give every user above ``EXACT_SCAN_MAX_ROWS`` embeddings (of one kind and model) an
-    HNSW index of their own; drop the own indexes of users now at or below half that, or gone.
-    A second sync started meanwhile returns at once."""
+    HNSW index of their own, but the one holding most of the model's, who is recorded as the
+    shared graph's holder; drop the own indexes of users now at or below half the line, or
+    gone. A second sync started meanwhile returns at once."""
     outcome = VectorIndexSync()
     with locks.held_if_free(SYNC_LOCK) as taken:
         if not taken:
@@ -177,13 +224,18 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                 with connection.cursor() as cursor:
                     cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
                 outcome.dropped.append(name)
-            for (model, user), (rows, dimensions) in sorted(owners.items()):
+            _holders_record(kind, owners)
+            for (model, user), owner in sorted(owners.items()):
                 name = own_index_name(kind, model, user)
-                if rows <= vectors.EXACT_SCAN_MAX_ROWS or index_exists(name):
+                if (
+                    owner.rows <= vectors.EXACT_SCAN_MAX_ROWS
+                    or owner.holds_the_graph
+                    or index_exists(name)
+                ):
                     continue
                 if progress is not None:
-                    progress(f"building {name}: {kind.name}, {model}, {rows:,} embeddings")
-                hnsw_index_create(kind, model, dimensions, end_user_id=user, rows=rows)
+                    progress(f"building {name}: {kind.name}, {model}, {owner.rows:,} embeddings")
+                hnsw_index_create(kind, model, owner.dimensions, end_user_id=user, rows=owner.rows)
                 outcome.built.append(name)
     if outcome.dropped:
         vectors.own_index_seen_forget()  # this process's searches stop taking them now
@@ -196,8 +248,8 @@ def own_indexes_wanted(
     kind: SearchableKind, model: str, end_user_ids: Collection[int]
 ) -> list[int]:
     """Those of these users who hold more than ``EXACT_SCAN_MAX_ROWS`` embeddings of the kind
-    and model and have no usable index of their own. One query, counting each user's rows no
-    further than the line."""
+    and model and have no usable index of their own, nor hold the shared graph (a sync would
+    build them none). One query, counting each user's rows no further than the line."""
     users = sorted({int(user) for user in end_user_ids})
     if not users:
         return []
@@ -206,6 +258,8 @@ def own_indexes_wanted(
             "SELECT u.id FROM unnest(%(users)s::bigint[], %(names)s::text[]) AS u(id, name) "  # noqa: S608
             "WHERE NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
             "WHERE c.relname = u.name AND i.indisvalid) "
+            f"AND NOT EXISTS (SELECT 1 FROM {SharedGraphHolder._meta.db_table} h "
+            "WHERE h.end_user_id = u.id AND h.kind = %(kind)s AND h.model = %(model)s) "
             f"AND (SELECT count(*) FROM (SELECT 1 FROM {kind.embedding_table} e "
             "WHERE e.end_user_id = u.id AND e.model = %(model)s LIMIT %(up_to)s) AS r) "
             "> %(line)s ORDER BY u.id",
@@ -213,6 +267,7 @@ def own_indexes_wanted(
                 "users": users,
                 "names": [own_index_name(kind, model, user) for user in users],
                 "model": model,
+                "kind": kind.code,
                 "up_to": vectors.EXACT_SCAN_MAX_ROWS + 1,
                 "line": vectors.EXACT_SCAN_MAX_ROWS,
             },

@@ -26,6 +26,7 @@ from django.db import connection
 
 from accounts.tenancy import Scope
 from mirix_site.search.kinds import SearchableKind
+from mirix_site.search.models import SharedGraphHolder
 
 logger = logging.getLogger(__name__)
 
@@ -124,26 +125,40 @@ def own_index_seen_forget() -> None:
 
 def _path(scope: Scope, kind: SearchableKind, model: str) -> str:
     """Which path a search takes: "own" when the user has a usable index of their own (built
-    only past EXACT_SCAN_MAX_ROWS), else "exact" when the scope holds at most that many
-    embeddings of the model (counted no further, and not at all for a user with an own index:
-    counting 5,000 rows costs 0.7 ms), else "shared". One query."""
+    only past EXACT_SCAN_MAX_ROWS); "holder" when they hold most of the shared graph
+    (``SharedGraphHolder``: walked as an own index is); else "exact" when the scope holds at
+    most EXACT_SCAN_MAX_ROWS embeddings of the model (counted no further, and not at all for
+    the other two: counting 5,000 rows costs 0.7 ms), else "shared". One query."""
     where, params = scope.where()
     table = kind.embedding_table
     own = own_index_name(kind, model, scope.end_user_id) if scope.end_user_id is not None else ""
-    if time.monotonic() - _own_seen.get(own, -OWN_INDEX_SEEN_SECONDS) < OWN_INDEX_SEEN_SECONDS:
-        return "own"
+    for path, key in (("own", own), ("holder", f"{own}:holder")):
+        if time.monotonic() - _own_seen.get(key, -OWN_INDEX_SEEN_SECONDS) < OWN_INDEX_SEEN_SECONDS:
+            return path
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT own.usable, CASE WHEN own.usable THEN NULL ELSE (SELECT count(*) FROM "  # noqa: S608
-            f"(SELECT 1 FROM {table} WHERE {where} AND model = %(model)s "
-            "LIMIT %(up_to)s) AS rows) END "
-            f"FROM (SELECT {VALID_INDEX_SQL} AS usable) AS own",
-            params | {"model": model, "up_to": EXACT_SCAN_MAX_ROWS + 1, "index": own},
+            "SELECT own.usable, own.holder, CASE WHEN own.usable OR own.holder THEN NULL ELSE "  # noqa: S608
+            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} "
+            "AND model = %(model)s LIMIT %(up_to)s) AS rows) END "
+            f"FROM (SELECT {VALID_INDEX_SQL} AS usable, EXISTS (SELECT 1 FROM "
+            f"{SharedGraphHolder._meta.db_table} WHERE end_user_id = %(holder)s "
+            "AND kind = %(kind)s AND model = %(model)s) AS holder) AS own",
+            params
+            | {
+                "model": model,
+                "up_to": EXACT_SCAN_MAX_ROWS + 1,
+                "index": own,
+                "holder": scope.end_user_id,
+                "kind": kind.code,
+            },
         )
-        has_own, rows = cursor.fetchone()
+        has_own, holder, rows = cursor.fetchone()
     if has_own:
         _own_seen[own] = time.monotonic()
         return "own"
+    if holder:
+        _own_seen[f"{own}:holder"] = time.monotonic()
+        return "holder"
     return "exact" if rows <= EXACT_SCAN_MAX_ROWS else "shared"
 
 
@@ -194,10 +209,11 @@ def vector_search(
         # ef_search well above the rows fetched (HNSW_*_EF_PER_ROW).
         fetch = limit + max(10, limit // 4)
         params["fetch"] = fetch
-        own = path == "own"
-        order = _cosine_distance(dimensions, own=own)
-        least = HNSW_OWN_EF_SEARCH_MIN if own else HNSW_SHARED_EF_SEARCH_MIN
-        per_row = HNSW_OWN_EF_PER_ROW if own else HNSW_SHARED_EF_PER_ROW
+        order = _cosine_distance(dimensions, own=path == "own")
+        # The holder of the shared graph walks it as an own index: the filter drops few rows.
+        walked_as_own = path in ("own", "holder")
+        least = HNSW_OWN_EF_SEARCH_MIN if walked_as_own else HNSW_SHARED_EF_SEARCH_MIN
+        per_row = HNSW_OWN_EF_PER_ROW if walked_as_own else HNSW_SHARED_EF_PER_ROW
         scan_settings = {"hnsw.ef_search": str(max(least, per_row * fetch))}
         if _iterative_scan_supported():
             scan_settings |= {

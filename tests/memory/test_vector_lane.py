@@ -14,11 +14,17 @@ from accounts.models import EndUser
 from accounts.tenancy import Scope
 from memory.models import EpisodicMemory
 from memory.types import MEMORY_TYPES
+from mirix_site.search import vectors
 from mirix_site.search.bm25 import bm25_search
 from mirix_site.search.index import documents_index
-from mirix_site.search.models import Posting
-from mirix_site.search.vector_indexes import SYNC_LOCK, vector_indexes_sync
-from mirix_site.search.vectors import HNSW_SHARED_EF_SEARCH_MIN, own_index_name, vector_search
+from mirix_site.search.models import Posting, SharedGraphHolder
+from mirix_site.search.vector_indexes import SYNC_LOCK, own_indexes_wanted, vector_indexes_sync
+from mirix_site.search.vectors import (
+    HNSW_OWN_EF_SEARCH_MIN,
+    HNSW_SHARED_EF_SEARCH_MIN,
+    own_index_name,
+    vector_search,
+)
 from tests.factories import TenantFixture
 
 pytestmark = pytest.mark.slow
@@ -251,3 +257,47 @@ def test_an_index_search_leaves_its_settings_off_the_connection(org: TenantFixtu
     )
     assert len(found) == 10
     assert setting() == default != str(HNSW_SHARED_EF_SEARCH_MIN)
+
+
+def test_a_user_holding_nearly_all_vectors_walks_the_shared_graph_as_their_own(
+    org: TenantFixture,
+) -> None:
+    users = _corpus(org, {"holder": 6000, "other": 50})
+    holder = Scope(org.organization.pk, (org.client.pk,), users["holder"].pk)
+    own = own_index_name(EPISODIC, MODEL, users["holder"].pk)
+    assert own_indexes_wanted(EPISODIC, MODEL, [users["holder"].pk]) == [users["holder"].pk]
+
+    # 6,000 of 6,050 vectors: no second graph of the same rows, the shared one is theirs.
+    outcome = vector_indexes_sync()
+    assert outcome.built == []
+    [recorded] = SharedGraphHolder.objects.all()
+    assert (recorded.end_user_id, recorded.kind, recorded.model) == (
+        users["holder"].pk,
+        EPISODIC.code,
+        MODEL,
+    )
+    assert recorded.share == pytest.approx(6000 / 6050)
+    assert own_indexes_wanted(EPISODIC, MODEL, [users["holder"].pk]) == []  # nothing to queue
+    assert "Index Scan using episodicembedding_hnsw" in _vector_plan(holder)
+    with CaptureQueriesContext(connection) as searched:
+        vector_search(scope=holder, kind=EPISODIC, vector=_query_vector(3), model=MODEL, limit=10)
+    walk = searched.captured_queries[-1]["sql"]
+    assert f"'hnsw.ef_search', '{HNSW_OWN_EF_SEARCH_MIN}'" in walk  # walked as an own index
+    recalls = [_recall(holder, _query_vector(seed), exact_for_search=None) for seed in range(10)]
+    assert sum(recalls) / len(recalls) >= 0.95, recalls
+
+    # The others grow to 750 of 6,050 (the holder keeps 5,300, past the line): their share is
+    # under the line, so they get their own index and are no longer the holder.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH moved AS (UPDATE memory_episodicmemory SET end_user_id = %(other)s, "
+            "fingerprint = md5('moved ' || id) WHERE id IN "
+            "(SELECT id FROM memory_episodicmemory WHERE end_user_id = %(holder)s ORDER BY id "
+            "LIMIT 700) RETURNING id) UPDATE memory_episodicembedding SET end_user_id = %(other)s "
+            "WHERE memory_id IN (SELECT id FROM moved)",
+            {"other": users["other"].pk, "holder": users["holder"].pk},
+        )
+    vectors.own_index_seen_forget()
+    assert vector_indexes_sync().built == [own]
+    assert not SharedGraphHolder.objects.exists()
+    assert f"Index Scan using {own}" in _vector_plan(holder)
