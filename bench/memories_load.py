@@ -595,8 +595,9 @@ def indexes_deferred(kind: SearchableKind) -> Iterator[None]:
 
 def beat_builds() -> None:
     """What beat builds on the server for large users, done now: an HNSW index of their own
-    for each user past the exact scan's 5,000 rows, posting segments for each owner past
-    ``BM25_SEGMENT_MIN_DOCUMENTS`` (and none for users gone)."""
+    for each user past the exact scan's 5,000 rows (but one holding nearly all the vectors),
+    posting segments for each owner past ``BM25_SEGMENT_MIN_DOCUMENTS`` (and none for users
+    gone)."""
     from mirix_site.search.segments import segments_sync
     from mirix_site.search.vector_indexes import vector_indexes_sync
 
@@ -608,6 +609,8 @@ def beat_builds() -> None:
         + (" (skipped: another sync held the lock)" if outcome.skipped else ""),
         flush=True,
     )
+    for holder in outcome.holders:
+        print(f"  the shared graph serves {holder} (no own index)", flush=True)
     began = time.perf_counter()
     segments = segments_sync()
     print(

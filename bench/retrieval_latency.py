@@ -42,12 +42,14 @@ once from the whole table, each foreign key checked in one pass, where row by ro
 commit alone took a third of the load, and a bulk HNSW build is several times faster than
 inserting into the graph. The tables are vacuumed and analysed (steady state: visibility map set
 for BM25's index-only scans), and the server's ``vector_indexes_sync`` gives each user past
-5,000 rows their own HNSW index, as beat would. The previous layout's rows are deleted before the
-next layout is loaded, and every user this run created is deleted at the end unless ``--keep``
-(which also keeps the first layout's rows beside the second while it is measured;
-``--delete-run RUN`` deletes them later). ``--again RUN`` measures a kept run's layouts once more
-as they are, nothing loaded or deleted: the same data searched by another commit's server, or
-after a change of settings, without the load and builds of a new run.
+5,000 rows their own HNSW index, as beat would (the single layout's one user holds every
+vector: the shared graph serves them, ``mirix_site.search.vector_indexes``). The previous
+layout's rows are deleted before the next layout is loaded, and every user this run created is
+deleted at the end unless ``--keep`` (which also keeps the first layout's rows beside the
+second while it is measured; ``--delete-run RUN`` deletes them later). ``--again RUN`` measures
+a kept run's layouts once more as they are, nothing loaded or deleted: the same data searched
+by another commit's server, or after a change of settings, without the load and builds of a new
+run.
 
 Measuring, per layout, one request at a time over one keep-alive connection (latency, not
 throughput), after ``--warmup`` (200) unmeasured searches on that connection: the HNSW index was

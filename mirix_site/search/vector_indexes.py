@@ -143,6 +143,8 @@ def hnsw_index_create(
 class VectorIndexSync:
     built: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    # Users who hold the shared graph (no own index), as "kind, model: user N holds P%".
+    holders: list[str] = field(default_factory=list)
     skipped: bool = False  # another sync held the lock
 
 
@@ -182,7 +184,7 @@ def _owners_counted(kind: SearchableKind) -> dict[tuple[str, int], Owner]:
     }
 
 
-def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) -> None:
+def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) -> list[str]:
     """The kind's graph holders as counted: users past the line holding most of a model's
     embeddings, without an index of their own (one built before stays theirs)."""
     holders = {
@@ -197,6 +199,10 @@ def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) 
         SharedGraphHolder.objects.update_or_create(
             kind=kind.code, model=model, defaults={"end_user_id": user, "share": share}
         )
+    return [
+        f"{kind.name}, {model}: user {user} holds {share:.1%}"
+        for model, (user, share) in sorted(holders.items())
+    ]
 
 
 def _own_indexes(kind: SearchableKind) -> set[str]:
@@ -224,7 +230,7 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                 with connection.cursor() as cursor:
                     cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
                 outcome.dropped.append(name)
-            _holders_record(kind, owners)
+            outcome.holders += _holders_record(kind, owners)
             for (model, user), owner in sorted(owners.items()):
                 name = own_index_name(kind, model, user)
                 if (

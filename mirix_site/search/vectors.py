@@ -10,7 +10,8 @@ with more rows than the exact scan takes gets an index of their own
 (``mirix_site.search.vector_indexes``), over half-precision vectors: its query orders by that
 expression, which only that index serves (the planner, left to choose between the shared index
 and a user's own over the same expression, took the shared one when the user owned half of it),
-and reports the full-precision distance.
+and reports the full-precision distance. A user who holds nearly all of a model's vectors gets
+none, and walks the shared graph with an own index's settings.
 """
 
 from __future__ import annotations

@@ -21,4 +21,6 @@ class Command(BaseCommand):
             return
         for name in outcome.dropped:
             self.stdout.write(f"dropped {name}")
+        for holder in outcome.holders:
+            self.stdout.write(f"the shared graph serves {holder} (no own index)")
         self.stdout.write(f"{len(outcome.built)} built, {len(outcome.dropped)} dropped.")
