@@ -91,11 +91,19 @@ def _postgres_running(directory: Path) -> bool:
     return info is not None and info.is_running()
 
 
+def _quarter_of_memory() -> str:
+    """A quarter of the machine's memory (PostgreSQL's own advice for shared_buffers)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(128, total // 4 // 2**20)}MB"
+
+
 # Server settings of the embedded PostgreSQL: name -> (environment variable, default).
 # initdb's 128 MB of shared buffers hold less than one HNSW index of 100,000 384-dimension
 # vectors: every search then copied index pages in from the OS cache (a vector search at
-# 100,000 rows took 30-60 ms; 5-12 ms at 1 GB).
-POSTGRES_SETTINGS = {"shared_buffers": ("MIRIX_PG_SHARED_BUFFERS", "1GB")}
+# 100,000 rows took 30-60 ms; 5-12 ms at 1 GB). The shared graph of 1,000,000 vectors (2.2 GB),
+# walked for the user who holds it, took vector-lane p95 22-27 ms at 1 GB and 17-18 ms at 4 GB
+# (bench/RESULTS.md, 2026-12-07 (5)).
+POSTGRES_SETTINGS = {"shared_buffers": ("MIRIX_PG_SHARED_BUFFERS", _quarter_of_memory())}
 
 
 def _postgres_configure(base_uri: str) -> bool:
