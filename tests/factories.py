@@ -188,6 +188,21 @@ def tenant_rows_create(owner: TenantFixture) -> None:
         format="json",
     )
     assert SegmentChange.objects.filter(client=owner.client).exists()
+    # The user recorded as a shared graph's holder, as the vector index sync records one holding
+    # most of a kind's vectors (one holder a kind and model: the first kind still free).
+    from mirix_site.search.kinds import kinds
+    from mirix_site.search.models import SharedGraphHolder
+
+    model = write_embedders()[0].model_name
+    held = set(SharedGraphHolder.objects.filter(model=model).values_list("kind", flat=True))
+    free = next(kind for kind in kinds() if kind.code not in held)
+    SharedGraphHolder.objects.create(
+        organization=owner.organization,
+        end_user=skill.end_user,
+        kind=free.code,
+        model=model,
+        share=1.0,
+    )
 
 
 def _rows_changed(owner: TenantFixture) -> None:

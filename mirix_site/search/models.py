@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.db.models.functions import Cast
 from pgvector.django import HnswIndex, VectorField
 
-from accounts.models import EndUser, Owned, OwnedIndexedByModel
+from accounts.models import EndUser, Organization, Owned, OwnedIndexedByModel
 from mirix_site.providers.embeddings import LOCAL_MODEL_DIMENSIONS, LOCAL_MODEL_NAME
 
 
@@ -221,6 +221,7 @@ class SharedGraphHolder(models.Model):
     it walks an own index (``mirix_site.search.vectors``). Written by the sync of vector
     indexes, which counts every owner; at most one a kind and model."""
 
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
     end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="+")
     kind = models.PositiveSmallIntegerField()
     model = models.CharField(max_length=100)

@@ -39,6 +39,7 @@ from django.conf import settings
 from django.db import connection
 from kombu.exceptions import OperationalError
 
+from accounts.models import EndUser
 from mirix_site.common import locks
 from mirix_site.common.redis import redis_client
 from mirix_site.search import vectors
@@ -195,9 +196,16 @@ def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) 
         and not index_exists(own_index_name(kind, model, user))
     }
     SharedGraphHolder.objects.filter(kind=kind.code).exclude(model__in=list(holders)).delete()
+    organizations = dict(
+        EndUser.objects.filter(pk__in=[user for user, _ in holders.values()]).values_list(
+            "pk", "organization_id"
+        )
+    )
     for model, (user, share) in holders.items():
         SharedGraphHolder.objects.update_or_create(
-            kind=kind.code, model=model, defaults={"end_user_id": user, "share": share}
+            kind=kind.code,
+            model=model,
+            defaults={"end_user_id": user, "organization_id": organizations[user], "share": share},
         )
     return [
         f"{kind.name}, {model}: user {user} holds {share:.1%}"
