@@ -185,16 +185,8 @@ def _owners_counted(kind: SearchableKind) -> dict[tuple[str, int], Owner]:
     }
 
 
-def _holders_record(kind: SearchableKind, owners: dict[tuple[str, int], Owner]) -> list[str]:
-    """The kind's graph holders as counted: users past the line holding most of a model's
-    embeddings, without an index of their own (one built before stays theirs)."""
-    holders = {
-        model: (user, owner.share)
-        for (model, user), owner in owners.items()
-        if owner.holds_the_graph
-        and owner.rows > vectors.EXACT_SCAN_MAX_ROWS
-        and not index_exists(own_index_name(kind, model, user))
-    }
+def _holders_record(kind: SearchableKind, holders: dict[str, tuple[int, float]]) -> list[str]:
+    """Record the kind's graph holders (model -> (user, share)), forgetting any others."""
     SharedGraphHolder.objects.filter(kind=kind.code).exclude(model__in=list(holders)).delete()
     organizations = dict(
         EndUser.objects.filter(pk__in=[user for user, _ in holders.values()]).values_list(
@@ -238,21 +230,30 @@ def vector_indexes_sync(*, progress: Callable[[str], None] | None = None) -> Vec
                 with connection.cursor() as cursor:
                     cursor.execute(f"DROP INDEX {_concurrently()}IF EXISTS {name}")
                 outcome.dropped.append(name)
-            outcome.holders += _holders_record(kind, owners)
-            for (model, user), owner in sorted(owners.items()):
-                name = own_index_name(kind, model, user)
-                if (
-                    owner.rows <= vectors.EXACT_SCAN_MAX_ROWS
-                    or owner.holds_the_graph
-                    or index_exists(name)
-                ):
+            # Past the line without a usable index of their own: the graph's holder (recorded
+            # before the builds, which take minutes) or due one (an index built stays theirs).
+            due = [
+                (model, user, owner)
+                for (model, user), owner in sorted(owners.items())
+                if owner.rows > vectors.EXACT_SCAN_MAX_ROWS
+                and not index_exists(own_index_name(kind, model, user))
+            ]
+            outcome.holders += _holders_record(
+                kind,
+                {model: (user, owner.share) for model, user, owner in due if owner.holds_the_graph},
+            )
+            for model, user, owner in due:
+                if owner.holds_the_graph:
                     continue
+                name = own_index_name(kind, model, user)
                 if progress is not None:
                     progress(f"building {name}: {kind.name}, {model}, {owner.rows:,} embeddings")
                 hnsw_index_create(kind, model, owner.dimensions, end_user_id=user, rows=owner.rows)
                 outcome.built.append(name)
-    if outcome.dropped:
-        vectors.own_index_seen_forget()  # this process's searches stop taking them now
+    if outcome.dropped or outcome.built:
+        # This process's searches stop taking the dropped ones, and a holder given an index
+        # of their own takes it rather than the shared graph.
+        vectors.own_index_seen_forget()
     if outcome.built or outcome.dropped:
         logger.info("vector indexes: built %s, dropped %s", outcome.built, outcome.dropped)
     return outcome
