@@ -207,12 +207,13 @@ def memories_merge(
     *, tenant: Tenant, end_user: EndUser, memory_type: MemoryType, dry_run: bool
 ) -> dict[str, int]:
     """Merge the near-duplicates among the user's current memories of one type that the
-    caller's client wrote; ``dry_run``: count them, change nothing."""
+    caller's client wrote, the newest ``AUTO_DREAM_MAX_ROWS`` of them (``total`` counts those
+    compared); ``dry_run``: count them, change nothing."""
     rule = MERGE_RULES[memory_type.name]
     rows = list(
         memory_type.model.objects.owned_by(tenant, end_user=end_user)
         .filter(CURRENT)
-        .order_by("-created_at", "-id")
+        .order_by("-created_at", "-id")[: settings.AUTO_DREAM_MAX_ROWS]
     )
     # Contradictions first, each fact at its own time: a fact said again after a change ("I
     # live in Paris" … "we moved to Berlin" … "back in Paris") is not merged with its first

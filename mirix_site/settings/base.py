@@ -381,6 +381,11 @@ SKILL_TRIGGER_SESSION_THRESHOLD = env_int("SKILL_TRIGGER_SESSION_THRESHOLD", 5, 
 # beat once this many are newer than their last dream; 0: only when asked (POST
 # /memory/auto_dream).
 AUTO_DREAM_AFTER_NEW_MEMORIES = env_int("AUTO_DREAM_AFTER_NEW_MEMORIES", 200, minimum=0)
+# A dream compares the newest this many current memories of each type of a user: older ones
+# were compared when they were new, by the dreams that followed them. Comparing is a matrix
+# product of the rows by the rows before them (20,000 took 5 s); a user of 1,000,000 memories
+# took the whole worker past its time limit, every hour, while searches waited on the CPU.
+AUTO_DREAM_MAX_ROWS = env_int("AUTO_DREAM_MAX_ROWS", 20_000, minimum=1)
 # A learning run's caps: curator steps (batches) and tokens in and out of the model; a run
 # reaching one ends as budget_exhausted, its unread lessons pooled for the next.
 CURATOR_MAX_STEPS = env_int("CURATOR_MAX_STEPS", 100, minimum=1)

@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from accounts.selectors import end_user_get
 from accounts.services import end_user_create_or_get
-from memory.consolidation import MERGE_SIMILARITY, Candidate, duplicates_group
+from memory import consolidation
+from memory.consolidation import (
+    MERGE_SIMILARITY,
+    Candidate,
+    duplicates_group,
+    text_normalise,
+    texts_opposed,
+)
 from memory.extractors import Proposal
 from memory.models import (
     CoreMemoryBlock,
@@ -319,6 +326,80 @@ def test_the_guard_not_the_threshold_keeps_opposites_apart() -> None:
     assert threshold >= 0.8
     [cluster] = duplicates_group(candidates, threshold=threshold - 1e-6)
     assert (cluster.keeper, cluster.others) == (len(texts) - 2, [len(texts) - 1])
+
+
+def _grouped_one_by_one(
+    candidates: list[Candidate], threshold: float, comparable
+) -> list[tuple[int, list[int]]]:
+    """The rule as its docstring says it, each row against each keeper in turn: what the
+    blocked matrix products must agree with."""
+    keepers: list[Candidate] = []
+    clusters: dict[int, list[int]] = {}
+    for candidate in candidates:
+        for index, keeper in enumerate(keepers):
+            if not comparable(keeper.row, candidate.row):
+                continue
+            same = text_normalise(candidate.text) == text_normalise(keeper.text)
+            similar = (
+                candidate.vector is not None
+                and keeper.vector is not None
+                and text_normalise(candidate.text) != ""
+                and float(np.dot(candidate.vector, keeper.vector)) >= threshold
+                and texts_opposed(keeper.text, candidate.text) is None
+            )
+            if (text_normalise(candidate.text) and same) or similar:
+                clusters.setdefault(index, []).append(candidate.row)
+                break
+        else:
+            keepers.append(candidate)
+    return [(keepers[index].row, rows) for index, rows in sorted(clusters.items())]
+
+
+def test_the_grouping_by_blocks_agrees_with_comparing_one_by_one(monkeypatch) -> None:
+    """Rows grouped a few at a time (blocks of 7 of 300): repeated texts, vectors near and far
+    from their topic's (some rows not embedded), opposites and rows that may not be compared
+    give the clusters a row-by-row comparison gives."""
+    monkeypatch.setattr(consolidation, "SIMILARITY_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    topics = rng.standard_normal((12, 32))
+    words = ["Sam", "likes", "dislikes", "not", "coffee", "tea", "3", "2", "kids", "Paris"]
+    candidates = []
+    for row in range(300):
+        topic = int(rng.integers(12))
+        vector = topics[topic] + rng.standard_normal(32) * rng.choice([0.01, 0.05, 0.5])
+        text = " ".join(rng.choice(words, 3)) if row % 2 else f"topic {topic} {rng.choice(words)}"
+        unit = (vector / np.linalg.norm(vector)).astype("f4")
+        candidates.append(Candidate(row, text, None if row % 10 == 3 else unit))
+    threshold = 0.99
+
+    def comparable(left: int, right: int) -> bool:
+        return left % 5 != 4 and right % 5 != 4
+
+    grouped = duplicates_group(candidates, threshold=threshold, comparable=comparable)
+    expected = _grouped_one_by_one(candidates, threshold, comparable)
+    assert [(cluster.keeper, cluster.others) for cluster in grouped] == expected
+    assert len(expected) > 10 and sum(len(rows) for _, rows in expected) > 50
+
+
+@override_settings(AUTO_DREAM_MAX_ROWS=3)
+def test_a_dream_compares_the_newest_memories_of_a_type_up_to_its_window(
+    org: TenantFixture,
+) -> None:
+    """Past ``AUTO_DREAM_MAX_ROWS`` a dream compares the newest rows only (older ones were
+    compared by the dreams after them): a pair said again among the newest merges, a pair
+    older than the window stays as it is, and ``total`` counts the rows compared."""
+    _store(org, _fact("Tea", "Sam likes tea.", 1), _fact("Tea", "Sam likes tea.", 2))
+    _store(org, _fact("Coffee", "Sam likes coffee.", 3))
+    _store(org, _fact("Coffee", "Sam likes coffee.", 4), _fact("Allergy", "Sam is allergic.", 5))
+    body = org.api.post(PATH, {"mode": "semantic"}, format="json").json()
+    assert body["types"]["semantic"] == {"total": 3, "merged": 1, "superseded": 1, "unchanged": 1}
+    current = SemanticMemory.objects.filter(superseded_by__isnull=True)
+    assert sorted(current.values_list("summary", flat=True)) == [
+        "Sam is allergic.",
+        "Sam likes coffee.",
+        "Sam likes tea.",
+        "Sam likes tea.",
+    ]
 
 
 def test_only_the_same_tags_and_the_callers_own_memories_merge(
