@@ -95,8 +95,18 @@ class BooleanField(_JsonTyped, serializers.BooleanField):
     json_types = (bool,)
 
 
+# The widest integer a column here holds (a bigint): a number past it is refused as out of
+# range, never sent to the database to fail there (a 500).
+BIGINT_MAX = 2**63 - 1
+
+
 class IntegerField(_JsonTyped, serializers.IntegerField):
     json_types = (int,)
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_value", BIGINT_MAX)
+        kwargs.setdefault("min_value", -BIGINT_MAX - 1)
+        super().__init__(**kwargs)
 
 
 class FloatField(_JsonTyped, serializers.FloatField):

@@ -192,7 +192,6 @@ class RecommendParamsSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         min_value=0,
-        max_value=2**63 - 1,
         help_text="makes an explore draw reproducible",
     )
     weight_by_relevance = BooleanField(required=False, default=True)

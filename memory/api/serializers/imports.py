@@ -52,7 +52,6 @@ class ImportParamsSerializer(serializers.Serializer):
     expected_lines = IntegerField(
         required=False,
         min_value=1,
-        max_value=2**63 - 1,  # the job's column: a bigint
         help_text="how many lines the whole import has: its ETA is computed against it",
     )
 
