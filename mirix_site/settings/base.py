@@ -384,7 +384,8 @@ AUTO_DREAM_AFTER_NEW_MEMORIES = env_int("AUTO_DREAM_AFTER_NEW_MEMORIES", 200, mi
 # A dream compares the newest this many current memories of each type of a user: older ones
 # were compared when they were new, by the dreams that followed them. Comparing is a matrix
 # product of the rows by the rows before them (20,000 took 5 s); a user of 1,000,000 memories
-# took the whole worker past its time limit, every hour, while searches waited on the CPU.
+# took the worker to 15-20 GB until the kernel's OOM killer ended it, while searches waited on
+# the CPU. A dream of experiences (exact repeats) reads the same window.
 AUTO_DREAM_MAX_ROWS = env_int("AUTO_DREAM_MAX_ROWS", 20_000, minimum=1)
 # A learning run's caps: curator steps (batches) and tokens in and out of the model; a run
 # reaching one ends as budget_exhausted, its unread lessons pooled for the next.

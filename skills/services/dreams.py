@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,6 +20,21 @@ from accounts.tenancy import Tenant
 from memory.consolidation import text_normalise
 from skills.models import Experience
 from skills.models.experiences import CURRENT
+
+# What _attempt reads: a dream loads these, not the rows' contexts and evidence.
+_ATTEMPT_FIELDS = (
+    "task",
+    "action_key",
+    "outcome",
+    "score",
+    "reason",
+    "title",
+    "content",
+    "lesson_type",
+    "filter_tags",
+    "source_message_ids",
+    "source_session_id",
+)
 
 
 def _attempt(row: Experience) -> tuple[Any, ...] | None:
@@ -42,11 +58,14 @@ def _attempt(row: Experience) -> tuple[Any, ...] | None:
 @transaction.atomic
 def experiences_merge(*, tenant: Tenant, end_user: EndUser, dry_run: bool) -> dict[str, int]:
     """Merge the user's current experiences the caller's client recorded twice (the module's
-    docstring); ``dry_run``: count them, change nothing."""
+    docstring), the newest ``AUTO_DREAM_MAX_ROWS`` of them, as a dream of memories does (a
+    retried request is recorded again soon after, not a million rows later; ``total`` counts
+    those compared); ``dry_run``: count them, change nothing."""
     rows = list(
         Experience.objects.owned_by(tenant, end_user=end_user)
         .filter(CURRENT)
-        .order_by("-created_at", "-id")
+        .only(*_ATTEMPT_FIELDS)
+        .order_by("-created_at", "-id")[: settings.AUTO_DREAM_MAX_ROWS]
     )
     keepers: dict[tuple[Any, ...], Experience] = {}
     others: dict[int, list[int]] = {}

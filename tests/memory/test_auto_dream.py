@@ -469,6 +469,24 @@ def test_experiences_recorded_twice_from_the_same_turns_become_one(org: TenantFi
     assert again["types"]["experience"]["merged"] == 0
 
 
+@override_settings(AUTO_DREAM_MAX_ROWS=3)
+def test_a_dream_of_experiences_reads_the_newest_up_to_its_window(org: TenantFixture) -> None:
+    """The same window as memories': an attempt recorded again among the newest three merges,
+    one recorded twice before them stays as it is."""
+    old = ExperienceInput(task="fix the slow login", action="add a cache", outcome="success")
+    new = ExperienceInput(task="ship the report", action="run the export", outcome="failure")
+    other = ExperienceInput(task="rotate the keys", action="use the vault", outcome="success")
+    recorded = experiences_record(
+        tenant=org.tenant, user_id="sam", items=[old, old, new, new, other]
+    ).experiences
+    for pk, turn in zip([row.pk for row in recorded], [1, 1, 2, 2, 3], strict=True):
+        Experience.objects.filter(pk=pk).update(source_message_ids=[turn])
+    body = org.api.post(PATH, {"mode": "experience"}, format="json").json()
+    assert body["types"]["experience"] == {"total": 3, "merged": 1, "superseded": 1, "unchanged": 1}
+    gone = Experience.objects.filter(superseded_by__isnull=False)
+    assert [row.task for row in gone] == ["ship the report"]
+
+
 def test_an_operator_restores_a_merged_memory_from_the_admin(client, org: TenantFixture) -> None:
     _plant(org)
     org.api.post(PATH, {"mode": "semantic"}, format="json")
