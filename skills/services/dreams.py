@@ -21,21 +21,6 @@ from memory.consolidation import text_normalise
 from skills.models import Experience
 from skills.models.experiences import CURRENT
 
-# What _attempt reads: a dream loads these, not the rows' contexts and evidence.
-_ATTEMPT_FIELDS = (
-    "task",
-    "action_key",
-    "outcome",
-    "score",
-    "reason",
-    "title",
-    "content",
-    "lesson_type",
-    "filter_tags",
-    "source_message_ids",
-    "source_session_id",
-)
-
 
 def _attempt(row: Experience) -> tuple[Any, ...] | None:
     """What makes two experiences one attempt; None for a row with no provenance (never merged)."""
@@ -64,7 +49,6 @@ def experiences_merge(*, tenant: Tenant, end_user: EndUser, dry_run: bool) -> di
     rows = list(
         Experience.objects.owned_by(tenant, end_user=end_user)
         .filter(CURRENT)
-        .only(*_ATTEMPT_FIELDS)
         .order_by("-created_at", "-id")[: settings.AUTO_DREAM_MAX_ROWS]
     )
     keepers: dict[tuple[Any, ...], Experience] = {}
